@@ -1,0 +1,39 @@
+"""``paw zoo``: build tiny local models, fine-tunes and adapters to try PAW without downloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    zoo_app = typer.Typer(help="Tiny local models for trying PAW (nothing is downloaded).",
+                          no_args_is_help=True)
+    app.add_typer(zoo_app, name="zoo")
+
+    @zoo_app.command("build")
+    def build(
+        output: Path = typer.Argument(..., help="Folder to create."),
+        arch: str = typer.Option("llama", help="llama, qwen2, gemma or mistral."),
+        hidden_size: int = typer.Option(64, help="Hidden size."),
+        num_layers: int = typer.Option(2, help="Number of decoder layers."),
+        vocab_size: int = typer.Option(300, help="Tokenizer vocabulary to train."),
+        seed: int = typer.Option(0, help="Initialisation seed."),
+        lora: bool = typer.Option(True, help="Also write a LoRA adapter and a fine-tune next to the base."),
+    ):
+        """Build a tiny base model (+ a fine-tune and a LoRA adapter).
+
+        Example: paw zoo build ./tiny --arch qwen2 --hidden-size 64
+        """
+        from paw import zoo
+        from paw.io.atomic import check_output
+
+        check_output(output, overwrite=False)
+        base = zoo.tiny_model(output / "base", arch, seed=seed, vocab_size=vocab_size,
+                              hidden_size=hidden_size, num_layers=num_layers)
+        typer.echo(f"base model:  {base}")
+        if lora:
+            zoo.fine_tune(base, output / "finetune", seed=seed + 1)
+            zoo.make_lora(base, output / "lora", seed=seed + 2)
+            typer.echo(f"fine-tune:   {output / 'finetune'}\nLoRA:        {output / 'lora'}")

@@ -1,0 +1,44 @@
+"""Resolve a ``--device`` string once, with a clear error when CUDA is asked for but absent."""
+
+from __future__ import annotations
+
+from paw.errors import PawError
+
+DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda, or cuda:N"
+
+
+def resolve_device(spec: str | None = "auto"):
+    """``'auto' | 'cpu' | 'cuda' | 'cuda:N'`` -> ``torch.device``.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    import torch
+
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise PawError(f"--device {spec}: CUDA is not available here (torch {torch.__version__}, "
+                           "no GPU visible); use --device cpu or auto")
+        index = spec.partition(":")[2]
+        if index:
+            if not index.isdigit():
+                raise PawError(f"--device {spec}: expected cuda:N with N a GPU index")
+            if int(index) >= torch.cuda.device_count():
+                raise PawError(f"--device {spec}: only {torch.cuda.device_count()} GPU(s) visible")
+            return torch.device("cuda", int(index))
+        return torch.device("cuda")
+    raise PawError(f"--device {spec!r}: expected {DEVICE_HELP}")
+
+
+def visible_devices(primary) -> list:
+    """All GPUs for ``--multi-gpu`` runs; ``[primary]`` when fewer than two are visible."""
+    import torch
+
+    if primary.type == "cuda" and torch.cuda.device_count() > 1:
+        return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return [primary]

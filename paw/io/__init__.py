@@ -1,0 +1,1 @@
+"""All disk and Hugging Face cache access in PAW lives in this package."""

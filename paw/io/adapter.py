@@ -1,0 +1,213 @@
+"""Read and write PEFT LoRA adapter folders (``adapter_config.json`` + weights).
+
+PEFT saves keys such as ``base_model.model.model.layers.0.mlp.down_proj.lora_A.weight``; the base
+weight it modifies is ``model.layers.0.mlp.down_proj.weight``. :func:`split_adapter_key` and
+:func:`adapter_key` convert between the two for every decoder-only architecture whose PEFT wrapper
+adds ``base_model.model.`` (Llama, Qwen2, Gemma, Mistral and the rest of the causal LMs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paw.errors import PawError
+from paw.io.atomic import atomic_dir
+from paw.io.checkpoint import _load_pickle, read_json
+from paw.io.hub import resolve_path
+from paw.io.manifest import write_json
+from paw.lora import lora_delta, lora_scaling
+
+PEFT_PREFIX = "base_model.model."
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter_model.safetensors"
+# saved suffix -> (factor, module kind)
+_SUFFIXES = {
+    ".lora_A.weight": ("A", "linear"),
+    ".lora_B.weight": ("B", "linear"),
+    ".lora_embedding_A": ("A", "embedding"),
+    ".lora_embedding_B": ("B", "embedding"),
+}
+
+
+def split_adapter_key(key: str) -> tuple[str, str, str] | None:
+    """``'base_model.model.model.layers.0.q_proj.lora_A.weight'`` -> ``('model.layers.0.q_proj', 'A', 'linear')``.
+
+    Returns None for keys that are not LoRA factors (``modules_to_save`` copies, biases, ...).
+    An adapter name left in the key by hand-made files (``lora_A.default.weight``) is accepted.
+    """
+    key = re.sub(r"\.(lora_[AB])\.(?!weight$)[^.]+\.weight$", r".\1.weight", key)
+    key = re.sub(r"\.(lora_embedding_[AB])\.[^.]+$", r".\1", key)
+    for suffix, (factor, kind) in _SUFFIXES.items():
+        if key.endswith(suffix):
+            return strip_prefix(key[: -len(suffix)]), factor, kind
+    return None
+
+
+def strip_prefix(key: str) -> str:
+    """``'base_model.model.lm_head.weight'`` -> ``'lm_head.weight'``."""
+    return key[len(PEFT_PREFIX):] if key.startswith(PEFT_PREFIX) else key
+
+
+def adapter_key(module: str, factor: str, kind: str = "linear") -> str:
+    """Inverse of :func:`split_adapter_key`."""
+    suffix = next(s for s, fk in _SUFFIXES.items() if fk == (factor, kind))
+    return f"{PEFT_PREFIX}{module}{suffix}"
+
+
+def _pattern_value(patterns: dict[str, Any], module: str, default):
+    """PEFT's rule: a pattern applies when it matches the end of the module path at a dot boundary."""
+    for pattern, value in patterns.items():
+        if re.match(rf"(.*\.)?({pattern})$", module):
+            return value
+    return default
+
+
+@dataclass
+class LoraModule:
+    """One adapted module: factors A (r, in) and B (out, r), and its scaling."""
+
+    module: str
+    A: Any
+    B: Any
+    scaling: float
+    kind: str = "linear"
+
+    @property
+    def base_key(self) -> str:
+        return f"{self.module}.weight"
+
+    @property
+    def rank(self) -> int:
+        return int(self.A.shape[0])
+
+    def delta(self):
+        """ΔW in the base weight's layout (float32)."""
+        return lora_delta(self.A, self.B, self.scaling, embedding=self.kind == "embedding")
+
+
+@dataclass
+class LoraAdapter:
+    """A PEFT LoRA adapter in memory: its config dict and its tensors under their saved keys."""
+
+    config: dict
+    tensors: dict[str, Any]
+    path: Path | None = None
+    _modules: dict[str, LoraModule] | None = field(default=None, repr=False)
+
+    @property
+    def r(self) -> int:
+        return int(self.config.get("r", 8))
+
+    @property
+    def alpha(self) -> float:
+        return float(self.config.get("lora_alpha", self.r))
+
+    @property
+    def target_modules(self) -> list[str] | str:
+        tm = self.config.get("target_modules") or []
+        return tm if isinstance(tm, str) else sorted(tm)
+
+    @property
+    def modules_to_save(self) -> list[str]:
+        return list(self.config.get("modules_to_save") or [])
+
+    @property
+    def base_model(self) -> str | None:
+        return self.config.get("base_model_name_or_path")
+
+    def rank_of(self, module: str) -> int:
+        return int(_pattern_value(self.config.get("rank_pattern") or {}, module, self.r))
+
+    def alpha_of(self, module: str) -> float:
+        return float(_pattern_value(self.config.get("alpha_pattern") or {}, module, self.alpha))
+
+    def scaling_of(self, module: str) -> float:
+        return lora_scaling(self.rank_of(module), self.alpha_of(module),
+                            rslora=bool(self.config.get("use_rslora")))
+
+    def modules(self) -> dict[str, LoraModule]:
+        """``module path -> LoraModule`` for every A/B pair, in key order."""
+        if self._modules is None:
+            parts: dict[str, dict[str, Any]] = {}
+            kinds: dict[str, str] = {}
+            for key, tensor in self.tensors.items():
+                split = split_adapter_key(key)
+                if split:
+                    module, factor, kind = split
+                    parts.setdefault(module, {})[factor] = tensor
+                    kinds[module] = kind
+            broken = [m for m, p in parts.items() if len(p) != 2]
+            if broken:
+                raise PawError(f"LoRA module {broken[0]!r} has only factor {list(parts[broken[0]])[0]}",
+                               path=self.path)
+            self._modules = {
+                m: LoraModule(m, p["A"], p["B"], self.scaling_of(m), kinds[m])
+                for m, p in sorted(parts.items())
+            }
+        return self._modules
+
+    def other_tensors(self) -> dict[str, Any]:
+        """Saved tensors that are not LoRA factors (``modules_to_save`` copies, trainable tokens), base-keyed."""
+        return {strip_prefix(k): v for k, v in self.tensors.items() if split_adapter_key(k) is None}
+
+
+def read_adapter(spec: str | Path) -> LoraAdapter:
+    """Read a PEFT adapter folder (``adapter_model.safetensors`` or ``adapter_model.bin``)."""
+    folder = resolve_path(spec, what="adapter")
+    if folder.is_file():
+        folder = folder.parent
+    config = read_json(folder / CONFIG_NAME) if (folder / CONFIG_NAME).exists() else None
+    if config is None:
+        raise PawError(f"not a PEFT adapter folder: {CONFIG_NAME} is missing", path=folder)
+    peft_type = str(config.get("peft_type", "LORA")).upper()
+    if peft_type != "LORA":
+        raise PawError(f"adapter type {peft_type} is not supported (only LoRA)", path=folder / CONFIG_NAME)
+    if config.get("use_dora"):
+        raise PawError("DoRA adapters are not supported (the magnitude vector does not transfer as a "
+                       "rank-r factor)", path=folder / CONFIG_NAME)
+    st, binf = folder / WEIGHTS_NAME, folder / "adapter_model.bin"
+    if st.exists():
+        from safetensors.torch import load_file
+
+        try:
+            tensors = load_file(str(st))
+        except Exception as err:
+            raise PawError(f"not a readable safetensors file ({err})", path=st) from None
+    elif binf.exists():
+        tensors = _load_pickle(binf)
+    else:
+        raise PawError(f"no adapter weights ({WEIGHTS_NAME} or adapter_model.bin)", path=folder)
+    adapter = LoraAdapter(config=config, tensors=dict(tensors), path=folder)
+    adapter.modules()  # validate pairs now, with the folder in the message
+    return adapter
+
+
+def write_adapter(output: str | Path, adapter: LoraAdapter, *, overwrite: bool = False,
+                  extra_files: dict[str, Any] | None = None) -> Path:
+    """Write ``adapter`` as a PEFT folder atomically; ``extra_files`` are JSON files beside it."""
+    from safetensors.torch import save_file
+
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
+        save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        write_json(tmp / CONFIG_NAME, adapter.config)
+        for name, obj in (extra_files or {}).items():
+            write_json(tmp / name, obj)
+    return Path(output)
+
+
+def lora_config_dict(*, r: int, alpha: float, target_modules: list[str], base_model: str | None,
+                     rank_pattern: dict | None = None, alpha_pattern: dict | None = None,
+                     modules_to_save: list[str] | None = None, **extra: Any) -> dict:
+    """A minimal ``adapter_config.json`` that current PEFT versions load."""
+    return {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": alpha,
+        "target_modules": sorted(target_modules), "base_model_name_or_path": base_model,
+        "rank_pattern": rank_pattern or {}, "alpha_pattern": alpha_pattern or {},
+        "modules_to_save": modules_to_save, "lora_dropout": 0.0, "bias": "none",
+        "fan_in_fan_out": False, "inference_mode": True, "init_lora_weights": True,
+        "use_rslora": False, "use_dora": False, **extra,
+    }

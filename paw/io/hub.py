@@ -1,0 +1,44 @@
+"""Resolve a user's model argument: a local path, or a Hugging Face model ID from the local cache.
+
+No network: a model ID that is not in the cache is a clear error, never a download.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from paw.errors import PawError
+
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def looks_like_model_id(spec: str) -> bool:
+    """``'Qwen/Qwen2.5-1.5B'`` -> True; ``'./model'``, ``'/x/y'``, ``'a/b/c'`` -> False."""
+    return bool(_MODEL_ID.match(spec)) and not spec.startswith(".")
+
+
+def resolve_path(spec: str | os.PathLike, *, what: str = "model") -> Path:
+    """Return an existing local path for ``spec``: the path itself or the cached snapshot folder."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path
+    text = str(spec)
+    if looks_like_model_id(text) and "/" in text:
+        return _cached_snapshot(text, what)
+    raise PawError(f"no such file or folder ({what})", path=text)
+
+
+def _cached_snapshot(repo_id: str, what: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception as err:  # LocalEntryNotFoundError, HFValidationError, ...
+        raise PawError(
+            f"{what} '{repo_id}' is not a local path and is not in the Hugging Face cache "
+            f"({HF_HUB_CACHE}); PAW never downloads: fetch it on a machine with network "
+            f"(huggingface-cli download {repo_id}) or pass a local folder ({type(err).__name__})"
+        ) from None

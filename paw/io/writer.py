@@ -1,0 +1,134 @@
+"""Write tensors as (sharded) safetensors plus ``model.safetensors.index.json``, atomically.
+
+Tensors may come as a mapping or as a stream of ``(name, tensor)`` pairs; a shard is flushed as
+soon as it is full, so a streamed merge never holds more than one shard in memory. Shard names and
+the index follow the Hugging Face convention, so ``from_pretrained`` loads the folder unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from paw.errors import PawError
+from paw.io.atomic import atomic_dir
+from paw.io.manifest import write_json
+
+DEFAULT_SHARD_BYTES = 2 * 1024**3
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja")
+_MODEL_SIDE_FILES = ("config.json", "generation_config.json")
+
+
+def parse_size(size: int | str) -> int:
+    """``'2GB'`` -> 2 * 1024**3, ``'500MB'`` -> 500 * 1024**2, ``123`` -> 123."""
+    if isinstance(size, int):
+        return size
+    text = size.strip().upper()
+    for unit, factor in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024), ("B", 1)):
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(text)
+
+
+class ShardedWriter:
+    """Accumulate tensors into shards of at most ``max_shard_bytes`` and write the index at close."""
+
+    def __init__(self, folder: Path, *, max_shard_bytes: int, metadata: dict[str, str] | None = None):
+        self.folder = folder
+        self.max_shard_bytes = max_shard_bytes
+        self.metadata = {"format": "pt", **(metadata or {})}
+        self._pending: dict[str, Any] = {}
+        self._pending_bytes = 0
+        self._shards: list[list[str]] = []
+        self._seen: set[str] = set()
+        self.total_bytes = 0
+
+    def add(self, name: str, tensor) -> None:
+        if name in self._seen:
+            raise PawError(f"tensor {name!r} written twice")
+        self._seen.add(name)
+        nbytes = tensor.numel() * tensor.element_size()
+        if self._pending and self._pending_bytes + nbytes > self.max_shard_bytes:
+            self._flush()
+        # own, contiguous storage: safetensors refuses views and tensors that share memory
+        self._pending[name] = tensor.detach().to("cpu").contiguous().clone()
+        self._pending_bytes += nbytes
+        self.total_bytes += nbytes
+
+    def _flush(self) -> None:
+        from safetensors.torch import save_file
+
+        index = len(self._shards)
+        save_file(self._pending, str(self.folder / f".shard-{index:05d}.safetensors"), metadata=self.metadata)
+        self._shards.append(list(self._pending))
+        self._pending, self._pending_bytes = {}, 0
+
+    def close(self) -> list[str]:
+        """Write what is pending, give shards their final names, write the index; return file names."""
+        if self._pending or not self._shards:
+            self._flush()
+        count = len(self._shards)
+        if count == 1:
+            names = ["model.safetensors"]
+        else:
+            names = [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+        for i, final in enumerate(names):
+            os.replace(self.folder / f".shard-{i:05d}.safetensors", self.folder / final)
+        if count > 1:
+            weight_map = {k: names[i] for i, keys in enumerate(self._shards) for k in keys}
+            write_json(self.folder / "model.safetensors.index.json",
+                       {"metadata": {"total_size": self.total_bytes},
+                        "weight_map": dict(sorted(weight_map.items()))})
+        return names
+
+
+def copy_side_files(source: str | Path | None, dest: Path, names: Iterable[str]) -> list[str]:
+    """Copy the files in ``names`` that exist in folder ``source`` into ``dest``; return those copied."""
+    if source is None:
+        return []
+    source = Path(source)
+    if source.is_file():
+        source = source.parent
+    copied = []
+    for name in names:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, dest / name)
+            copied.append(name)
+    return copied
+
+
+def write_checkpoint(
+    output: str | Path,
+    tensors: Mapping[str, Any] | Iterable[tuple[str, Any]],
+    *,
+    config: dict | None = None,
+    copy_from: str | Path | None = None,
+    tokenizer_from: str | Path | None = None,
+    max_shard_size: int | str = DEFAULT_SHARD_BYTES,
+    overwrite: bool = False,
+    extra_files: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a Hugging Face model folder at ``output``, atomically.
+
+    ``config`` (a dict) is written as ``config.json``; otherwise ``config.json`` and
+    ``generation_config.json`` are copied from ``copy_from`` when present there. Tokenizer files
+    are copied from ``tokenizer_from`` (default: ``copy_from``). ``extra_files`` maps file names to
+    JSON-serialisable objects (e.g. a provenance manifest) written beside the weights.
+    """
+    items = tensors.items() if isinstance(tensors, Mapping) else tensors
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        writer = ShardedWriter(tmp, max_shard_bytes=parse_size(max_shard_size))
+        for name, tensor in items:
+            writer.add(name, tensor)
+        writer.close()
+        copy_side_files(copy_from, tmp, _MODEL_SIDE_FILES)
+        if config is not None:
+            write_json(tmp / "config.json", config)
+        copy_side_files(tokenizer_from if tokenizer_from is not None else copy_from, tmp, TOKENIZER_FILES)
+        for fname, obj in (extra_files or {}).items():
+            write_json(tmp / fname, obj)
+    return Path(output)

@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny zoo models built once per session, and a CLI runner.
+
+Area-specific fixtures live in tests/<area>/conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``paw ARGS`` in-process: ``cli('merge', '--help').exit_code``."""
+    from paw.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        out = capsys.readouterr()
+        return CliResult(code or 0, out.out, out.err)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def zoo_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("zoo")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(zoo_root) -> Path:
+    """A 2-layer Llama, hidden 32, with its own byte-level BPE tokenizer (untied lm_head)."""
+    from paw import zoo
+
+    return zoo.tiny_model(zoo_root / "llama", "llama", seed=0, hidden_size=32, num_layers=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(zoo_root) -> Path:
+    """A 2-layer Qwen2, hidden 32, tied embeddings."""
+    from paw import zoo
+
+    return zoo.tiny_model(zoo_root / "qwen2", "qwen2", seed=1, hidden_size=32, num_layers=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_lora(zoo_root, tiny_llama) -> Path:
+    """A rank-4 LoRA on all seven projections of ``tiny_llama`` with non-zero B."""
+    from paw import zoo
+
+    return zoo.make_lora(tiny_llama, zoo_root / "llama-lora", rank=4, alpha=8, seed=3)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip("../shared/data not present")
+    return SHARED_DATA
