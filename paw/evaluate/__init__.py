@@ -1,0 +1,1 @@
+"""Multiple-choice evaluation, small LoRA training and run tracking."""
