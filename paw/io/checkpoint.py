@@ -1,8 +1,8 @@
 """Open any model checkpoint as a lazy mapping ``tensor name -> torch.Tensor``.
 
-Reading is one tensor at a time: safetensors files are memory-mapped and a tensor is only copied
-out when asked for, so iterating over an 8B model needs memory for its largest tensor, not for the
-model. Supported inputs (see :func:`open_checkpoint`):
+Reading is one tensor at a time: a safetensors header is parsed once and each tensor is read from
+disk only when asked for, so iterating over an 8B model needs memory for its largest tensor, not
+for the model. Supported inputs (see :func:`open_checkpoint`):
 
 - a Hugging Face model folder: ``model.safetensors``, sharded safetensors with
   ``model.safetensors.index.json``, or ``pytorch_model*.bin`` (with or without index);
@@ -29,33 +29,79 @@ SAFETENSORS_DTYPES = {
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 
 
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
 class _SafetensorsFile:
-    """One memory-mapped safetensors file; the header is parsed once, tensors copied on demand."""
+    """One safetensors file: the header is parsed and checked once; each tensor is read on demand.
+
+    Tensors are read with plain ``readinto`` calls into a fresh buffer rather than through a
+    memory map, so the process holds exactly the tensor asked for: mapped file pages would
+    otherwise count against resident memory and grow with every tensor touched.
+    """
 
     def __init__(self, path: Path):
-        from safetensors import safe_open
-
         self.path = path
-        try:
-            self._handle = safe_open(str(path), framework="pt", device="cpu")
-            self._keys = list(self._handle.keys())
-        except Exception as err:
-            raise PawError(f"not a readable safetensors file: corrupt or truncated header ({err})",
-                           path=path) from None
+        self._entries, self._data_start = self._read_header(path)
+
+    def _read_header(self, path: Path) -> tuple[dict[str, dict], int]:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or 8 + n > size:
+                self._bad("header length does not fit the file")
+            try:
+                header = json.loads(f.read(n))
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                self._bad(f"header is not JSON ({err.__class__.__name__})")
+        if not isinstance(header, dict):
+            self._bad("header is not a JSON object")
+        header.pop("__metadata__", None)
+        data_size = size - 8 - n
+        for name, entry in header.items():
+            try:
+                begin, end = entry["data_offsets"]
+                numel = 1
+                for d in entry["shape"]:
+                    numel *= int(d)
+                expected = numel * _ITEMSIZE[entry["dtype"]]
+            except (KeyError, TypeError, ValueError):
+                self._bad(f"entry {name!r} is malformed")
+            if end > data_size:
+                self._bad(f"tensor {name!r} ends past the end of the file (truncated)")
+            if end - begin != expected:
+                self._bad(f"tensor {name!r} has {end - begin} bytes for shape {entry['shape']}")
+        return header, 8 + n
+
+    def _bad(self, why: str):
+        raise PawError(f"not a readable safetensors file: corrupt or truncated header ({why})", path=self.path)
 
     def keys(self) -> list[str]:
-        return self._keys
+        return list(self._entries)
 
     def get(self, name: str):
-        try:
-            return self._handle.get_tensor(name)
-        except Exception as err:
-            raise PawError(f"cannot read tensor {name!r}: file truncated or corrupt ({err})",
-                           path=self.path) from None
+        import torch
+
+        entry = self._entries[name]
+        begin, end = entry["data_offsets"]
+        buf = torch.empty(end - begin, dtype=torch.uint8)
+        view = memoryview(buf.numpy())
+        with open(self.path, "rb", buffering=0) as f:
+            f.seek(self._data_start + begin)
+            done = 0
+            while done < len(view):
+                got = f.readinto(view[done:])
+                if not got:
+                    raise PawError(f"cannot read tensor {name!r}: file truncated", path=self.path)
+                done += got
+        dtype = getattr(torch, SAFETENSORS_DTYPES[entry["dtype"]])
+        return buf.view(dtype).reshape(entry["shape"])
 
     def meta(self, name: str) -> tuple[tuple[int, ...], str]:
-        sl = self._handle.get_slice(name)
-        return tuple(sl.get_shape()), SAFETENSORS_DTYPES.get(sl.get_dtype(), sl.get_dtype().lower())
+        entry = self._entries[name]
+        return tuple(entry["shape"]), SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"].lower())
 
 
 class _TorchFile:

@@ -1,0 +1,73 @@
+"""The CLI shell: fast help without torch, version, one help example per command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys; from paw.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'transformers', 'peft', 'numpy', 'matplotlib', 'pandas') if m in sys.modules]\n"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
+
+
+def test_import_paw_is_light():
+    code = "import sys, paw; print(paw.__version__, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == [__import__("paw").__version__, "False"]
+
+
+def test_version(cli):
+    from paw import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"paw {__version__}"
+
+
+def _commands(app, prefix=()):
+    import typer.main
+
+    group = typer.main.get_command(app)
+    stack = [(prefix, group)]
+    while stack:
+        path, cmd = stack.pop()
+        sub = getattr(cmd, "commands", None)
+        if sub:
+            stack.extend(((*path, name), c) for name, c in sub.items())
+        elif path:
+            yield path, cmd
+
+
+def test_every_command_has_an_example():
+    from paw.cli import app
+
+    commands = list(_commands(app))
+    assert commands
+    missing = [" ".join(p) for p, cmd in commands if "Example" not in (cmd.help or "")]
+    assert missing == []
+
+
+@pytest.mark.parametrize("spec", ["cpu", "auto"])
+def test_resolve_device(spec):
+    from paw.device import resolve_device
+
+    assert resolve_device(spec).type == "cpu"  # CI has no GPU
+
+
+def test_resolve_device_errors():
+    import torch
+
+    from paw.device import resolve_device
+    from paw.errors import PawError
+
+    with pytest.raises(PawError, match="expected auto"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(PawError, match="CUDA is not available"):
+            resolve_device("cuda:0")
