@@ -1,0 +1,245 @@
+"""Read and write byte-level BPE tokenizers in the three common spellings.
+
+* PAW ``.model``: text, first line ``paw-bpe v1``, then the pattern, the special tokens, the order
+  of the 256 single bytes and one merge per line (``left_rank right_rank``), like minbpe's file.
+  ``PREFIX.vocab`` beside it is for people only and is never read back.
+* tiktoken rank file: one ``base64(token) rank`` per line (``cl100k_base.tiktoken``).
+* Hugging Face ``tokenizer.json`` whose model is a byte-level BPE (GPT-2, Llama-3, Qwen2 ...).
+
+All of them come back as a :class:`BpeFile`: ``mergeable_ranks`` ``{token_bytes: rank}`` in
+tiktoken's sense, so one encoder serves them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paw.bpe.bytelevel import str_to_token, token_to_str
+from paw.bpe.patterns import PATTERNS
+from paw.bpe.ranks import all_merges, merges_from_ranks, ranks_from_merges
+from paw.errors import PawError
+from paw.io.atomic import atomic_file
+
+MODEL_VERSION = "paw-bpe v1"
+
+
+@dataclass
+class BpeFile:
+    """A byte-level BPE as tiktoken sees it.
+
+    ``mergeable_ranks``: ``{b"!": 0, ..., b" the": 279, ...}``; ``pattern``: pre-tokenization regex
+    or ``None``; ``special_tokens``: ``{"<|endoftext|>": 100257}``; ``kind``: ``'paw'``,
+    ``'tiktoken'`` or ``'hf'``; ``merges``: the learned merge list when the file has one.
+    """
+
+    mergeable_ranks: dict[bytes, int]
+    pattern: str | None
+    special_tokens: dict[str, int]
+    kind: str
+    merges: list[tuple[bytes, bytes]] | None = field(default=None, repr=False)
+
+
+def read_bpe(path: str | Path) -> BpeFile:
+    """Open a PAW ``.model``, a tiktoken rank file or a byte-level BPE ``tokenizer.json``.
+
+    A folder is read as the ``tokenizer.json`` inside it.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise PawError("tokenizer file not found", path=path)
+    try:
+        head = path.open("rb").read(64)
+    except OSError as exc:
+        raise PawError(f"cannot read: {exc.strerror}", path=path) from None
+    if head.startswith(MODEL_VERSION.encode()):
+        return _read_paw(path)
+    if head.lstrip().startswith(b"{"):
+        return _read_hf(path)
+    if head.startswith(b"paw-bpe"):
+        raise PawError(f"unsupported PAW model version {head.splitlines()[0].decode(errors='replace')!r}", path=path)
+    return _read_tiktoken(path)
+
+
+# ---------------------------------------------------------------- PAW .model
+
+
+def write_paw_model(prefix: str | Path, *, mergeable_ranks: dict[bytes, int], pattern: str | None,
+                    special_tokens: dict[str, int], merges: list[tuple[bytes, bytes]] | None = None) -> Path:
+    """Write ``PREFIX.model`` (read back by :func:`read_bpe`) and ``PREFIX.vocab`` (for people).
+
+    ``merges`` defaults to the ones recovered from the ranks. Single bytes must hold ranks 0..255
+    and the merges must rebuild ``mergeable_ranks`` exactly; otherwise the file could not
+    round-trip and a :class:`PawError` says so.
+    """
+    prefix = Path(prefix)
+    order = _single_byte_order(mergeable_ranks)
+    merges = merges_from_ranks(mergeable_ranks) if merges is None else merges
+    if ranks_from_merges(merges, order) != mergeable_ranks:
+        raise PawError("these ranks cannot be written as a merge list (ranks are not contiguous or a "
+                       "token cannot be built by BPE)", path=f"{prefix}.model")
+    ranks = ranks_from_merges(merges, order)
+    lines = [MODEL_VERSION, f"pattern {json.dumps(pattern, ensure_ascii=False)}",
+             f"special_tokens {json.dumps(special_tokens, ensure_ascii=False, sort_keys=True)}",
+             "bytes " + " ".join(map(str, order)), f"merges {len(merges)}"]
+    lines += [f"{ranks[left]} {ranks[right]}" for left, right in merges]
+    with atomic_file(f"{prefix}.model", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(lines) + "\n")
+    with atomic_file(f"{prefix}.vocab", encoding="utf-8", newline="\n") as f:
+        f.write(_vocab_text(ranks, merges, special_tokens))
+    return Path(f"{prefix}.model")
+
+
+def _single_byte_order(ranks: dict[bytes, int]) -> tuple[int, ...]:
+    singles = sorted((rank, token[0]) for token, rank in ranks.items() if len(token) == 1)
+    if [rank for rank, _ in singles] != list(range(256)):
+        raise PawError("a byte-level BPE needs all 256 single bytes at ranks 0..255")
+    return tuple(b for _, b in singles)
+
+
+def _vocab_text(ranks: dict[bytes, int], merges, special_tokens: dict[str, int]) -> str:
+    """``[ the] 279  <- [ t] [he]``: one token per line, printable, with the merge that made it."""
+    made_by = {}
+    for left, right in merges:
+        made_by.setdefault(left + right, (left, right))
+
+    def show(token: bytes) -> str:
+        return "[" + token.decode("utf-8", errors="replace").encode("unicode_escape").decode("ascii") + "]"
+
+    out = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        pair = made_by.get(token)
+        out.append(f"{rank}\t{show(token)}" + (f"\t<- {show(pair[0])} {show(pair[1])}" if pair else ""))
+    out += [f"{tid}\t{name}\t(special)" for name, tid in sorted(special_tokens.items(), key=lambda kv: kv[1])]
+    return "\n".join(out) + "\n"
+
+
+def _read_paw(path: Path) -> BpeFile:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header = dict(line.split(" ", 1) for line in lines[1:5])
+        pattern = json.loads(header["pattern"])
+        specials = json.loads(header["special_tokens"])
+        order = tuple(int(b) for b in header["bytes"].split())
+        n = int(header["merges"])
+        by_rank = {rank: bytes([b]) for rank, b in enumerate(order)}
+        merges = []
+        for line in lines[5:5 + n]:
+            left, right = (by_rank[int(x)] for x in line.split())
+            merges.append((left, right))
+            if left + right not in by_rank.values():
+                by_rank[len(by_rank)] = left + right
+    except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+        raise PawError(f"malformed PAW model file ({type(exc).__name__}: {exc})", path=path) from None
+    if len(order) != 256 or len(merges) != n:
+        raise PawError("malformed PAW model file (truncated)", path=path)
+    return BpeFile(ranks_from_merges(merges, order), pattern, specials, "paw", merges)
+
+
+# ---------------------------------------------------------------- tiktoken rank file
+
+
+def _read_tiktoken(path: Path) -> BpeFile:
+    ranks = {}
+    for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
+        except (ValueError, binascii.Error):
+            raise PawError(f"line {lineno} is not 'base64-token rank' (not a PAW model, tiktoken rank "
+                           "file or tokenizer.json)", path=path) from None
+    if not ranks:
+        raise PawError("empty tiktoken rank file", path=path)
+    return BpeFile(ranks, None, {}, "tiktoken")
+
+
+def write_tiktoken_ranks(path: str | Path, mergeable_ranks: dict[bytes, int]) -> Path:
+    """Write tiktoken's own format (``tiktoken.load.load_tiktoken_bpe`` reads it)."""
+    with atomic_file(path, encoding="ascii", newline="\n") as f:
+        for token, rank in sorted(mergeable_ranks.items(), key=lambda kv: kv[1]):
+            f.write(f"{base64.b64encode(token).decode()} {rank}\n")
+    return Path(path)
+
+
+# ---------------------------------------------------------------- Hugging Face tokenizer.json
+
+
+def _read_hf(path: Path) -> BpeFile:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PawError(f"not valid JSON: {exc}", path=path) from None
+    model = data.get("model") or {}
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise PawError(f"tokenizer.json model is {model.get('type')!r}, not a byte-level BPE", path=path)
+    try:
+        ranks = {str_to_token(tok): int(i) for tok, i in model["vocab"].items()}
+    except KeyError:
+        raise PawError("tokenizer.json vocabulary is not byte-level (a character is outside the GPT-2 "
+                       "byte alphabet; SentencePiece-style BPE is not supported)", path=path) from None
+    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
+    # added tokens are special tokens; some files (GPT-2) also list them in the model vocabulary
+    specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
+    for content, tid in specials.items():
+        if model["vocab"].get(content) == tid:
+            del ranks[str_to_token(content)]
+    try:
+        merges_b = [(str_to_token(a), str_to_token(b)) for a, b in merges]
+    except (KeyError, ValueError):
+        raise PawError("tokenizer.json merges are not byte-level", path=path) from None
+    return BpeFile(ranks, _hf_pattern(data.get("pre_tokenizer"), path), specials, "hf", merges_b)
+
+
+def _hf_pattern(pre: dict | None, path: Path) -> str | None:
+    """The regex of a ``Split`` pre-tokenizer, or GPT-2's for ``ByteLevel(use_regex=True)``."""
+    if not pre:
+        return None
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    for step in steps:
+        if step.get("type") == "Split":
+            pattern = step.get("pattern", {})
+            if "Regex" in pattern:
+                return pattern["Regex"]
+            raise PawError("Split pre-tokenizer with a plain-string pattern is not supported", path=path)
+        if step.get("type") == "ByteLevel" and step.get("use_regex", True):
+            return PATTERNS["gpt2"]
+    return None
+
+
+def write_hf_tokenizer_json(path: str | Path, *, mergeable_ranks: dict[bytes, int], pattern: str | None,
+                            special_tokens: dict[str, int]) -> Path:
+    """Write a ``tokenizer.json`` that ``tokenizers`` and ``transformers`` load and that encodes
+    exactly like tiktoken does with the same ranks.
+
+    The merge list holds every split of every token (as transformers' TikTokenConverter does) and
+    ``ignore_merges`` is on, so a piece that is itself a token stays whole, as in tiktoken.
+    """
+    vocab = {token_to_str(tok): rank for tok, rank in sorted(mergeable_ranks.items(), key=lambda kv: kv[1])}
+    merges = [[token_to_str(a), token_to_str(b)] for a, b in all_merges(mergeable_ranks)]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+    data = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [{"id": tid, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True}
+                         for tok, tid in sorted(special_tokens.items(), key=lambda kv: kv[1])],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split, byte_level]} if pattern else byte_level,
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "vocab": vocab, "merges": merges},
+    }
+    with atomic_file(path, encoding="utf-8", newline="\n") as f:
+        json.dump(data, f, ensure_ascii=False, indent=1)
+    return Path(path)
