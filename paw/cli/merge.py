@@ -1,0 +1,176 @@
+"""``paw merge``: merge fine-tunes of one base, weighted by their task-vector L2 norms, streamed."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import typer
+from typer.core import TyperCommand
+
+from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line
+from paw.merge.methods import METHODS  # light: torch is imported inside the functions
+from paw.merge.options import DTYPES, VOCAB_POLICIES
+from paw.merge.weights import WEIGHT_MODES
+
+
+def _choices(name: str, values) -> type[enum.Enum]:
+    """A str Enum of the registry's names, so --help lists them and click refuses others."""
+    return enum.Enum(name, {v: v for v in values}, type=str)
+
+
+_Method = _choices("Method", METHODS)
+_Mode = _choices("Mode", WEIGHT_MODES)
+_Dtype = _choices("Dtype", DTYPES)
+_VocabPolicy = _choices("VocabPolicy", VOCAB_POLICIES)
+
+# options that take several values after one flag: --models a b c (also accepted: --models a --models b)
+_MULTI = ("--models", "--l2-norms", "--weights")
+
+
+class _MultiValueCommand(TyperCommand):
+    """Rewrite ``--models a b c`` into ``--models a --models b --models c`` before click parses it."""
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, _expand_multi(list(args)))
+
+
+def _expand_multi(args: list[str]) -> list[str]:
+    out: list[str] = []
+    current = None  # the multi-value flag whose values are being read, if any
+    for arg in args:
+        if arg.startswith("-") and not _is_number(arg):
+            flag = arg.partition("=")[0]
+            current = flag if flag in _MULTI else None
+            out.append(arg)
+        elif current is not None and out[-1] != current:
+            out += [current, arg]
+        else:
+            out.append(arg)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+_HELP = {
+    "base": "The common base model (folder, .safetensors file or cached ID); optional for --method linear.",
+    "models": "Fine-tunes of the base, space separated: --models A B C.",
+    "output": "Folder to write (sharded safetensors + config + tokenizer + paw_merge.json).",
+    "method": "task-arithmetic, ties, dare-linear, dare-ties, breadcrumbs or linear.",
+    "mode": "Weights from task-vector L2 norms: exp (w ∝ exp(-beta L/mean L)), linear (1/L), "
+            "power (L^-alpha) or equal.",
+    "l2_norms": "Task-vector L2 norms, one per model (else --stats-dir, else computed in a first pass).",
+    "stats_dir": "Output folder of `paw task-vectors`: norms read from DIR/MODEL_NAME/summary.json.",
+    "weights": "Explicit weights, one per model (overrides --mode).",
+    "beta": "exp mode sharpness.",
+    "alpha": "power mode exponent.",
+    "scale": "Result = base + scale x merged task vector.",
+    "density": "ties/breadcrumbs: fraction of entries kept per tensor.",
+    "drop_rate": "dare-*: probability of dropping each entry (survivors rescaled by 1/(1-p)).",
+    "gamma": "breadcrumbs: fraction of the largest entries dropped.",
+    "dtype": "Output dtype: auto (the base's), float32, bfloat16 or float16.",
+    "vocab_policy": "refuse (default) or base: merge shared vocabulary rows, keep the base's for the rest.",
+    "config": "YAML file with the same keys as the flags (drop_rate for --drop-rate); flags win.",
+    "max_shard_size": "Largest safetensors shard, e.g. 2GB or 500MB.",
+}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("merge", cls=_MultiValueCommand)
+    def merge_cmd(
+        ctx: typer.Context,
+        base: str = typer.Option(None, "--base", help=_HELP["base"]),
+        models: list[str] = typer.Option(None, "--models", help=_HELP["models"]),
+        output: Path = typer.Option(None, "--output", "-o", help=_HELP["output"]),
+        method: _Method = typer.Option("task-arithmetic", "--method", help=_HELP["method"]),
+        mode: _Mode = typer.Option("exp", "--mode", help=_HELP["mode"]),
+        l2_norms: list[float] = typer.Option(None, "--l2-norms", help=_HELP["l2_norms"]),
+        stats_dir: Path = typer.Option(None, "--stats-dir", help=_HELP["stats_dir"]),
+        weights: list[float] = typer.Option(None, "--weights", help=_HELP["weights"]),
+        beta: float = typer.Option(1.0, "--beta", help=_HELP["beta"]),
+        alpha: float = typer.Option(1.5, "--alpha", help=_HELP["alpha"]),
+        scale: float = typer.Option(1.0, "--scale", help=_HELP["scale"]),
+        density: float = typer.Option(0.2, "--density", help=_HELP["density"]),
+        drop_rate: float = typer.Option(0.9, "--drop-rate", help=_HELP["drop_rate"]),
+        gamma: float = typer.Option(0.01, "--gamma", help=_HELP["gamma"]),
+        seed: int = SEED,
+        dtype: _Dtype = typer.Option("auto", "--dtype", help=_HELP["dtype"]),
+        device: str = DEVICE,
+        vocab_policy: _VocabPolicy = typer.Option("refuse", "--vocab-policy", help=_HELP["vocab_policy"]),
+        max_shard_size: str = typer.Option("2GB", "--max-shard-size", help=_HELP["max_shard_size"]),
+        overwrite: bool = OVERWRITE,
+        config: Path = typer.Option(None, "--config", help=_HELP["config"]),
+    ):
+        """Merge fine-tunes of one base into one model, weighted by their task-vector L2 norms.
+
+        Streams tensor by tensor (memory near N+2 copies of the largest tensor) and writes sharded
+        safetensors atomically, with the base's config and tokenizer and a paw_merge.json record.
+
+        Example: paw merge --base ./tiny/base --models ./ft1 ./ft2 --method ties --output ./merged
+        """
+        from paw.merge import MergeOptions, execute, prepare
+
+        given = {k: v for k, v in ctx.params.items() if k != "config"}
+        options = MergeOptions(**_with_config(ctx, given, config))
+        job = prepare(options)
+        _print_table(job)
+        out = execute(job, command=command_line())
+        typer.echo(f"merged {len(job.models)} model(s) with {job.method.name} into {out}")
+
+
+def _with_config(ctx: typer.Context, given: dict, config: Path | None) -> dict:
+    """Flags typed on the command line win; the config fills the rest; defaults fill what is left."""
+    from click.core import ParameterSource
+
+    values = {k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)
+              for k, v in given.items()}
+    for key in ("models", "l2_norms", "weights"):
+        values[key] = list(values[key]) if values[key] else None
+    values["models"] = values["models"] or []
+    if config is None:
+        return values
+    from paw.merge.options import options_from_mapping
+
+    from_file = options_from_mapping(_read_yaml(config), source=str(config))
+    for key, value in from_file.items():
+        if ctx.get_parameter_source(key) != ParameterSource.COMMANDLINE:
+            values[key] = value
+    return values
+
+
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    from paw.errors import PawError
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PawError("config file not found", path=path) from None
+    except yaml.YAMLError as err:
+        raise PawError(f"not valid YAML ({str(err).splitlines()[0]})", path=path) from None
+    if not isinstance(data, dict):
+        raise PawError("expected a YAML mapping of option names to values", path=path)
+    return data
+
+
+def _print_table(job) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    mode = "explicit --weights" if job.options.weights is not None else f"mode {job.options.mode}"
+    console = Console(width=100)
+    console.print(f"paw merge: {job.method.name}, {mode}, L2 norms {job.norm_source}")
+    table = Table()
+    table.add_column("model")
+    table.add_column("L2", justify="right")
+    table.add_column("weight", justify="right")
+    for name, norm, weight in job.table():
+        table.add_row(name, "-" if norm is None else f"{norm:.6g}", f"{weight:.4f}")
+    console.print(table)

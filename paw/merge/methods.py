@@ -1,0 +1,255 @@
+"""Merge methods: plain tensor functions registered by name, for one tensor of every model at a time.
+
+Every method has the signature ``f(base, deltas, weights, **params) -> merged_delta``:
+
+- ``base``:    the base model's tensor, shape ``S`` (float32, on the compute device);
+- ``deltas``:  the task vectors ``Δ_i = M_i - base``, a list of N tensors of shape ``S``;
+- ``weights``: N floats, one per model;
+- returns the merged task vector (shape ``S``); the caller writes ``base + scale * merged``.
+
+TIES, DARE and Model Breadcrumbs are not separate code paths: they are parameter sets of one
+function, :func:`generalized_task_arithmetic`, which sparsifies each task vector (``sparsify``) and
+then either sums the weighted vectors or keeps only the entries that agree with an elected sign
+(``consensus``). The decorator :func:`merge_method` fills :data:`METHODS`; stacking it registers one
+function several times under different names with different fixed parameters.
+
+Tiny example (one entry, three models, weights 1/3 each)::
+
+    Δ = [+0.3, -0.1, +0.2]
+    task-arithmetic:   1/3 (0.3 - 0.1 + 0.2)          = 0.1333
+    ties (density 1):  elected sign +, agreeing {0.3, 0.2}, weighted mean = 0.25
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from paw.errors import PawError
+
+
+@dataclass(frozen=True)
+class MergeMethod:
+    """One registered method: the function with its fixed parameters and what it reads."""
+
+    name: str
+    fn: Callable[..., Any]              # f(base, deltas, weights, **params) -> merged delta
+    fixed: dict[str, Any]               # parameters bound at registration (e.g. sparsify="magnitude")
+    params: tuple[str, ...]             # user knobs it reads: density, drop_rate, gamma, generator
+    needs_base: bool = True             # False: any member can serve as the reference (linear)
+    summary: str = ""
+    normalise_weights: bool = False     # True: weights are divided by their sum (a weighted average)
+    random: bool = field(default=False)  # True: reads a seeded generator per tensor and model
+
+    def __call__(self, base, deltas, weights, **params):
+        used = {k: v for k, v in params.items() if k in self.params}
+        return self.fn(base, deltas, weights, **self.fixed, **used)
+
+
+METHODS: dict[str, MergeMethod] = {}
+
+
+def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = True, summary: str = "",
+                 normalise_weights: bool = False, **fixed: Any):
+    """Register the decorated function as method ``name`` with ``fixed`` keyword arguments bound."""
+
+    def register(fn: Callable) -> Callable:
+        if name in METHODS:
+            raise ValueError(f"merge method {name!r} registered twice")
+        METHODS[name] = MergeMethod(name, fn, dict(fixed), tuple(params), needs_base, summary,
+                                    normalise_weights, random="generators" in params)
+        return fn
+
+    return register
+
+
+def get_method(name: str) -> MergeMethod:
+    """The method called ``name``; an unknown name lists the valid ones."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise PawError(f"unknown merge method {name!r}; choose one of: {', '.join(METHODS)}") from None
+
+
+# ---------------------------------------------------------------- sparsification (one task vector)
+
+def top_k_mask(magnitude, k: int):
+    """Boolean mask of the ``k`` largest entries of ``magnitude`` (any shape), exactly ``k`` of them.
+
+    The k-th largest value is found by selection (``kthvalue``, linear time), not by sorting. Entries
+    equal to that threshold are kept in flat-index order until ``k`` are kept, so the mask is
+    deterministic even when many magnitudes tie (common in bfloat16 checkpoints).
+
+    >>> top_k_mask(torch.tensor([0.1, 0.5, 0.5, 0.2]), 2)   # doctest: +SKIP
+    tensor([False,  True,  True, False])
+    """
+    import torch
+
+    n = magnitude.numel()
+    if k >= n:
+        return torch.ones_like(magnitude, dtype=torch.bool)
+    if k <= 0:
+        return torch.zeros_like(magnitude, dtype=torch.bool)
+    flat = magnitude.reshape(-1)
+    threshold = torch.kthvalue(flat, n - k + 1).values  # (n - k + 1)-th smallest = k-th largest
+    mask = flat > threshold
+    missing = k - int(mask.sum())
+    if missing > 0:  # ties at the threshold: keep the first ones by index
+        tied = torch.nonzero(flat == threshold).reshape(-1)[:missing]
+        mask[tied] = True
+    return mask.reshape(magnitude.shape)
+
+
+def sparsify_magnitude(delta, *, density: float):
+    """TIES "trim": keep the ``density`` fraction of entries with the largest |Δ|, zero the rest.
+
+    Yadav et al. 2023, "TIES-Merging: Resolving Interference When Merging Models" (NeurIPS).
+    ``k = int(density * numel)`` entries survive, per tensor. Shape in = shape out.
+    """
+    if density >= 1.0:
+        return delta
+    return delta * top_k_mask(delta.abs(), int(density * delta.numel()))
+
+
+def sparsify_random(delta, *, drop_rate: float, generator):
+    """DARE: drop each entry with probability ``drop_rate``, rescale survivors by ``1 / (1 - p)``.
+
+    Yu et al. 2024, "Language Models are Super Mario: Absorbing Abilities from Homologous Models as a
+    Free Lunch" (ICML). The rescale keeps the expectation of every entry equal to Δ. ``generator``
+    (a ``torch.Generator`` on Δ's device) makes the drop reproducible.
+    """
+    import torch
+
+    if drop_rate <= 0.0:
+        return delta
+    keep = torch.rand(delta.shape, generator=generator, device=delta.device) >= drop_rate
+    return delta * keep / (1.0 - drop_rate)
+
+
+def sparsify_outliers(delta, *, density: float, gamma: float):
+    """Model Breadcrumbs: drop the largest ``gamma`` fraction by |Δ| and keep the next ``density``.
+
+    Davari & Belilovsky 2024, "Model Breadcrumbs: Scaling Multi-Task Model Merging with Sparse
+    Masks" (ECCV). Large outliers and the small tail are both treated as noise. With n entries,
+    ranks ``[int(gamma n), int(gamma n) + int(density n))`` in descending |Δ| survive.
+    """
+    n = delta.numel()
+    n_top, n_keep = int(gamma * n), int(density * n)
+    magnitude = delta.abs()
+    keep = top_k_mask(magnitude, n_top + n_keep) & ~top_k_mask(magnitude, n_top)
+    return delta * keep
+
+
+def _sparsify(kind: str | None, delta, *, density, drop_rate, gamma, generator):
+    if kind is None:
+        return delta
+    if kind == "magnitude":
+        return sparsify_magnitude(delta, density=density)
+    if kind == "random":
+        return sparsify_random(delta, drop_rate=drop_rate, generator=generator)
+    if kind == "outliers":
+        return sparsify_outliers(delta, density=density, gamma=gamma)
+    raise ValueError(f"unknown sparsification {kind!r}")
+
+
+# ---------------------------------------------------------------- combining N task vectors
+
+def sign_consensus_mean(weighted, weights):
+    """TIES "elect" and "disjoint merge" for stacked weighted task vectors.
+
+    ``weighted``: (N, *S), row i is ``w_i * trimmed Δ_i``; ``weights``: (N,) floats.
+    The elected sign per entry is the sign of ``Σ_i w_i Δ_i`` (zero counts as +). Only entries whose
+    own sign equals the elected one take part, and they are averaged with their weights:
+
+        merged = Σ_i m_i w_i Δ_i / Σ_i m_i w_i,   m_i = [sign(Δ_i) == elected]
+
+    With equal weights this is the paper's disjoint mean (Yadav et al. 2023, section 3); entries no
+    model agrees on (all zero) stay zero.
+    """
+    import torch
+
+    elected = torch.where(weighted.sum(dim=0) >= 0, 1.0, -1.0).to(weighted.dtype)
+    agree = torch.sign(weighted) == elected  # (N, *S); zeros (trimmed) never agree
+    w = torch.as_tensor(weights, dtype=weighted.dtype, device=weighted.device)
+    w = w.reshape(-1, *([1] * (weighted.ndim - 1)))
+    total = (weighted * agree).sum(dim=0)
+    divisor = (w * agree).sum(dim=0)
+    divisor = torch.where(divisor.abs() < 1e-8, torch.ones_like(divisor), divisor)
+    return total / divisor
+
+
+# decorators apply bottom-up: the last one listed registers first (and is listed first in --help)
+@merge_method("breadcrumbs", params=("density", "gamma"), sparsify="outliers",
+              summary="drop top gamma, keep next density, Σ w_i Δ_i")
+@merge_method("dare-ties", params=("drop_rate", "generators"), sparsify="random", consensus=True,
+              summary="random drop + rescale, then TIES sign consensus")
+@merge_method("dare-linear", params=("drop_rate", "generators"), sparsify="random",
+              summary="random drop + rescale, then Σ w_i Δ_i")
+@merge_method("ties", params=("density",), sparsify="magnitude", consensus=True,
+              summary="trim to top density, elect sign, weighted disjoint mean")
+@merge_method("task-arithmetic", summary="Σ w_i Δ_i")
+def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None = None,
+                                consensus: bool = False, density: float = 0.2, drop_rate: float = 0.9,
+                                gamma: float = 0.01, generators: Sequence | None = None):
+    """Task arithmetic with optional per-vector sparsification and sign consensus.
+
+    Task Arithmetic (Ilharco et al. 2023, "Editing Models with Task Arithmetic", ICLR): the merged
+    task vector is ``Σ_i w_i Δ_i``. The registered parameter sets are
+
+    ==================  ==============  =========  ===============================================
+    name                sparsify        consensus  paper
+    ==================  ==============  =========  ===============================================
+    task-arithmetic     none            no         Ilharco et al. 2023
+    ties                magnitude       yes        Yadav et al. 2023 (TIES-Merging)
+    dare-linear         random          no         Yu et al. 2024 (DARE)
+    dare-ties           random          yes        Yu et al. 2024 + Yadav et al. 2023
+    breadcrumbs         outliers        no         Davari & Belilovsky 2024 (Model Breadcrumbs)
+    ==================  ==============  =========  ===============================================
+
+    ``deltas``: N tensors of shape S (float32); ``generators``: one ``torch.Generator`` per model
+    (random sparsification only). Returns shape S. ``base`` is not read: the methods act on Δ alone.
+    """
+    import torch
+
+    trimmed = [
+        _sparsify(sparsify, d, density=density, drop_rate=drop_rate, gamma=gamma,
+                  generator=None if generators is None else generators[i])
+        for i, d in enumerate(deltas)
+    ]
+    if not consensus:
+        merged = trimmed[0] * weights[0]
+        for w, d in zip(weights[1:], trimmed[1:], strict=True):
+            merged.add_(d, alpha=w)
+        return merged
+    weighted = torch.stack([d * w for d, w in zip(trimmed, weights, strict=True)])  # (N, *S)
+    del trimmed
+    return sign_consensus_mean(weighted, weights)
+
+
+@merge_method("linear", needs_base=False, normalise_weights=True,
+              summary="weighted average of the full weights (model soup)")
+def linear(base, deltas, weights):
+    """Weighted average of the full models, ``Σ_i w_i M_i / Σ_i w_i`` (a "model soup").
+
+    Wortsman et al. 2022, "Model soups: averaging weights of multiple fine-tuned models improves
+    accuracy without increasing inference time" (ICML). Written in task-vector form, relative to any
+    reference R (the base, or the first model when there is no base): ``R + Σ w_i (M_i - R) / Σ w_i``
+    equals the average because the normalised weights sum to one, so no base is needed.
+    """
+    total = float(sum(weights))
+    merged = deltas[0] * (weights[0] / total)
+    for w, d in zip(weights[1:], deltas[1:], strict=True):
+        merged.add_(d, alpha=w / total)
+    return merged
+
+
+def tensor_seed(seed: int, name: str, model_index: int) -> int:
+    """A 63-bit seed for one (tensor, model) pair, stable across runs, machines and Python versions.
+
+    Python's ``hash()`` of a string changes per process, so a BLAKE2 digest is used instead:
+    ``tensor_seed(0, 'lm_head.weight', 1)`` is the same number everywhere.
+    """
+    digest = hashlib.blake2b(f"{seed}\x00{name}\x00{model_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)

@@ -1,0 +1,114 @@
+"""Every knob of a merge in one flat dataclass, with its default; a YAML config maps onto it 1:1.
+
+The YAML keys are the flag names with ``_`` for ``-`` (``drop_rate`` for ``--drop-rate``); see
+``configs/merge/*.yaml``. :func:`options_from_mapping` checks a parsed config and names the bad key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from paw.errors import PawError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+VOCAB_POLICIES = ("refuse", "base")
+
+
+@dataclass
+class MergeOptions:
+    """What ``paw merge`` does; field names are the CLI flags (``drop_rate`` is ``--drop-rate``)."""
+
+    models: list[str] = field(default_factory=list)  # fine-tunes of the base (folders, files, cached IDs)
+    output: str | None = None            # folder to write (refused if it exists unless overwrite)
+    base: str | None = None              # the common base; optional for method 'linear'
+    method: str = "task-arithmetic"      # a name in paw.merge.METHODS
+    mode: str = "exp"                    # weights from L2 norms: exp, linear, power, equal
+    l2_norms: list[float] | None = None  # task-vector L2 norms, one per model (skips computing them)
+    stats_dir: str | None = None         # `paw task-vectors` output: <dir>/<model name>/summary.json
+    weights: list[float] | None = None   # explicit weights, one per model (overrides mode)
+    beta: float = 1.0                    # exp mode: w ∝ exp(-beta L / mean L)
+    alpha: float = 1.5                   # power mode: w ∝ L^-alpha
+    scale: float = 1.0                   # result = base + scale * merged task vector
+    density: float = 0.2                 # ties / breadcrumbs: fraction of entries kept per tensor
+    drop_rate: float = 0.9               # dare-*: probability of dropping an entry
+    gamma: float = 0.01                  # breadcrumbs: fraction of largest entries dropped
+    seed: int = 0                        # dare-*: seed; same seed, same output bytes
+    dtype: str = "auto"                  # output dtype; auto = the base's dtype per tensor
+    device: str = "auto"                 # where the arithmetic runs: auto, cpu, cuda, cuda:N
+    vocab_policy: str = "refuse"         # embed/lm_head rows of different vocab sizes: refuse or base
+    overwrite: bool = False              # replace an existing output folder
+    max_shard_size: str = "2GB"          # safetensors shard size
+
+    def check(self) -> None:
+        """Refuse values no merge can use, before any file is opened."""
+        if not self.models:
+            raise PawError("no models to merge: pass --models M1 [M2 ...] (or 'models:' in the config)")
+        if not self.output:
+            raise PawError("no output folder: pass --output DIR (or 'output:' in the config)")
+        for key, values in (("--l2-norms", self.l2_norms), ("--weights", self.weights)):
+            if values is not None and len(values) != len(self.models):
+                raise PawError(f"{key} has {len(values)} value(s) but there are {len(self.models)} "
+                               f"model(s); give one per model, in the same order")
+        _in_range("--density", self.density, 0.0, 1.0, low_open=True)
+        _in_range("--drop-rate", self.drop_rate, 0.0, 1.0, high_open=True)
+        _in_range("--gamma", self.gamma, 0.0, 1.0, high_open=True)
+        if self.method == "breadcrumbs" and self.gamma + self.density > 1.0:
+            raise PawError(f"--gamma {self.gamma} + --density {self.density} exceeds 1: nothing is left "
+                           "to keep after dropping the outliers")
+        if self.dtype not in DTYPES:
+            raise PawError(f"--dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if self.vocab_policy not in VOCAB_POLICIES:
+            raise PawError(f"--vocab-policy {self.vocab_policy!r}: choose one of {', '.join(VOCAB_POLICIES)}")
+
+
+def _in_range(flag: str, value: float, low: float, high: float, *, low_open: bool = False,
+              high_open: bool = False) -> None:
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise PawError(f"{flag} {value} is outside {lo}{low:g}, {high:g}{hi}")
+
+
+def _coerce(key: str, value: Any, default: Any, source: str) -> Any:
+    kind = str if default is None else type(default)
+    if kind is bool and not isinstance(value, bool):
+        raise PawError(f"{key!r} must be true or false, got {value!r}", path=source)
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise PawError(f"{key!r} must be a {kind.__name__}, got {value!r}", path=source) from None
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(MergeOptions)}
+
+
+def options_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> dict[str, Any]:
+    """Check a parsed YAML config: known keys only (``-`` or ``_`` both accepted), lists where lists go.
+
+    Returns ``{field: value}`` to lay under the command-line flags.
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in FIELDS:
+            raise PawError(f"unknown key {key!r}; valid keys: {', '.join(FIELDS)}", path=source)
+        if name in ("models", "l2_norms", "weights"):
+            if isinstance(value, (str, int, float)):
+                value = [value]
+            if not isinstance(value, list):
+                raise PawError(f"{key!r} must be a list", path=source)
+            if name != "models":
+                try:
+                    value = [float(v) for v in value]
+                except (TypeError, ValueError):
+                    raise PawError(f"{key!r} must be a list of numbers, got {value!r}", path=source) from None
+            else:
+                value = [str(v) for v in value]
+        elif value is not None:
+            value = _coerce(key, value, FIELDS[name].default, source)
+        out[name] = value
+    return out

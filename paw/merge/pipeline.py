@@ -1,0 +1,170 @@
+"""The streamed merge: check everything from headers, find the weights, then merge tensor by tensor.
+
+:func:`prepare` opens the checkpoints lazily, plans every tensor (:mod:`paw.merge.plan`), finds the
+L2 norms (given, read from ``paw task-vectors`` summaries, or computed in a first streamed pass) and
+the weights; it reads no tensor unless norms must be computed. :func:`execute` then walks the base's
+tensors in order, holding one tensor of the base and of each model at a time (plus the result), and
+hands them to the atomic sharded writer. Peak memory is near (N + 2) copies of the largest tensor in
+float32, whatever the model size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from paw import __version__
+from paw.errors import PawError
+from paw.io.atomic import check_output
+from paw.io.checkpoint import Checkpoint, open_checkpoint, read_json
+from paw.io.manifest import describe_input
+from paw.io.writer import write_checkpoint
+from paw.merge.methods import MergeMethod, get_method, tensor_seed
+from paw.merge.norms import task_vector_norms
+from paw.merge.options import MergeOptions
+from paw.merge.plan import MergePlan, plan_merge
+from paw.merge.weights import weights_from_norms
+from paw.progress import track
+
+MANIFEST = "paw_merge.json"
+
+
+@dataclass
+class MergeJob:
+    """Everything decided before the first merged tensor is computed."""
+
+    options: MergeOptions
+    method: MergeMethod
+    reference: Checkpoint          # the base, or the first model for a base-free method
+    models: list[Checkpoint]
+    plan: MergePlan
+    norms: list[float] | None      # None when neither the mode nor the table needs them
+    norm_source: str               # given | stats-dir | computed | not needed
+    weights: list[float]
+    device: Any                    # torch.device
+
+    def table(self) -> list[tuple[str, float | None, float]]:
+        """``(model name, L2 norm or None, weight)`` per model, for the table printed before merging."""
+        norms = self.norms or [None] * len(self.models)
+        return [(m.name, n, w) for m, n, w in zip(self.models, norms, self.weights, strict=True)]
+
+
+def prepare(options: MergeOptions) -> MergeJob:
+    """Validate options and inputs, plan the tensors, find norms and weights. Raises PawError."""
+    from paw.device import resolve_device
+
+    options.check()
+    method = get_method(options.method)
+    if options.base is None and method.needs_base:
+        raise PawError(f"--base is required for method {method.name} (only 'linear' works without one)")
+    check_output(options.output, overwrite=options.overwrite)
+    device = resolve_device(options.device)
+    models = [open_checkpoint(m) for m in options.models]
+    reference = open_checkpoint(options.base) if options.base is not None else models[0]
+    plan = plan_merge(reference, models, vocab_policy=options.vocab_policy)
+    norms, source = _norms(options, reference, models, plan, device)
+    if options.weights is not None:
+        weights = [float(w) for w in options.weights]
+    else:
+        weights = weights_from_norms(norms, options.mode, beta=options.beta, alpha=options.alpha) \
+            if norms is not None else [1.0 / len(models)] * len(models)
+    if method.normalise_weights and abs(sum(weights)) < 1e-12:
+        raise PawError(f"--weights sum to zero; method {method.name} divides by their sum")
+    return MergeJob(options, method, reference, models, plan, norms, source, weights, device)
+
+
+def _norms(options: MergeOptions, base: Checkpoint, models: list[Checkpoint], plan: MergePlan,
+           device) -> tuple[list[float] | None, str]:
+    if options.l2_norms is not None:
+        return [float(n) for n in options.l2_norms], "given"
+    if options.stats_dir is not None:
+        return [_summary_norm(Path(options.stats_dir), m.name) for m in models], "stats-dir"
+    if options.weights is not None or options.mode == "equal":
+        return None, "not needed"
+    return task_vector_norms(base, models, plan.merge, device=device), "computed"
+
+
+def _summary_norm(stats_dir: Path, model_name: str) -> float:
+    path = stats_dir / model_name / "summary.json"
+    if not path.exists():
+        raise PawError(f"no task-vector summary for model {model_name!r} (run paw task-vectors --outdir "
+                       f"{stats_dir}, or drop --stats-dir to compute the norms)", path=path)
+    value = read_json(path).get("global_l2")
+    if not isinstance(value, (int, float)):
+        raise PawError("no numeric 'global_l2' in this summary", path=path)
+    return float(value)
+
+
+def merged_tensors(job: MergeJob) -> Iterator[tuple[str, Any]]:
+    """Yield ``(name, tensor)`` for every tensor of the base, in its order: merged, row-merged or copied."""
+    import torch
+
+    opts, ref = job.options, job.reference
+    merge = set(job.plan.merge) | set(job.plan.vocab_rows)
+    params = dict(density=opts.density, drop_rate=opts.drop_rate, gamma=opts.gamma)
+    for name in track(job.plan.order, f"merging ({job.method.name})"):
+        if name not in merge:
+            yield name, ref[name]
+            continue
+        out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
+        compute = torch.float64 if ref.dtype(name) == "float64" else torch.float32
+        rows = job.plan.vocab_rows.get(name)
+        base = _load(ref, name, rows, job.device, compute)
+        deltas = [_load(m, name, rows, job.device, compute).sub_(base) for m in job.models]
+        if job.method.random:
+            params["generators"] = [torch.Generator(device=job.device).manual_seed(tensor_seed(opts.seed, name, i))
+                                    for i in range(len(deltas))]
+        merged = job.method(base, deltas, job.weights, **params)
+        del deltas
+        result = merged.mul_(opts.scale).add_(base) if opts.scale != 1.0 else merged.add_(base)
+        if rows is not None:  # rows past the shared vocabulary stay the base's
+            full = ref[name].to(device=job.device, dtype=compute)
+            full[:rows] = result
+            result = full
+        yield name, result.to(out_dtype)
+
+
+def _load(ckpt: Checkpoint, name: str, rows: int | None, device, dtype):
+    t = ckpt[name]
+    if rows is not None:
+        t = t[:rows]
+    return t.to(device=device, dtype=dtype)
+
+
+def manifest(job: MergeJob, command: str) -> dict[str, Any]:
+    """The ``paw_merge.json`` record: method, parameters, weights, norms, seed and inputs."""
+    opts = job.options
+    used = {k: getattr(opts, k) for k in ("density", "drop_rate", "gamma") if k in job.method.params}
+    return {
+        "paw_version": __version__,
+        "command": command,
+        "inputs": {"base": describe_input(opts.base) if opts.base else None,
+                   "models": [describe_input(m) for m in opts.models]},
+        "method": job.method.name,
+        "parameters": used,
+        "mode": None if opts.weights is not None else opts.mode,
+        "beta": opts.beta, "alpha": opts.alpha, "scale": opts.scale,
+        "seed": opts.seed,
+        "models": [{"name": name, "l2": norm, "weight": weight} for name, norm, weight in job.table()],
+        "weights": job.weights,
+        "norms": job.norms, "norm_source": job.norm_source,
+        "dtype": opts.dtype, "vocab_policy": opts.vocab_policy,
+        "copied_from_base": job.plan.copy,
+        "vocab_rows_merged": job.plan.vocab_rows,
+        "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "device")},
+    }
+
+
+def execute(job: MergeJob, *, command: str = "") -> Path:
+    """Stream the merge into ``options.output`` (atomic: nothing is left behind on failure)."""
+    opts = job.options
+    return write_checkpoint(opts.output, merged_tensors(job), copy_from=job.reference.path,
+                            max_shard_size=opts.max_shard_size, overwrite=opts.overwrite,
+                            extra_files={MANIFEST: manifest(job, command)})
+
+
+def merge(options: MergeOptions, *, command: str = "") -> Path:
+    """:func:`prepare` then :func:`execute`: the whole merge as one library call."""
+    return execute(prepare(options), command=command)
