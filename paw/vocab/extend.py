@@ -1,0 +1,158 @@
+"""Vocabulary extension: new BPE merges that produce the new tokens, and the grown weight tensors.
+
+Two pure pieces, used by ``paw extend-tokenizer``:
+
+1. :func:`plan_bpe_merges` turns new tokens into *real* byte-level BPE vocabulary. A BPE encoder
+   applies merges in rank order (Sennrich et al. 2016; GPT-2's byte-level variant, Radford et al.
+   2019), so a token is produced by encoding only if a chain of merges builds it from bytes. For
+   each new token we encode its bytes with the current merges, giving pieces ``[p0, p1, ..., pk]``,
+   then append the chain ``(p0, p1) -> p0p1``, ``(p0p1, p2) -> p0p1p2``, ... at the end of the
+   merge list. The partial strings of a chain that were not in the vocabulary become
+   *intermediate* tokens (they need ids and rows too). Appended merges have the lowest priority, so
+   every merge the old tokenizer made still happens first, and a text whose encoding contains none
+   of the new pairs encodes exactly as before. Tokens are planned one after another against the
+   merges planned so far, so a later chain can never break an earlier token.
+
+   ``vocab={h,e,l,o,he,ll}``, ``merges=[(h,e),(l,l)]``, token ``hello``: pieces
+   ``[he, ll, o]`` -> new merges ``(he, ll), (hell, o)``, intermediate ``hell``, target ``hello``.
+
+2. :func:`extend_tensors` grows ``embed_tokens`` and ``lm_head`` with rows from
+   :mod:`paw.vocab.resize` and passes every other tensor through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from paw.vocab.resize import grow_rows, new_rows
+
+
+@lru_cache(maxsize=1)
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 bytes to printable characters (``0x20 -> 'Ġ'``)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars = keep[:]
+    n = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
+
+
+@lru_cache(maxsize=1)
+def unicode_to_byte() -> dict[str, int]:
+    return {c: b for b, c in byte_to_unicode().items()}
+
+
+def bytes_to_symbols(token: bytes) -> str:
+    """``b' hi' -> 'Ġhi'`` (byte-level alphabet)."""
+    table = byte_to_unicode()
+    return "".join(table[b] for b in token)
+
+
+def symbols_to_bytes(token: str) -> bytes | None:
+    """``'Ġhi' -> b' hi'``; None when ``token`` has a character outside the byte-level alphabet."""
+    table = unicode_to_byte()
+    try:
+        return bytes(table[c] for c in token)
+    except KeyError:
+        return None
+
+
+def bpe_pieces(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
+    """Encode one pre-token with BPE merges: repeatedly merge the lowest-ranked adjacent pair.
+
+    ``bpe_pieces('hello', {('h','e'): 0, ('l','l'): 1, ('he','ll'): 2}) -> ['hell', 'o']``.
+    """
+    parts = list(word)
+    while len(parts) > 1:
+        best, best_rank = -1, None
+        for i in range(len(parts) - 1):
+            r = ranks.get((parts[i], parts[i + 1]))
+            if r is not None and (best_rank is None or r < best_rank):
+                best, best_rank = i, r
+        if best < 0:
+            break
+        parts[best: best + 2] = [parts[best] + parts[best + 1]]
+    return parts
+
+
+@dataclass
+class BpePlan:
+    """What :func:`plan_bpe_merges` adds: merges (in order), new vocab entries (in order)."""
+
+    merges: list[tuple[str, str]] = field(default_factory=list)
+    entries: list[str] = field(default_factory=list)
+    intermediates: list[str] = field(default_factory=list)
+    already_produced: list[str] = field(default_factory=list)
+
+
+def plan_bpe_merges(words: Sequence[str], vocab: Mapping[str, int] | set[str],
+                    merges: Sequence[tuple[str, str]]) -> BpePlan:
+    """Plan merges so that BPE encoding of each word in ``words`` yields that single token.
+
+    ``words`` are in the model's symbol alphabet (byte-level: ``'Ġhello'``). Words that the
+    current merges already produce are listed in ``already_produced`` and get nothing.
+    """
+    ranks = {pair: i for i, pair in enumerate(merges)}
+    known = set(vocab)
+    plan = BpePlan()
+    for word in words:
+        pieces = bpe_pieces(word, ranks)
+        if len(pieces) == 1:
+            if word not in known:  # a single symbol outside the vocabulary: nothing to merge
+                plan.entries.append(word)
+                known.add(word)
+            else:
+                plan.already_produced.append(word)
+            continue
+        current = pieces[0]
+        for j, piece in enumerate(pieces[1:], start=2):
+            pair = (current, piece)
+            if pair not in ranks:
+                ranks[pair] = len(ranks)
+                plan.merges.append(pair)
+            current = current + piece
+            if current not in known:
+                known.add(current)
+                plan.entries.append(current)
+                if j < len(pieces):
+                    plan.intermediates.append(current)
+    return plan
+
+
+def find_vocab_tensors(names: Sequence[str]) -> tuple[str, str | None]:
+    """``(embedding key, output head key or None)`` among checkpoint tensor names."""
+    embeds = [n for n in names if n.endswith("embed_tokens.weight")]
+    if len(embeds) != 1:
+        from paw.errors import PawError
+
+        found = ", ".join(embeds) or "none"
+        raise PawError(f"expected exactly one '*embed_tokens.weight' tensor, found {found}")
+    heads = [n for n in names if n == "lm_head.weight" or n.endswith(".lm_head.weight")]
+    return embeds[0], (heads[0] if heads else None)
+
+
+def extend_tensors(tensors: Mapping[str, object], *, new_ids: Sequence[int], pieces: Sequence[Sequence[int]],
+                   total_rows: int, init: str = "interpolate",
+                   keys: tuple[str, str | None] | None = None, device=None) -> Iterator[tuple[str, object]]:
+    """Yield ``(name, tensor)`` for a checkpoint whose vocabulary tensors gain rows.
+
+    ``tensors`` maps names to (V, d) / other tensors (a lazy checkpoint works: one tensor at a
+    time). ``new_ids[i]`` receives the ``init`` row for a token whose old pieces are
+    ``pieces[i]``; the matrices become ``total_rows`` long (zero rows for padding). A tied head
+    (no ``lm_head.weight`` stored) needs nothing: it is the embedding.
+    """
+    embed_key, head_key = keys or find_vocab_tensors(list(tensors))
+    for name in tensors:
+        tensor = tensors[name]
+        if name in (embed_key, head_key):
+            weight = tensor if device is None else tensor.to(device)
+            rows = new_rows(weight, pieces, init=init)
+            tensor = grow_rows(weight, dict(zip(new_ids, rows, strict=True)), total_rows).cpu()
+        yield name, tensor
