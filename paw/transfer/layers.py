@@ -1,0 +1,120 @@
+"""Where each adapted module sits: its layer, its role in the residual stream, and layer matching.
+
+A decoder layer's projections either *read* the residual stream through an RMSNorm (q, k, v read
+``input_layernorm``; gate and up read ``post_attention_layernorm``; ``lm_head`` reads ``model.norm``)
+or *write* into it (o, down). The other side of a projection lives in a per-layer space: query
+heads (``q``), key/value heads (``kv``) or MLP neurons (``neuron``). Transfer methods map each side
+with the map of its space.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_LAYER = re.compile(r"^(?P<prefix>.*?\blayers)\.(?P<index>\d+)\.(?P<rest>.+)$")
+
+
+@dataclass(frozen=True)
+class Role:
+    """How a module touches the residual stream: ``side`` is 'in' (reads it) or 'out' (writes it)."""
+
+    side: str            # 'in': input is the (normed) residual; 'out': output goes to the residual
+    other: str           # the space of the other side: 'q', 'kv', 'neuron', 'vocab'
+    norm: str | None     # the RMSNorm whose gains scale the input (readers only), relative to the layer
+
+
+ROLES: dict[str, Role] = {
+    "q_proj": Role("in", "q", "input_layernorm"),
+    "k_proj": Role("in", "kv", "input_layernorm"),
+    "v_proj": Role("in", "kv", "input_layernorm"),
+    "gate_proj": Role("in", "neuron", "post_attention_layernorm"),
+    "up_proj": Role("in", "neuron", "post_attention_layernorm"),
+    "o_proj": Role("out", "q", None),
+    "down_proj": Role("out", "neuron", None),
+    "lm_head": Role("in", "vocab", "final"),
+    "embed_tokens": Role("out", "vocab", None),
+}
+
+
+def role_of(module: str) -> Role | None:
+    """``'model.layers.0.self_attn.q_proj'`` -> the q_proj :class:`Role`; None for unknown modules."""
+    return ROLES.get(module.rsplit(".", 1)[-1])
+
+
+def split_layer(module: str) -> tuple[str, int, str] | None:
+    """``'model.layers.3.mlp.up_proj'`` -> ``('model.layers', 3, 'mlp.up_proj')``; None outside layers."""
+    m = _LAYER.match(module)
+    return (m["prefix"], int(m["index"]), m["rest"]) if m else None
+
+
+def rename_layer(module: str, layer_map: dict[int, int]) -> str | None:
+    """The target module path for a source module path; None when its layer has no partner."""
+    parts = split_layer(module)
+    if parts is None:
+        return module
+    prefix, index, rest = parts
+    if index not in layer_map:
+        return None
+    return f"{prefix}.{layer_map[index]}.{rest}"
+
+
+def count_layers(names) -> int:
+    """Number of decoder layers: 1 + the largest ``layers.N`` index among tensor names."""
+    found = [split_layer(n) for n in names]
+    return 1 + max((p[1] for p in found if p), default=-1)
+
+
+def monotone_assignment(score: list[list[float]]) -> list[tuple[int, int]]:
+    """Order-preserving one-to-one matching of rows to columns maximising the summed score.
+
+    Matches ``min(rows, cols)`` pairs ``(i, j)`` with both indices strictly increasing (layers keep
+    their order when a model is pruned or grown). Dynamic programming, O(rows · cols).
+
+    >>> monotone_assignment([[1, 0, 0], [0, 0, 1]])
+    [(0, 0), (1, 2)]
+    """
+    n, m = len(score), len(score[0]) if score else 0
+    if n > m:  # solve the transpose so that every row is matched
+        return sorted((i, j) for j, i in monotone_assignment([list(col) for col in zip(*score, strict=True)]))
+    neg = -math.inf
+    best = [[neg] * (m + 1) for _ in range(n + 1)]
+    take = [[False] * (m + 1) for _ in range(n + 1)]
+    for j in range(m + 1):
+        best[0][j] = 0.0
+    for i in range(1, n + 1):
+        for j in range(i, m + 1):
+            skip = best[i][j - 1]
+            use = best[i - 1][j - 1] + score[i - 1][j - 1]
+            best[i][j], take[i][j] = (use, True) if use >= skip else (skip, False)
+    pairs, i, j = [], n, m
+    while i > 0:
+        if take[i][j]:
+            pairs.append((i - 1, j - 1))
+            i -= 1
+        j -= 1
+    return pairs[::-1]
+
+
+def relative_depth_scores(n_source: int, n_target: int) -> list[list[float]]:
+    """``-|i/(L_s-1) - j/(L_t-1)|``: layers at the same relative depth score highest."""
+    def rel(i: int, n: int) -> float:
+        return i / (n - 1) if n > 1 else 0.0
+
+    return [[-abs(rel(i, n_source) - rel(j, n_target)) for j in range(n_target)] for i in range(n_source)]
+
+
+def name_scores(n_source: int, n_target: int) -> list[list[float]]:
+    """1 on the diagonal (same layer number), 0 elsewhere; with different depths the extra layers stay unpaired."""
+    return [[1.0 if i == j else -1.0 for j in range(n_target)] for i in range(n_source)]
+
+
+def match_layers(score: list[list[float]], *, by_name: bool = False) -> dict[int, int]:
+    """``source layer -> target layer`` from a score matrix (rows source, columns target)."""
+    if not score or not score[0]:
+        return {}
+    if by_name:
+        n = min(len(score), len(score[0]))
+        return {i: i for i in range(n)}
+    return dict(monotone_assignment(score))

@@ -1,0 +1,224 @@
+"""Transfer methods: each maps the factors (A (r, in), B (out, r)) of one module, so rank stays r.
+
+A method is a plain function ``f(ctx, job) -> Mapped`` registered by name in :data:`METHODS`.
+``Mapped`` carries the new factors plus what the report needs: how the method carries source
+coordinates into target coordinates (to measure subspace overlap in a common frame) and the
+source weight carried the same way (for the re-mix residual). A method raises
+:class:`Unavailable` when it does not apply to a module (``auto`` then tries the next one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from paw.transfer import linalg
+from paw.transfer.layers import Role
+
+
+class Unavailable(Exception):
+    """This method cannot map this module (different shapes, no role, ...); the message says why."""
+
+
+@dataclass
+class Job:
+    """One adapted module. Weights are float32 on the context's device, in the linear layout.
+
+    For an embedding LoRA the weight is the transposed table, (hidden, vocab), so that ``B`` (hidden, r)
+    is the output side and ``A`` (r, vocab) the input side like every other module.
+    """
+
+    module: str
+    target_module: str
+    A: Any
+    B: Any
+    W_s: Any
+    W_t: Any
+    role: Role | None
+    weight_s: str  # base tensor names (for the SVD cache)
+    weight_t: str
+    layers: tuple[int | None, int | None] = (None, None)
+
+
+@dataclass
+class Mapped:
+    """New factors; ``carry_out``/``carry_in`` map source bases (d_s, R) into target coordinates or are None."""
+
+    A: Any
+    B: Any
+    residual: float
+    carry_out: Callable | None = None
+    carry_in: Callable | None = None
+
+
+MethodFn = Callable[[Any, Job], Mapped]
+METHODS: dict[str, MethodFn] = {}
+
+
+def register(name: str):
+    def deco(fn: MethodFn) -> MethodFn:
+        METHODS[name] = fn
+        return fn
+
+    return deco
+
+
+def _identity(x):
+    return x
+
+
+def _same_shape(job: Job, method: str) -> None:
+    if tuple(job.W_s.shape) != tuple(job.W_t.shape):
+        raise Unavailable(f"{method} needs equal shapes; {job.module} is {list(job.W_s.shape)} in the source and "
+                          f"{list(job.W_t.shape)} in the target (use --method auto, structural or embed-map)")
+
+
+@register("copy")
+def copy(ctx, job: Job) -> Mapped:
+    """The factors unchanged (same shapes only): the baseline every report shows."""
+    _same_shape(job, "copy")
+    return Mapped(job.A, job.B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity)
+
+
+@register("lora-x")
+def lora_x(ctx, job: Job) -> Mapped:
+    """LoRA-X (Farhadzadeh et al., ICLR 2025): project onto the target weight's top-R singular subspaces.
+
+    ``B_t = U_t U_tᵀ B_s`` and ``A_t = A_s V_t V_tᵀ`` (so ``ΔW_t = U_t U_tᵀ ΔW_s V_t V_tᵀ``), with
+    U_t (out, R), V_t (in, R). Lossy even source -> source unless R is full: directions of ΔW outside
+    the top-R row/column spaces of W are dropped (for a rectangular W, full R still drops the part of
+    A outside W's row space).
+    """
+    _same_shape(job, "lora-x")
+    U, _, V = ctx.svd("t", job.weight_t, job.W_t)
+    B = U @ (U.T @ job.B.float())
+    A = (job.A.float() @ V) @ V.T
+    return Mapped(A, B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity)
+
+
+@register("frobenius")
+def frobenius(ctx, job: Job) -> Mapped:
+    """Cross-LoRA (2025): pair truncated SVD bases, ``P_out = U_t U_sᵀ``, ``P_in = V_t V_sᵀ``.
+
+    ``B_t = P_out B_s`` (out_t, r) and ``A_t = A_s P_inᵀ`` (r, in_t); shapes may differ. Signs are
+    canonical (largest entry of each left vector positive). Two plain facts: with equal shapes the
+    Frobenius-optimal alignment of the two bases reduces to the LoRA-X projection onto the target's
+    subspaces (the source basis only decides which directions survive); and pairing singular vectors
+    one by one fails as soon as the weights drift, because neighbouring singular values differ by a
+    few percent and single vectors rotate inside their clusters while the subspaces stay put.
+    """
+    U_s, S_s, V_s = ctx.svd("s", job.weight_s, job.W_s)
+    U_t, _, V_t = ctx.svd("t", job.weight_t, job.W_t)
+    rank = min(U_s.shape[1], U_t.shape[1])
+    U_s, S_s, V_s, U_t, V_t = U_s[:, :rank], S_s[:rank], V_s[:, :rank], U_t[:, :rank], V_t[:, :rank]
+    B = U_t @ (U_s.T @ job.B.float())
+    A = (job.A.float() @ V_s) @ V_t.T
+    same = tuple(job.W_s.shape) == tuple(job.W_t.shape)
+    carried = job.W_s if same else (U_t * S_s) @ V_t.T
+    carry = _identity if same else None
+    return Mapped(A, B, linalg.scaled_residual(job.W_t, carried), carry, carry)
+
+
+def _role(job: Job, method: str) -> Any:
+    if job.role is None:
+        raise Unavailable(f"{method} does not know how {job.module} touches the residual stream "
+                          "(supported: q/k/v/o/gate/up/down_proj, lm_head, embed_tokens)")
+    return job.role
+
+
+def _safe_inverse(g):
+    """``g / (g² + ε)``: 1/g where the gain is not tiny, damped where it is (folded gains are 1)."""
+    eps = 1e-6 * float(g.pow(2).mean().clamp_min(1e-30))
+    return g / (g * g + eps)
+
+
+def _orth(X):
+    import torch
+
+    return torch.linalg.qr(X).Q
+
+
+@register("embed-map")
+def embed_map(ctx, job: Job) -> Mapped:
+    """LoRASuite-style (2025) residual-stream map from the embeddings of shared tokens, plus base-weight fits.
+
+    With M_st (d_t, d_s) the ridge map of source residual vectors to target ones and M_ts the reverse,
+    fitted on embedding rows (and final-norm-folded unembeddings), and g_s, g_t the RMSNorm gains a
+    module reads through:
+
+    - readers (q/k/v/gate/up, lm_head): ``A_t = A_s · diag(g_s) M_ts diag(1/g_t)`` (A needs the
+      target -> source map); the output side (head dim, MLP width) by ``B_t = O B_s`` with O the ridge
+      fit of ``O W_s ≈ W_t · diag(g_t) M_st diag(1/g_s)``, the target module on mapped inputs;
+    - writers (o/down, embed_tokens): ``B_t = M_st B_s`` (B needs source -> target), the input side by
+      ``A_t = A_s N`` with N the ridge fit of ``M_st W_s N ≈ W_t``.
+
+    Ridge fits pull toward the identity (see :func:`paw.transfer.linalg.ridge_map`), so a target that
+    is the source exactly gets the adapter back exactly. Grouped-query attention needs nothing special:
+    each module's output map is fitted on its own weights, so the KV widths may differ.
+    """
+    role = _role(job, "embed-map")
+    M_st, M_ts = ctx.residual_maps()
+    if role.side == "in":
+        g_s = ctx.gain("s", ctx.norm_name(job.module, role.norm), job.W_s.shape[1])
+        g_t = ctx.gain("t", ctx.norm_name(job.target_module, role.norm), job.W_t.shape[1])
+        into_s = g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :]    # (in_s, in_t): target input -> source input
+        into_t = g_t[:, None] * M_st * _safe_inverse(g_s)[None, :]    # (in_t, in_s)
+        A = job.A.float() @ into_s
+        if role.other == "vocab":
+            B, carry_out = ctx.vocab.rows(job.B.float()), (lambda U: _orth(ctx.vocab.rows(U)))
+        else:
+            B, carry_out = linalg.left_map_apply(job.B, job.W_s, job.W_t @ into_t, ctx.ridge), None
+        W_hat = job.W_s @ into_s
+        residual = linalg.centered_gram_residual(job.W_t.T @ job.W_t, W_hat.T @ W_hat)
+        return Mapped(A, B, residual, carry_out, lambda V: _orth(into_s.T @ V))
+    B = M_st @ job.B.float()
+    W_hat = M_st @ job.W_s
+    if role.other == "vocab":
+        A, carry_in = ctx.vocab.cols(job.A.float()), (lambda V: _orth(ctx.vocab.rows(V)))
+    else:
+        A, carry_in = linalg.right_map_apply(job.A, W_hat, job.W_t, ctx.ridge), None
+    residual = linalg.centered_gram_residual(job.W_t @ job.W_t.T, W_hat @ W_hat.T)
+    return Mapped(A, B, residual, lambda U: _orth(M_st @ U), carry_in)
+
+
+@register("structural")
+def structural_map(ctx, job: Job) -> Mapped:
+    """Slice or scatter the factors along recovered unit correspondences (pruned or grown targets).
+
+    Hidden channels come from embedding columns, heads and neurons from the weights of the matched
+    layer pair (:mod:`paw.transfer.structural`). For a target pruned from the source, before healing,
+    the result is exactly the source update restricted to the kept units; units a grown target adds
+    get zero rows or columns. Factors are sliced, never rescaled.
+    """
+    from paw.transfer import structural as st
+
+    role = _role(job, "structural")
+    hidden = ctx.hidden_map().index
+    if role.other == "vocab":
+        other = None
+    else:
+        if job.layers[0] is None:
+            raise Unavailable(f"structural cannot place {job.module} (not inside model.layers.N)")
+        maps = ctx.unit_maps(*job.layers)
+        if role.other not in maps:
+            raise Unavailable(f"structural found no {role.other} units for {job.module}")
+        block = 1 if role.other == "neuron" else _head_dim(ctx)
+        other = st.expand(maps[role.other], block)
+    out_idx, in_idx = (other, hidden) if role.side == "in" else (hidden, other)
+
+    def take(X, idx, dim):
+        if idx is not None:
+            return st.gather(X, idx, dim)
+        return ctx.vocab.rows(X) if dim == 0 else ctx.vocab.cols(X)
+
+    A, B = take(job.A.float(), in_idx, 1), take(job.B.float(), out_idx, 0)
+    W_hat = take(take(job.W_s, out_idx, 0), in_idx, 1)
+    return Mapped(A, B, linalg.scaled_residual(job.W_t, W_hat),
+                  lambda U: _orth(take(U, out_idx, 0)), lambda V: _orth(take(V, in_idx, 0)))
+
+
+def _head_dim(ctx) -> int:
+    from paw.transfer.context import head_dim_of
+
+    return head_dim_of(ctx.target.config) or 1

@@ -1,0 +1,377 @@
+"""``transfer_lora``: the whole transfer of one adapter, module by module, with its report.
+
+Flow: check the adapter against the source base (every key names a source module of the right
+shape), match layers, then for every adapted module read the two base weights, map the factors with
+the chosen method (or let ``auto`` choose), measure subspace overlap against its chance level, the
+re-mix residual and the norm ratio, and finally carry ``modules_to_save`` tensors over as deltas.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from paw.errors import PawError
+from paw.progress import track
+from paw.transfer import linalg
+from paw.transfer.context import EMBED, LM_HEAD, Context
+from paw.transfer.layers import (
+    match_layers,
+    name_scores,
+    relative_depth_scores,
+    rename_layer,
+    role_of,
+    split_layer,
+)
+from paw.transfer.methods import METHODS, Job, Mapped, Unavailable
+from paw.transfer.vocab import VocabIndex
+
+AUTO = "auto"
+LAYER_MAPS = ("name", "relative-depth", "similarity")
+RELATED_RESIDUAL = 0.8    # re-mix residual at or below this: the target module is a re-mix of the source's
+SIMILARITY_LIFT = 0.25    # default --min-similarity: chance + 0.25 · (1 - chance)
+NORM_GUARD = 3.0          # ‖ΔW_t‖/‖ΔW_s‖ above this is a blow-up, not a transfer
+MIN_RELATED_FRACTION = 0.5
+
+
+def method_names() -> list[str]:
+    return [AUTO, *METHODS]
+
+
+def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank: int | None = None,
+                  min_similarity: float | None = None, layer_map: str = "name", vocab_map=None,
+                  ridge: float = 1e-2, force: bool = False, device="cpu",
+                  target_name: str | None = None) -> tuple[Any, dict]:
+    """Move ``adapter`` (a :class:`paw.io.adapter.LoraAdapter`) from ``source`` to ``target`` bases.
+
+    ``source``/``target``: checkpoints (``Mapping`` name -> tensor with ``.config``, ``.name``, ``.path``).
+    Returns ``(adapter for the target, report dict)``; every output module keeps its rank r.
+    ``vocab_map``: a :class:`paw.io.vocab_map.VocabMapping` or None (same tokenizer).
+    Raises PawError on bad input and when ``auto`` finds the target unrelated (unless ``force``).
+    """
+    import torch
+
+    from paw.io.adapter import LoraAdapter, adapter_key, lora_config_dict
+
+    if method not in method_names():
+        raise PawError(f"unknown transfer method {method!r}; choose one of {', '.join(method_names())}")
+    if layer_map not in LAYER_MAPS:
+        raise PawError(f"unknown --layer-map {layer_map!r}; choose one of {', '.join(LAYER_MAPS)}")
+    if ridge <= 0:
+        raise PawError(f"--ridge must be positive, got {ridge}")
+    device = torch.device(device) if isinstance(device, str) else device
+    modules = adapter.modules()
+    if not modules:
+        raise PawError("the adapter holds no LoRA factors", path=adapter.path)
+    placed = {m: _check_module(adapter, lm, source) for m, lm in modules.items()}
+    vocab = VocabIndex.from_mapping(vocab_map, _rows(source), _rows(target))
+    ctx = Context(source, target, device, ridge=ridge, subspace_rank=subspace_rank, vocab=vocab)
+    ctx.layer_map = _layer_map(ctx, layer_map)
+
+    records, tensors = [], {}
+    with torch.no_grad():
+        for module in track(list(modules), "transfer-lora"):
+            lm = modules[module]
+            record, mapped = _transfer_module(ctx, lm, placed[module], method, min_similarity, force)
+            records.append(record)
+            if mapped is not None:
+                dtype = lm.A.dtype
+                tensors[adapter_key(record["target_module"], "A", lm.kind)] = mapped.A.to("cpu", dtype).contiguous()
+                tensors[adapter_key(record["target_module"], "B", lm.kind)] = mapped.B.to("cpu", dtype).contiguous()
+        extras = _carry_extras(ctx, adapter, _residual_method(method, records))
+    report = _report(ctx, adapter, records, method, layer_map, min_similarity, force, extras)
+    if method == AUTO and report["summary"]["unrelated"] and not force:
+        raise PawError(_refusal(report))
+    done = [r for r in records if r["transferred"]]
+    if not done:
+        raise PawError("no module was transferred (see the reasons with --force or another --method): "
+                       + "; ".join(f"{r['module']}: {r['decision']}" for r in records[:3]))
+    for key, value in extras["tensors"].items():
+        tensors[key] = value
+    config = lora_config_dict(
+        r=adapter.r, alpha=adapter.alpha, base_model=target_name or str(getattr(target, "path", target.name)),
+        target_modules=_target_modules(done, target), rank_pattern=_pattern(done, adapter.rank_of, adapter.r),
+        alpha_pattern=_pattern(done, adapter.alpha_of, adapter.alpha),
+        modules_to_save=adapter.modules_to_save or None, use_rslora=bool(adapter.config.get("use_rslora")))
+    return LoraAdapter(config=config, tensors=tensors), report
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+def _rows(ckpt) -> int:
+    return int(ckpt.shape(EMBED)[0]) if EMBED in ckpt else 0
+
+
+def _base_name(module: str, ckpt) -> str:
+    name = f"{module}.weight"
+    if name not in ckpt and module == "lm_head" and EMBED in ckpt:
+        return EMBED  # tied head: lm_head reads the embedding table
+    return name
+
+
+def _check_module(adapter, lm, source) -> str:
+    """The source weight name of one adapted module; PawError naming the key when it does not fit."""
+    from paw.io.adapter import adapter_key
+
+    key = adapter_key(lm.module, "A", lm.kind)
+    name = _base_name(lm.module, source)
+    if name not in source:
+        raise PawError(f"adapter key {key!r} matches no module of the source base {source.name} "
+                       f"(no tensor {name!r})", path=adapter.path)
+    shape = tuple(source.shape(name))
+    if len(shape) != 2:
+        raise PawError(f"unsupported module type: {key!r} adapts {name!r} of shape {list(shape)} "
+                       "(only Linear and Embedding LoRA)", path=adapter.path)
+    out_dim, in_dim = (shape[1], shape[0]) if lm.kind == "embedding" else shape
+    if tuple(lm.B.shape)[0] != out_dim or tuple(lm.A.shape)[1] != in_dim:
+        raise PawError(f"the source base {source.name} is not this adapter's base: {key!r} expects a "
+                       f"({lm.B.shape[0]}, {lm.A.shape[1]}) weight but {name!r} is {list(shape)}",
+                       path=adapter.path)
+    return name
+
+
+def _layer_map(ctx: Context, how: str) -> dict[int, int]:
+    n_s, n_t = ctx.n_layers
+    if how == "name":
+        pairs = match_layers(name_scores(n_s, n_t), by_name=True)
+    elif how == "relative-depth":
+        pairs = match_layers(relative_depth_scores(n_s, n_t))
+    else:
+        scores = ctx.similarity_scores()
+        ctx.facts["layer_similarity"] = scores
+        pairs = match_layers(scores)
+    return pairs
+
+
+# --------------------------------------------------------------------------------------- per module
+
+def _job(ctx: Context, lm, source_name: str) -> Job | str:
+    target_module = rename_layer(lm.module, ctx.layer_map)
+    if target_module is None:
+        return "not transferred: its layer has no partner in the target"
+    target_name = _base_name(target_module, ctx.target)
+    if target_name not in ctx.target:
+        return f"not transferred: the target has no {target_name!r}"
+    W_s, W_t = ctx.weight("s", source_name), ctx.weight("t", target_name)
+    if lm.kind == "embedding":
+        W_s, W_t = W_s.T, W_t.T
+    ls, lt = split_layer(lm.module), split_layer(target_module)
+    return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t, role_of(lm.module),
+               source_name, target_name, (ls[1] if ls else None, lt[1] if lt else None))
+
+
+def _measure(ctx: Context, job: Job, mapped: Mapped, lm) -> dict:
+    """Similarity (with chance level) in the method's common frame, residual and norm ratio."""
+    U_s, _, V_s = ctx.svd("s", job.weight_s, job.W_s)
+    U_t, _, V_t = ctx.svd("t", job.weight_t, job.W_t)
+    sims, chances = {}, {}
+    for side, carry, X_s, X_t in (("out", mapped.carry_out, U_s, U_t), ("in", mapped.carry_in, V_s, V_t)):
+        if carry is None:
+            continue
+        rank = min(X_s.shape[1], X_t.shape[1])
+        sims[side] = linalg.subspace_similarity(carry(X_s)[:, :rank], X_t[:, :rank])
+        chances[side] = linalg.chance_similarity(rank, X_t.shape[0])
+    norm_s = linalg.lora_norm(job.A, job.B)
+    ratio = linalg.lora_norm(mapped.A, mapped.B) / norm_s if norm_s > 0 else 1.0
+    return {
+        "similarity": _r(statistics.fmean(sims.values())) if sims else None,
+        "similarity_chance": _r(statistics.fmean(chances.values())) if chances else None,
+        "similarity_out": _r(sims.get("out")), "similarity_in": _r(sims.get("in")),
+        "subspace_rank": int(U_t.shape[1]), "remix_residual": _r(mapped.residual), "norm_ratio": _r(ratio),
+    }
+
+
+def _r(x):
+    return None if x is None else round(float(x), 6)
+
+
+def _threshold(evidence: dict, min_similarity: float | None) -> float | None:
+    if min_similarity is not None:
+        return min_similarity
+    chance = evidence["similarity_chance"]
+    return None if chance is None else chance + SIMILARITY_LIFT * (1 - chance)
+
+
+def _related(evidence: dict, min_similarity: float | None) -> bool:
+    thr = _threshold(evidence, min_similarity)
+    similar = evidence["similarity"] is not None and thr is not None and evidence["similarity"] >= thr
+    return evidence["remix_residual"] <= RELATED_RESIDUAL or similar
+
+
+def _candidates(job: Job) -> list[str]:
+    same = tuple(job.W_s.shape) == tuple(job.W_t.shape)
+    return (["copy"] if same else []) + ["structural", "embed-map"]
+
+
+def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tuple[dict, Mapped | None]:
+    job = _job(ctx, lm, source_name)
+    base = {"module": lm.module, "kind": lm.kind, "rank": lm.rank,
+            "shape_source": list(ctx.source.shape(source_name))}
+    if isinstance(job, str):
+        return {**base, "target_module": None, "method": None, "decision": job, "transferred": False}, None
+    base.update(target_module=job.target_module, shape_target=list(ctx.target.shape(job.weight_t)))
+    if method != AUTO:
+        try:
+            mapped = METHODS[method](ctx, job)
+        except Unavailable as err:
+            raise PawError(str(err)) from None
+        evidence = _measure(ctx, job, mapped, lm)
+        decision, keep = method, True
+        if min_similarity is not None and (evidence["similarity"] or 0.0) < min_similarity:
+            decision, keep = f"skipped: similarity {evidence['similarity']} < --min-similarity {min_similarity}", False
+        elif evidence["norm_ratio"] > NORM_GUARD:
+            decision = f"{method} (warning: norm ratio {evidence['norm_ratio']:.3g} > {NORM_GUARD})"
+        return {**base, "method": method, "decision": decision, "transferred": keep, **evidence}, \
+            (mapped if keep else None)
+    tried = []
+    first = None
+    for name in _candidates(job):
+        try:
+            mapped = METHODS[name](ctx, job)
+        except Unavailable as err:
+            tried.append({"method": name, "unavailable": str(err)})
+            continue
+        evidence = _measure(ctx, job, mapped, lm)
+        related = _related(evidence, min_similarity)
+        blow_up = evidence["norm_ratio"] > NORM_GUARD
+        tried.append({"method": name, "related": related, "blow_up": blow_up, **evidence})
+        first = first or (name, mapped, evidence)
+        if related and not blow_up:
+            return {**base, "method": name, "decision": f"{name} (related)", "transferred": True,
+                    "related": True, **evidence, "candidates": tried}, mapped
+    if first is None:
+        raise PawError(f"no method can map {lm.module}: " + "; ".join(t["unavailable"] for t in tried))
+    name, mapped, evidence = first
+    decision = f"{name} (unrelated, forced)" if force else "not transferred: target module unrelated"
+    return {**base, "method": name, "decision": decision, "transferred": force, "related": False,
+            **evidence, "candidates": tried}, (mapped if force else None)
+
+
+# ---------------------------------------------------------------------------- modules_to_save etc.
+
+def _residual_method(method: str, records: list[dict]) -> str:
+    """How hidden columns of saved tensors move: the method, or under auto the mapping method used most."""
+    if method != AUTO:
+        return method
+    used = [r["method"] for r in records if r["transferred"] and r["method"] in ("structural", "embed-map")]
+    return max(sorted(set(used)), key=used.count) if used else "copy"
+
+
+def _carry_extras(ctx: Context, adapter, how: str) -> dict:
+    """Non-LoRA tensors (``modules_to_save`` copies, saved embedding base layers) moved as deltas.
+
+    The saved tensor replaces the target's module on load, so it must have the target's shape: the
+    target's own weight plus the source's change, mapped like a weight of that module
+    (vocabulary rows through the vocabulary map, hidden columns through the method's residual map).
+    """
+    from paw.io.adapter import PEFT_PREFIX
+
+    out, notes = {}, []
+    for key, saved in sorted(adapter.other_tensors().items()):
+        base = key.replace(".base_layer.", ".")
+        if base not in ctx.source:
+            raise PawError(f"adapter tensor {PEFT_PREFIX + key!r} matches no tensor of the source base "
+                           f"{ctx.source.name}", path=adapter.path)
+        target_base = rename_layer(base.removesuffix(".weight"), ctx.layer_map)
+        if target_base is None:
+            notes.append({"tensor": key, "decision": "not carried: its layer has no partner"})
+            continue
+        target_base += ".weight"
+        delta = saved.to(ctx.device, ctx.dtype) - ctx.weight("s", base)
+        W_t = ctx.weight("t", target_base)
+        new = W_t + _map_delta(ctx, base, delta, W_t.shape, how) if bool(delta.any()) else W_t
+        out[PEFT_PREFIX + key.replace(base, target_base)] = new.to("cpu", saved.dtype).contiguous()
+        notes.append({"tensor": key, "target_tensor": target_base, "delta_norm": _r(float(delta.norm())),
+                      "decision": "carried as a delta on the target's weight"})
+    return {"tensors": out, "notes": notes}
+
+
+def _map_delta(ctx: Context, base: str, delta, shape, how: str):
+    """Map a (vocab, hidden) delta: rows through the vocabulary map, hidden columns as ``how`` says."""
+    from paw.transfer import structural
+
+    if base not in (EMBED, LM_HEAD):
+        if tuple(delta.shape) == tuple(shape):
+            return delta
+        raise PawError(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
+    rows = ctx.vocab.rows(delta)
+    if how == "structural":
+        return structural.gather(rows, ctx.hidden_map().index, 1)
+    if how == "embed-map":
+        M_st, M_ts = ctx.residual_maps()
+        if base == EMBED:
+            return rows @ M_st.T
+        g_s = ctx.gain("s", "model.norm.weight", delta.shape[1])
+        g_t = ctx.gain("t", "model.norm.weight", shape[1])
+        from paw.transfer.methods import _safe_inverse
+
+        return rows @ (g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :])
+    if rows.shape[1] != shape[1]:
+        raise PawError(f"cannot carry {base!r} across hidden sizes {rows.shape[1]} -> {shape[1]} with this method")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ report
+
+def _target_modules(done: list[dict], target) -> list[str]:
+    """Suffixes (``q_proj``) where every such target module got a transfer, full paths elsewhere."""
+    by_suffix: dict[str, set] = {}
+    for r in done:
+        by_suffix.setdefault(r["target_module"].rsplit(".", 1)[-1], set()).add(r["target_module"])
+    names = []
+    for suffix, got in sorted(by_suffix.items()):
+        every = {n.removesuffix(".weight") for n in target if n.removesuffix(".weight").endswith("." + suffix)
+                 or n.removesuffix(".weight") == suffix}
+        names += [suffix] if got >= every else sorted(got)
+    return names
+
+
+def _pattern(done: list[dict], value_of, default) -> dict:
+    return {r["target_module"]: value_of(r["module"]) for r in done if value_of(r["module"]) != default}
+
+
+def _report(ctx, adapter, records, method, layer_map, min_similarity, force, extras) -> dict:
+    done = [r for r in records if r["transferred"]]
+    n_s, n_t = ctx.n_layers
+    matched = ctx.layer_map
+    sims = [r["similarity"] for r in records if r.get("similarity") is not None]
+    chances = [r["similarity_chance"] for r in records if r.get("similarity_chance") is not None]
+    residuals = [r["remix_residual"] for r in records if r.get("remix_residual") is not None]
+    related = [r for r in records if r.get("related")]
+    judged = [r for r in records if "related" in r]
+    unrelated = method == AUTO and bool(judged) and len(related) < MIN_RELATED_FRACTION * len(judged)
+    counts: dict[str, int] = {}
+    for r in done:
+        counts[r["method"]] = counts.get(r["method"], 0) + 1
+    return {
+        "format": "paw-transfer-report", "version": 1, "method": method, "force": force,
+        "source": str(getattr(ctx.source, "path", ctx.source.name)),
+        "target": str(getattr(ctx.target, "path", ctx.target.name)),
+        "adapter": {"r": adapter.r, "alpha": adapter.alpha, "modules": len(records)},
+        "ridge": ctx.ridge, "min_similarity": min_similarity,
+        "layers": {"how": layer_map, "source": n_s, "target": n_t,
+                   "pairs": [[s, t] for s, t in sorted(matched.items())],
+                   "source_without_partner": [i for i in range(n_s) if i not in matched],
+                   "target_without_partner": [j for j in range(n_t) if j not in set(matched.values())]},
+        "vocab": ctx.vocab.describe(),
+        **{k: v for k, v in sorted(ctx.facts.items())},
+        "summary": {"transferred": len(done), "not_transferred": len(records) - len(done),
+                    "methods": dict(sorted(counts.items())),
+                    "related": len(related) if judged else None, "judged": len(judged) if judged else None,
+                    "median_similarity": _r(statistics.median(sims)) if sims else None,
+                    "median_chance": _r(statistics.median(chances)) if chances else None,
+                    "median_remix_residual": _r(statistics.median(residuals)) if residuals else None,
+                    "max_norm_ratio": _r(max((r["norm_ratio"] for r in done), default=0.0)),
+                    "unrelated": unrelated},
+        "extras": extras["notes"],
+        "modules": records,
+    }
+
+
+def _refusal(report: dict) -> str:
+    s = report["summary"]
+    return (f"target looks unrelated to the source: {s['related']}/{s['judged']} modules related "
+            f"(median subspace similarity {s['median_similarity']} vs chance {s['median_chance']}, median "
+            f"re-mix residual {s['median_remix_residual']}; related means residual <= {RELATED_RESIDUAL} or "
+            "similarity above chance + 0.25*(1-chance)); no data-free map would transfer anything useful. "
+            "Pass --force to write the adapter anyway")
