@@ -1,0 +1,69 @@
+"""``paw task-vectors``: exact, streamed statistics of fine-tune − base, per tensor, group and model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from paw.cli._options import DEVICE, OVERWRITE
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("task-vectors", context_settings={"allow_extra_args": True})
+    def task_vectors(
+        ctx: typer.Context,
+        base: str = typer.Option(..., "--base", help="Base model: folder, weight file or cached HF id."),
+        models: list[str] = typer.Option(..., "--models",
+                                         help="Fine-tuned model(s) of the same architecture: "
+                                              "--models A B C (or --models A --models B)."),
+        outdir: Path = typer.Option(Path("tv_stats"), "--outdir", help="Report folder."),
+        device: str = DEVICE,
+        multi_gpu: bool = typer.Option(False, "--multi-gpu", help="Spread tensors over all visible GPUs."),
+        top_k: int = typer.Option(50, "--top-k", min=1, help="Rows in the top-k tables (names follow it)."),
+        include: str = typer.Option(None, "--include", help="Only tensors whose name matches this regex."),
+        exclude: str = typer.Option(None, "--exclude", help="Skip tensors whose name matches this regex."),
+        overwrite: bool = OVERWRITE,
+    ):
+        """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot.
+
+        Streams one tensor at a time, so peak memory is about two copies of the largest tensor.
+        Writes DIR/<model>/{per_param_stats.csv, top50_by_l2.csv, top50_by_maxabs.csv,
+        summary.json, group_l2_bar.png} and DIR/pairwise_cosines.csv.
+
+        Example: paw task-vectors --base ./tiny/base --models ./tiny/finetune --outdir tv_stats
+        """
+        from paw.cli._options import command_line
+        from paw.device import resolve_device, visible_devices
+        from paw.errors import PawError
+        from paw.io.checkpoint import open_checkpoint
+        from paw.io.manifest import describe_input
+        from paw.progress import status
+        from paw.taskvec.compute import compute_task_vectors, unique_names
+        from paw.taskvec.report import check_report_outputs, write_report
+
+        extra = [a for a in ctx.args]
+        if any(a.startswith("-") for a in extra):
+            raise PawError(f"unknown option(s): {' '.join(a for a in extra if a.startswith('-'))}")
+        specs = [*models, *extra]
+        base_ckpt = open_checkpoint(base)
+        model_ckpts = [open_checkpoint(m) for m in specs]
+        check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite)
+        primary = resolve_device(device)
+        devices = [primary]
+        if multi_gpu:
+            devices = visible_devices(primary)
+            if len(devices) < 2:
+                status(f"--multi-gpu: fewer than two GPUs visible; running on {primary} only")
+            else:
+                status(f"--multi-gpu: spreading tensors over {len(devices)} GPUs")
+        results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include,
+                                       exclude=exclude)
+        inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}
+        write_report(outdir, results, top_k=top_k, command=command_line(), inputs=inputs,
+                     overwrite=overwrite)
+        for i, name in enumerate(results.models):
+            typer.echo(f"{name}: global L2 {results.global_l2(i):.6g}, L1 {results.global_l1(i):.6g} "
+                       f"over {results.n_params():,} parameters in {len(results.names)} tensors "
+                       f"({len(results.skipped)} skipped) -> {outdir / name}")
+        typer.echo(f"pairwise cosines -> {outdir / 'pairwise_cosines.csv'}")

@@ -1,0 +1,237 @@
+"""Task vectors of several fine-tunes against one base, streamed tensor by tensor.
+
+:func:`compute_task_vectors` walks the tensors the base and every model share (``paw.io.stream``),
+holds one tensor per model at a time, and returns per-tensor statistics (``stats.delta_stats``)
+plus everything the report needs: groups, global norms and the pairwise cosines of the whole
+flattened task vectors, from Gram matrices summed over tensors in float64 in a fixed order.
+
+Work on several devices (``devices=[cuda:0, cuda:1]``) hands whole tensors to whichever device is
+free; each tensor's numbers do not depend on which device (of one kind) computed them, and the
+sums over tensors run in name order afterwards, so the results equal a one-device run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from paw.errors import PawError
+from paw.io.checkpoint import Checkpoint
+from paw.io.stream import align, iter_aligned
+from paw.progress import track
+from paw.taskvec.groups import aggregate, module_group
+from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
+
+LM_HEAD = "lm_head.weight"
+
+
+@dataclass
+class TaskVectorResults:
+    """What one streamed pass over ``base`` and ``models`` found.
+
+    ``stats[i][j]`` describes model ``i`` on tensor ``names[j]``; ``gram[i][k]`` is the dot product
+    of the whole task vectors of models ``i`` and ``k`` over the considered tensors.
+    """
+
+    base: str
+    models: list[str]
+    names: list[str]
+    shapes: list[tuple[int, ...]]
+    stats: list[list[DeltaStats]]
+    gram: list[list[float]]
+    skipped: dict[str, str]
+    tied_lm_head: dict = field(default_factory=lambda: {"tied": False})
+    base_path: str = ""
+    model_paths: list[str] = field(default_factory=list)
+
+    def global_l2(self, i: int) -> float:
+        return math.sqrt(math.fsum(s.sumsq for s in self.stats[i]))
+
+    def global_l1(self, i: int) -> float:
+        return math.fsum(s.l1 for s in self.stats[i])
+
+    def n_params(self) -> int:
+        return sum(s.numel for s in self.stats[0]) if self.stats else 0
+
+    def groups(self, i: int) -> dict[str, dict]:
+        return aggregate((name, s.numel, s.sumsq, s.l1) for name, s in zip(self.names, self.stats[i]))
+
+    def cosines(self) -> list[list[float]]:
+        """N x N cosine similarity of the flattened task vectors (NaN next to an all-zero Δ)."""
+        norms = [math.sqrt(self.gram[i][i]) for i in range(len(self.models))]
+        out = []
+        for i, row in enumerate(self.gram):
+            cells = []
+            for k, dot in enumerate(row):
+                if norms[i] == 0 or norms[k] == 0:
+                    cells.append(math.nan)
+                elif i == k:
+                    cells.append(1.0)
+                else:
+                    cells.append(max(-1.0, min(1.0, dot / (norms[i] * norms[k]))))
+            out.append(cells)
+        return out
+
+
+def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, device="cpu",
+                         devices: Sequence | None = None, include: str | None = None,
+                         exclude: str | None = None, chunk_size: int | None = None,
+                         description: str = "task vectors") -> TaskVectorResults:
+    """Stream Δ_i = models[i] − base over every tensor they share and return the statistics.
+
+    ``device`` is a ``torch.device`` or a ``--device`` string; ``devices`` (several) overrides it
+    and spreads tensors over them. ``include`` / ``exclude`` are regexes on tensor names.
+    Raises :class:`PawError` for mismatched architectures or when no tensor is comparable.
+    """
+    import torch
+
+    from paw.device import resolve_device
+
+    if not models:
+        raise PawError("no fine-tuned model given (--models)")
+    check_architectures(base, models)
+    targets = list(devices) if devices else [device]
+    targets = [d if isinstance(d, torch.device) else resolve_device(d) for d in targets]
+    alignment = align(base, models, include=_regex(include, "--include"),
+                      exclude=_regex(exclude, "--exclude"))
+    names, skipped = list(alignment.names), dict(alignment.skipped)
+    tied = _tied_lm_head(base, models, names, skipped)
+    if not names:
+        reasons = "; ".join(f"{k}: {v}" for k, v in list(skipped.items())[:3]) or "the filters kept none"
+        raise PawError(f"no tensor in common between base {base.name} and the models ({reasons})")
+    ckpts = [base, *models]
+
+    def work(name: str, dev) -> TensorResult:
+        _, tensors = next(iter_aligned(ckpts, [name], device=dev))
+        return delta_stats(tensors[0], tensors[1:], chunk_size=chunk_size)
+
+    k = len(models)
+    stats: list[list[DeltaStats]] = [[] for _ in range(k)]
+    gram = [[0.0] * k for _ in range(k)]
+    with _cpu_single_threaded(targets):
+        results = _run(names, work, targets)
+        for result in track(results, f"{description} ({k} model{'s' if k > 1 else ''})", total=len(names)):
+            for i in range(k):
+                stats[i].append(result.stats[i])
+                for j in range(k):
+                    gram[i][j] += result.gram[i][j]
+    return TaskVectorResults(
+        base=base.name, models=unique_names([m.name for m in models]), names=names,
+        shapes=[tuple(base.shape(n)) for n in names], stats=stats, gram=gram,
+        skipped=dict(sorted(skipped.items())), tied_lm_head=tied, base_path=str(base.path),
+        model_paths=[str(m.path) for m in models])
+
+
+def check_architectures(base: Checkpoint, models: Sequence[Checkpoint]) -> None:
+    """Refuse models whose ``config.json`` names another architecture than the base's."""
+    def arch(ckpt: Checkpoint):
+        cfg = ckpt.config or {}
+        return cfg.get("model_type"), tuple(cfg.get("architectures") or ())
+
+    base_type, base_arch = arch(base)
+    for model in models:
+        m_type, m_arch = arch(model)
+        if (base_type and m_type and base_type != m_type) or (base_arch and m_arch and base_arch != m_arch):
+            raise PawError(f"architectures do not match: base {base.name} is "
+                           f"{base_type or '/'.join(base_arch)} but {model.name} is "
+                           f"{m_type or '/'.join(m_arch)}", path=model.path)
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """Folder-safe, distinct model names: ``['ft', 'ft'] -> ['ft', 'ft-2']``."""
+    out, seen = [], set()
+    for name in names:
+        clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "model"
+        candidate, n = clean, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{clean}-{n}"
+        seen.add(candidate)
+        out.append(candidate)
+    return out
+
+
+def _tied_lm_head(base: Checkpoint, models: Sequence[Checkpoint], names: list[str],
+                  skipped: dict[str, str]) -> dict:
+    """Count a tied output head once: it is the embedding matrix, not a second parameter."""
+    embed = next((n for n in names if module_group(n) == "embed" and len(base.shape(n)) == 2), None)
+    if embed is None:
+        return {"tied": False}
+    if base.tied_embeddings:  # not stored at all: the embedding's row already covers it
+        return {"tied": True, "lm_head": LM_HEAD, "embedding": embed,
+                "note": f"lm_head is tied to {embed} (not stored); counted once, in the embed group"}
+    cfg = base.config or {}
+    tie_flag = cfg.get("tie_word_embeddings", (cfg.get("text_config") or {}).get("tie_word_embeddings"))
+    if LM_HEAD in names and tie_flag and base.shape(LM_HEAD) == base.shape(embed):
+        import torch
+
+        if all(torch.equal(c[LM_HEAD], c[embed]) for c in (base, *models)):
+            names.remove(LM_HEAD)
+            skipped[LM_HEAD] = f"tied to {embed} (same weights); counted once, as {embed}"
+            return {"tied": True, "lm_head": LM_HEAD, "embedding": embed,
+                    "note": f"lm_head is stored but equal to {embed}; counted once, in the embed group"}
+    return {"tied": False}
+
+
+def _regex(pattern: str | None, option: str) -> str | None:
+    import re
+
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise PawError(f"{option} {pattern!r} is not a valid regular expression ({err})") from None
+    return pattern
+
+
+def _run(names: Sequence[str], work: Callable, devices: Sequence) -> Iterator[TensorResult]:
+    """Results in name order; with several devices, tensors go to whichever device is free."""
+    if len(devices) == 1:
+        yield from (work(name, devices[0]) for name in names)
+        return
+    free: queue.Queue = queue.Queue()
+    for dev in devices:
+        free.put(dev)
+
+    def job(name: str) -> TensorResult:
+        dev = free.get()
+        try:
+            return work(name, dev)
+        finally:
+            free.put(dev)
+
+    with ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="paw-taskvec") as pool:
+        # submit in windows so a slow consumer does not let all tensors pile up in memory
+        window = 2 * len(devices)
+        pending = [pool.submit(job, n) for n in names[:window]]
+        for i in range(len(names)):
+            result = pending[i].result()
+            if i + window < len(names):
+                pending.append(pool.submit(job, names[i + window]))
+            pending[i] = None
+            yield result
+
+
+@contextlib.contextmanager
+def _cpu_single_threaded(devices: Sequence):
+    """Run CPU arithmetic on one intra-op thread while inside the block.
+
+    Chunks are cache-sized, so torch's intra-op threads would mostly synchronise; on a shared
+    machine a busy core makes every parallel op wait for it (measured: 100x slower). Several CPU
+    entries in ``devices`` give parallelism across tensors instead.
+    """
+    import torch
+
+    if not any(d.type == "cpu" for d in devices):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,150 @@
+"""Turn :class:`~paw.taskvec.compute.TaskVectorResults` into the ``paw task-vectors`` files.
+
+Layout (names and columns are an interface: users and ``paw merge`` read them)::
+
+    DIR/<model>/per_param_stats.csv     one row per parameter, PER_PARAM_COLUMNS
+    DIR/<model>/top{k}_by_l2.csv        the k rows with the largest l2
+    DIR/<model>/top{k}_by_maxabs.csv    the k rows with the largest maxabs
+    DIR/<model>/summary.json            global_l2, global_l1, n_params_considered, skipped_params,
+                                        groups, tied_lm_head, paw_version, command, inputs
+    DIR/<model>/group_l2_bar.png        L2 per module group and per layer
+    DIR/pairwise_cosines.csv            N x N cosines of the flattened task vectors
+
+Row builders, the summary and the figure are pure; :func:`write_report` writes through
+``paw.io`` (each model folder atomically).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from paw.io.atomic import atomic_dir, check_output
+from paw.io.manifest import describe_input, write_manifest
+from paw.io.reports import json_safe, make_readable, save_figure, write_csv
+from paw.taskvec.compute import TaskVectorResults
+from paw.taskvec.groups import GROUP_ORDER
+from paw.taskvec.quantiles import QUANTILES
+
+QUANTILE_COLUMNS = [f"q{q}" for q in QUANTILES]
+PER_PARAM_COLUMNS = ["param", "shape", "numel", "l2", "l1", "maxabs", "mean", "std", "skew",
+                     "kurtosis_excess", *QUANTILE_COLUMNS]
+COSINES_FILE = "pairwise_cosines.csv"
+
+
+def param_rows(results: TaskVectorResults, i: int) -> list[dict]:
+    """One dict per considered tensor of model ``i``, keyed by :data:`PER_PARAM_COLUMNS`."""
+    rows = []
+    for name, shape, s in zip(results.names, results.shapes, results.stats[i]):
+        row = {"param": name, "shape": "x".join(map(str, shape)) or "scalar", "numel": s.numel,
+               "l2": s.l2, "l1": s.l1, "maxabs": s.maxabs, "mean": s.mean, "std": s.std,
+               "skew": s.skew, "kurtosis_excess": s.kurtosis_excess}
+        row.update(zip(QUANTILE_COLUMNS, s.quantiles))
+        rows.append(row)
+    return rows
+
+
+def top_rows(rows: Sequence[dict], column: str, k: int) -> list[dict]:
+    """The ``k`` rows with the largest ``column``, ties in parameter order (NaN last)."""
+    def key(item):
+        value = item[1][column]
+        return (value != value, -value if value == value else 0.0, item[0])
+
+    return [row for _, row in sorted(enumerate(rows), key=key)[:k]]
+
+
+def summary(results: TaskVectorResults, i: int, *, top_k: int) -> dict:
+    """The figures of ``summary.json`` for model ``i`` (provenance fields are added on write)."""
+    return {
+        "model": results.models[i],
+        "base": results.base,
+        "global_l2": results.global_l2(i),
+        "global_l1": results.global_l1(i),
+        "n_params_considered": results.n_params(),
+        "n_tensors_considered": len(results.names),
+        "skipped_params": dict(results.skipped),
+        "groups": results.groups(i),
+        "tied_lm_head": results.tied_lm_head,
+        "quantiles_percent": list(QUANTILES),
+        "top_k": top_k,
+    }
+
+
+def group_l2_figure(groups: dict[str, dict], *, model: str, base: str):
+    """Bar chart of L2 per module group (left) and per layer (right); log scale for wide ranges."""
+    from matplotlib.figure import Figure
+
+    modules = [g for g in GROUP_ORDER if g in groups]
+    layers = [g for g in groups if g not in GROUP_ORDER]
+    fig = Figure(figsize=(11, 4.8) if layers else (6.5, 4.8), layout="constrained")
+    widths = [len(modules), max(len(layers), 4)] if layers else [1]
+    axes = fig.subplots(1, len(widths), width_ratios=widths, squeeze=False)[0]
+    _bars(axes[0], modules, [groups[g]["l2"] for g in modules], "module group", "#4C72B0", annotate=True)
+    if layers:
+        labels = [g.removeprefix("layer_") for g in layers]
+        _bars(axes[1], labels, [groups[g]["l2"] for g in layers], "layer", "#55A868",
+              annotate=len(layers) <= 12)
+    axes[0].set_ylabel("L2 norm of the task vector Δ")
+    fig.suptitle(f"Task vector L2 per group: {model} − {base}", fontsize=12)
+    return fig
+
+
+def _bars(ax, labels: Sequence[str], values: Sequence[float], xlabel: str, color: str, *,
+          annotate: bool) -> None:
+    positive = [v for v in values if v > 0]
+    log = bool(positive) and max(positive) / min(positive) > 50
+    shown = [v if v > 0 or not log else 0 for v in values]
+    bars = ax.bar(range(len(labels)), shown, color=color)
+    ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 12 else 0,
+                  fontsize=8 if len(labels) > 24 else 9)
+    ax.set_xlim(-0.6, max(len(labels), 4) - 0.4)  # a few bars stay bar-shaped
+    ax.set_xlabel(xlabel + (" (log scale)" if log else ""))
+    if log:
+        ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3)
+    if annotate:
+        for bar, value in zip(bars, values):
+            text = f"{value:.3g}" if value > 0 else "0"
+            y = bar.get_height() if value > 0 else (min(positive) if log and positive else 0)
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom",
+                        fontsize=8, xytext=(0, 2), textcoords="offset points")
+
+
+def output_paths(outdir: str | Path, model_names: Sequence[str]) -> list[Path]:
+    """The folders and files a report for these models creates in ``outdir``."""
+    outdir = Path(outdir)
+    return [outdir / name for name in model_names] + [outdir / COSINES_FILE]
+
+
+def check_report_outputs(outdir: str | Path, model_names: Sequence[str], *, overwrite: bool) -> None:
+    """Refuse (before any heavy work) to replace an earlier report unless ``overwrite``."""
+    for path in output_paths(outdir, model_names):
+        check_output(path, overwrite=overwrite)
+
+
+def write_report(outdir: str | Path, results: TaskVectorResults, *, top_k: int = 50, command: str = "",
+                 inputs: dict | None = None, overwrite: bool = False) -> list[Path]:
+    """Write every report file for every model; returns the model folders and the cosine table."""
+    outdir = Path(outdir)
+    check_report_outputs(outdir, results.models, overwrite=overwrite)
+    if inputs is None:
+        inputs = {"base": describe_input(results.base_path),
+                  "models": [describe_input(p) for p in results.model_paths]}
+    written = []
+    for i, name in enumerate(results.models):
+        with atomic_dir(outdir / name, overwrite=overwrite) as tmp:
+            make_readable(tmp)
+            rows = param_rows(results, i)
+            write_csv(tmp / "per_param_stats.csv", rows, PER_PARAM_COLUMNS)
+            write_csv(tmp / f"top{top_k}_by_l2.csv", top_rows(rows, "l2", top_k), PER_PARAM_COLUMNS)
+            write_csv(tmp / f"top{top_k}_by_maxabs.csv", top_rows(rows, "maxabs", top_k), PER_PARAM_COLUMNS)
+            info = summary(results, i, top_k=top_k)
+            write_manifest(tmp, "summary.json", command=command, inputs=json_safe(inputs), **json_safe(info))
+            save_figure(group_l2_figure(info["groups"], model=name, base=results.base),
+                        tmp / "group_l2_bar.png")
+        written.append(outdir / name)
+    cos = results.cosines()
+    written.append(write_csv(outdir / COSINES_FILE,
+                             [[name, *row] for name, row in zip(results.models, cos)],
+                             ["model", *results.models]))
+    return written
