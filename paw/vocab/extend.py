@@ -7,7 +7,7 @@ Two pure pieces, used by ``paw extend-tokenizer``:
    2019), so a token is produced by encoding only if a chain of merges builds it from bytes. For
    each new token we encode its bytes with the current merges, giving pieces ``[p0, p1, ..., pk]``,
    then append the chain ``(p0, p1) -> p0p1``, ``(p0p1, p2) -> p0p1p2``, ... at the end of the
-   merge list. The partial strings of a chain that were not in the vocabulary become
+   merge list (k merges, at most k - 1 new intermediate tokens). The partial strings of a chain that were not in the vocabulary become
    *intermediate* tokens (they need ids and rows too). Appended merges have the lowest priority, so
    every merge the old tokenizer made still happens first, and a text whose encoding contains none
    of the new pairs encodes exactly as before. Tokens are planned one after another against the
@@ -111,18 +111,18 @@ def plan_bpe_merges(words: Sequence[str], vocab: Mapping[str, int] | set[str],
             else:
                 plan.already_produced.append(word)
             continue
-        current = pieces[0]
-        for j, piece in enumerate(pieces[1:], start=2):
-            pair = (current, piece)
-            if pair not in ranks:
-                ranks[pair] = len(ranks)
-                plan.merges.append(pair)
-            current = current + piece
-            if current not in known:
-                known.add(current)
-                plan.entries.append(current)
-                if j < len(pieces):
-                    plan.intermediates.append(current)
+        made = []
+        while len(pieces) > 1:  # one merge per round; re-encode, since a new merge may fire twice
+            pair = (pieces[0], pieces[1])
+            ranks[pair] = len(ranks)
+            plan.merges.append(pair)
+            merged = pair[0] + pair[1]
+            if merged not in known:
+                known.add(merged)
+                plan.entries.append(merged)
+                made.append(merged)
+            pieces = bpe_pieces(word, ranks)
+        plan.intermediates += [m for m in made if m != word]
     return plan
 
 
