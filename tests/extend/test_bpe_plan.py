@@ -1,0 +1,59 @@
+"""BPE merge planning (paw.vocab.extend): new tokens become reachable, old encodings do not change."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paw.vocab.extend import bpe_pieces, byte_to_unicode, bytes_to_symbols, plan_bpe_merges, symbols_to_bytes
+
+
+def test_docstring_example():
+    vocab = {"h", "e", "l", "o", "he", "ll"}
+    plan = plan_bpe_merges(["hello"], vocab, [("h", "e"), ("l", "l")])
+    assert plan.merges == [("he", "ll"), ("hell", "o")]
+    assert plan.entries == ["hell", "hello"] and plan.intermediates == ["hell"]
+
+
+def test_bpe_pieces_follows_ranks():
+    ranks = {("h", "e"): 0, ("l", "l"): 1, ("he", "ll"): 2}
+    assert bpe_pieces("hello", ranks) == ["hell", "o"]
+    assert bpe_pieces("olleh", ranks) == ["o", "ll", "e", "h"]
+
+
+def test_already_produced_and_shared_prefix():
+    vocab = {"a", "b", "c", "ab"}
+    plan = plan_bpe_merges(["ab", "abc", "abcab"], vocab, [("a", "b")])
+    assert plan.already_produced == ["ab"]
+    assert plan.merges == [("ab", "c"), ("abc", "ab")]  # the second word reuses the first one's token
+    assert plan.intermediates == []
+
+
+def test_byte_alphabet_matches_tokenizers():
+    from tokenizers import pre_tokenizers
+
+    assert set(byte_to_unicode().values()) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert bytes_to_symbols(b" hi\n") == "ĠhiĊ"
+    assert symbols_to_bytes("ĠhiĊ") == b" hi\n" and symbols_to_bytes("日") is None
+
+
+WORD = st.text(alphabet="abcd", min_size=1, max_size=7)
+
+
+@settings(max_examples=150, deadline=None)
+@given(old_words=st.lists(WORD, max_size=6), new_words=st.lists(WORD, min_size=1, max_size=6),
+       texts=st.lists(WORD, min_size=1, max_size=10))
+def test_every_new_word_encodes_to_itself_and_untouched_text_keeps_its_pieces(old_words, new_words, texts):
+    # an "old tokenizer": merges that build old_words left to right
+    old = plan_bpe_merges(old_words, set("abcd"), [])
+    vocab = set("abcd") | set(old.entries)
+    plan = plan_bpe_merges(new_words, vocab, old.merges)
+    ranks_old = {p: i for i, p in enumerate(old.merges)}
+    ranks_new = {p: i for i, p in enumerate(old.merges + plan.merges)}
+    for w in new_words:
+        assert bpe_pieces(w, ranks_new) == [w]
+    new_entries = set(plan.entries)
+    for t in texts:
+        pieces = bpe_pieces(t, ranks_new)
+        if not new_entries.intersection(pieces):
+            assert pieces == bpe_pieces(t, ranks_old)

@@ -1,0 +1,168 @@
+"""`paw extend-tokenizer` end to end on zoo models: transformers loads the result, new tokens encode,
+rows follow the chosen init, and text made of old tokens gives the original logits exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from paw import zoo
+from tests.extend.conftest import NEW_WORDS, load, logits
+
+
+def _extend(cli, model, out, *args):
+    result = cli("extend-tokenizer", "--model", model, "--output", out, "--device", "cpu", *args)
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+def _old_text_ids(old_tok, new_tok, old_size):
+    """Encodings of sample lines that use no new token (and that the new tokenizer encodes unchanged)."""
+    out = []
+    for line in zoo.sample_texts("en")[:40]:
+        ids = new_tok.encode(line, add_special_tokens=False)
+        if ids and max(ids) < old_size:
+            assert ids == old_tok.encode(line, add_special_tokens=False)
+            out.append(ids[:48])
+    assert len(out) >= 5
+    return out
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_qwen", "tiny_gemma"])
+def test_byte_level_extension_loads_encodes_and_keeps_logits(cli, request, tmp_path, fixture):
+    base = request.getfixturevalue(fixture)
+    out = tmp_path / "ext"
+    res = _extend(cli, base, out, *sum((["--tokens", w] for w in NEW_WORDS), []), "--pad-to-multiple", "64")
+    assert "as real byte-bpe vocabulary" in res.stdout and "merge(s) appended" in res.stdout
+    assert "added 1 token(s) as added tokens" in res.stdout  # "New York" spans two pre-tokens
+
+    old_model, old_tok = load(base)
+    new_model, new_tok = load(out)
+    old_size = len(old_tok)
+    manifest = json.loads((out / "paw_extend.json").read_text())
+    ids = {t["text"]: t["id"] for t in manifest["new_tokens"]}
+    for word in NEW_WORDS:
+        assert new_tok.encode(word, add_special_tokens=False) == [ids[word]]
+    # produced inside running text by BPE, not only as a literal match
+    assert ids[" hello"] in new_tok.encode("she said hello to PAW", add_special_tokens=False)
+    rows = new_model.get_input_embeddings().weight.shape[0]
+    assert rows % 64 == 0 and rows == new_model.config.vocab_size >= len(new_tok) > old_size
+    tied = fixture != "tiny_llama"
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert ("lm_head.weight" in f.keys()) is (not tied)
+    assert (new_model.get_output_embeddings().weight.data_ptr()
+            == new_model.get_input_embeddings().weight.data_ptr()) is tied
+    for ids_ in _old_text_ids(old_tok, new_tok, old_size):
+        a, b = logits(old_model, ids_), logits(new_model, ids_)
+        assert torch.equal(a, b[:, :old_size])
+
+
+@pytest.mark.parametrize("init", ["mean", "subtoken-mean", "interpolate"])
+def test_rows_follow_the_init(cli, tiny_llama, tmp_path, init):
+    out = tmp_path / init
+    _extend(cli, tiny_llama, out, "--tokens", " hello", "--tokens", "PAW", "--init", init)
+    old_model, old_tok = load(tiny_llama)
+    new_model, _ = load(out)
+    manifest = json.loads((out / "paw_extend.json").read_text())
+    for name in ("get_input_embeddings", "get_output_embeddings"):  # untied: both grow, each from itself
+        old_w = getattr(old_model, name)().weight.detach()
+        new_w = getattr(new_model, name)().weight.detach()
+        mean = old_w[old_w.norm(dim=1) > 0].mean(0)  # the pad row of nn.Embedding starts at zero
+        for tok in manifest["new_tokens"]:
+            pieces = old_tok.encode(tok["text"], add_special_tokens=False)
+            sub = old_w[pieces].mean(0)
+            want = {"mean": mean, "subtoken-mean": sub, "interpolate": 0.5 * mean + 0.5 * sub}[init]
+            torch.testing.assert_close(new_w[tok["id"]], want, rtol=1e-6, atol=1e-6)
+        assert torch.equal(new_w[: old_w.shape[0]], old_w)
+
+
+def test_mean_skips_never_trained_rows(cli, tiny_qwen, tmp_path):
+    from paw.io.checkpoint import open_checkpoint
+    from paw.io.writer import write_checkpoint
+
+    ckpt = open_checkpoint(tiny_qwen)
+    tensors = {k: ckpt[k] for k in ckpt}
+    emb = tensors["model.embed_tokens.weight"].clone()
+    emb[250:] = 0  # "reserved" rows that were never trained
+    tensors["model.embed_tokens.weight"] = emb
+    zeroed = write_checkpoint(tmp_path / "zeroed", tensors, copy_from=tiny_qwen)
+    _extend(cli, zeroed, tmp_path / "ext", "--tokens", "PAW", "--init", "mean")
+    new_model, _ = load(tmp_path / "ext")
+    trained = emb[:250][emb[:250].norm(dim=1) > 0]  # also leaves out the pad row, zero from the start
+    assert len(trained) == 249
+    torch.testing.assert_close(new_model.get_input_embeddings().weight[-1], trained.mean(0))
+
+
+def test_added_tokens_for_non_byte_level_and_special(cli, tiny_llama_sp, tmp_path):
+    out = tmp_path / "sp"
+    res = _extend(cli, tiny_llama_sp, out, "--tokens", "tokenizerization", "--tokens", "New York")
+    assert "added 2 token(s) as added tokens" in res.stdout and "not byte-level BPE" in res.stdout
+    old_model, old_tok = load(tiny_llama_sp)
+    new_model, new_tok = load(out)
+    assert len(new_tok) == len(old_tok) + 2
+    assert new_tok.encode("tokenizerization", add_special_tokens=False) == [len(old_tok)]
+    ids = old_tok.encode("the cat sat on the mat", add_special_tokens=False)
+    assert new_tok.encode("the cat sat on the mat", add_special_tokens=False) == ids
+    assert torch.equal(logits(old_model, ids), logits(new_model, ids)[:, : len(old_tok)])
+
+    out2 = tmp_path / "special"
+    res = _extend(cli, out, out2, "--tokens", "<|tool|>", "--special")
+    assert "special added tokens" in res.stdout
+    _, tok2 = load(out2)
+    tid = tok2.convert_tokens_to_ids("<|tool|>")
+    assert tok2.encode("a<|tool|>b", add_special_tokens=False).count(tid) == 1
+    assert "<|tool|>" not in tok2.decode(tok2.encode("a<|tool|>b"), skip_special_tokens=True)
+
+
+def test_from_tokenizer_adds_the_missing_vocabulary(cli, tiny_llama, tmp_path):
+    other = zoo.train_tokenizer(zoo.sample_texts("multi"), 420)
+    other.save_pretrained(tmp_path / "t2")
+    out = tmp_path / "ext"
+    res = _extend(cli, tiny_llama, out, "--from-tokenizer", tmp_path / "t2", "--init", "subtoken-mean")
+    assert "skipped" in res.stdout  # tokens both tokenizers share
+    _, new_tok = load(out)
+    new_vocab = new_tok.get_vocab()
+    t2 = json.loads((tmp_path / "t2" / "tokenizer.json").read_text())["model"]["vocab"]
+    for token in t2:  # every byte-level token of T2 now exists and encodes to itself
+        if token.startswith("<|"):
+            continue
+        assert token in new_vocab
+        text = new_tok.convert_tokens_to_string([token])
+        if "\ufffd" not in text:
+            assert new_tok.encode(text, add_special_tokens=False) == [new_vocab[token]], token
+
+
+def test_from_paw_bpe_model_file(cli, tiny_llama, tmp_path):
+    bpe_files = pytest.importorskip("paw.io.bpe_files")
+    from paw.vocab.extend import bytes_to_symbols
+
+    ranks = {bytes([b]): i for i, b in enumerate(range(256))}
+    for word in (b"zz", b"zzq", b" zzq"):
+        ranks[word] = len(ranks)
+    model_file = bpe_files.write_paw_model(tmp_path / "t2", mergeable_ranks=ranks, pattern=None, special_tokens={})
+    out = tmp_path / "ext"
+    _extend(cli, tiny_llama, out, "--from-tokenizer", model_file)
+    _, new_tok = load(out)
+    vocab = new_tok.get_vocab()
+    assert bytes_to_symbols(b" zzq") in vocab
+    assert new_tok.encode(" zzq", add_special_tokens=False) == [vocab[bytes_to_symbols(b" zzq")]]
+
+
+def test_bad_inputs_are_one_line_errors(cli, tiny_llama, tmp_path):
+    out = tmp_path / "x"
+    cases = [
+        (("--model", tiny_llama, "--output", out), "exactly one of --tokens"),
+        (("--model", tiny_llama, "--output", out, "--tokens", "a", "--tokens-file", tmp_path / "f"), "exactly one"),
+        (("--model", tiny_llama, "--output", out, "--tokens-file", tmp_path / "nope.txt"), "file not found"),
+        (("--model", tiny_llama, "--output", out, "--tokens", "t", "--tokens", "a"), "nothing to add"),
+        (("--model", tmp_path, "--output", out, "--tokens", "zzz"), "no tokenizer.json"),
+        (("--model", tiny_llama, "--output", tiny_llama, "--tokens", "zzz"), "already exists"),
+    ]
+    for args, message in cases:
+        res = cli("extend-tokenizer", *args)
+        assert res.exit_code == 2, (args, res.stdout)
+        assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert not out.exists()
