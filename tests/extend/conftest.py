@@ -38,3 +38,34 @@ def logits(model, ids):
 
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0]
+
+
+def make_adapter(base, out, *, kind: str, new_ids: list[int], seed: int = 0, tokenizer: bool = False):
+    """Save a 'trained' PEFT adapter for the extended ``base`` (all its non-zero updates are random).
+
+    kind: ``save`` (LoRA + embed_tokens/lm_head in modules_to_save), ``lora-embed`` (LoRA on the
+    embedding and the head too) or ``tokens`` (trainable_token_indices = ``new_ids``).
+    """
+    import warnings
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base)
+    extra = {"save": {"modules_to_save": ["embed_tokens", "lm_head"]},
+             "lora-embed": {"target_modules": ["q_proj", "v_proj", "embed_tokens", "lm_head"]},
+             "tokens": {"trainable_token_indices": {"embed_tokens": new_ids}}}[kind]
+    config = LoraConfig(**{"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], **extra})
+    peft_model = get_peft_model(model, config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in peft_model.parameters():
+            if p.requires_grad:  # exactly what training would change
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    with warnings.catch_warnings():  # PEFT notes that it saves the resized embedding: that is the point
+        warnings.simplefilter("ignore")
+        peft_model.save_pretrained(out)
+    if tokenizer:
+        AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out
