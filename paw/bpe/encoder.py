@@ -121,8 +121,8 @@ class BpeEncoder:
         allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
         disallowed = set(self.special_tokens) - allowed if disallowed_special == "all" else set(disallowed_special)
         if disallowed and (found := _special_regex(disallowed).search(text)):
-            raise PawError(f"text contains the special token {found.group()!r}; allow it (--allowed-special) "
-                           "or pass it as plain text (--allowed-special none --no-check-special)")
+            raise PawError(f"text contains the special token {found.group()!r}, which is not allowed "
+                           "(allow it with --allowed-special / allowed_special=)")
         if not allowed:
             return self.encode_ordinary(text)
         ids, start = [], 0

@@ -76,3 +76,15 @@ def compile_pattern(pattern: str):
         return regex.compile(pattern)
     except regex.error as exc:
         raise PawError(f"invalid pre-tokenization regex {pattern!r}: {exc}") from None
+
+
+def to_oniguruma(pattern: str) -> str:
+    """Spell a pattern for Hugging Face ``tokenizers`` (Oniguruma, Ruby syntax).
+
+    Oniguruma reads ``X{1,3}+`` as "``X{1,3}`` one or more times", not as a possessive repeat, so
+    cl100k's ``\\p{N}{1,3}+`` would glue any number of digits together. An atomic group means the
+    same thing in both engines: ``\\p{N}{1,3}+`` -> ``(?>\\p{N}{1,3})``.
+    """
+    import regex
+
+    return regex.sub(r"(\\p\{\w+\}|\\.|\[(?:\\.|[^\]])*\]|[^\\\[\]()|])(\{\d+(?:,\d*)?\})\+", r"(?>\1\2)", pattern)

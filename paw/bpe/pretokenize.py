@@ -2,9 +2,11 @@
 
 Training needs only these counts, never the running text. A long text is cut into chunks for the
 worker processes only where every built-in pattern is sure to end a piece anyway, so the counts are
-exactly those of splitting each whole text: just before a ``\\n`` that follows an ASCII letter (a
-letter run always ends at a newline, and no rule joins a newline to the letter before it). Custom
-patterns are not cut; their texts are spread over processes whole.
+exactly those of splitting each whole text: right after a ``\n`` that has a non-space character on
+both sides (``"x)\nfoo"`` -> ``"x)\n" | "foo"``). No built-in rule lets a piece run from a newline
+into a non-space character, and because the character before the newline is not a space, the
+whitespace rules with a look-ahead (``\s+(?!\S)``, ``\s++$``) cut the chunk's end the same way
+they cut the whole text. Custom patterns are not cut; their texts go to the processes whole.
 """
 
 from __future__ import annotations
@@ -27,16 +29,21 @@ def cut_text(text: str, pattern: str | None, *, size: int = _CHUNK_CHARS) -> lis
         return [text]
     chunks, start = [], 0
     while len(text) - start > size:
-        cut = start + size
-        while cut < len(text) and not (text[cut] == "\n" and text[cut - 1].isascii() and text[cut - 1].isalpha()):
-            cut = text.find("\n", cut + 1)
-            if cut < 0:
-                cut = len(text)
+        cut = _safe_cut(text, start + size)
         chunks.append(text[start:cut])
         start = cut
     if start < len(text):
         chunks.append(text[start:])
     return chunks
+
+
+def _safe_cut(text: str, pos: int) -> int:
+    """The first safe cut at or after ``pos`` (or the end of the text)."""
+    while (j := text.find("\n", pos)) >= 0:
+        if 0 < j < len(text) - 1 and not text[j - 1].isspace() and not text[j + 1].isspace():
+            return j + 1
+        pos = j + 1
+    return len(text)
 
 
 def _count_worker(pattern: str | None, texts: list[str]) -> Counter:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paw.bpe.bytelevel import str_to_token, token_to_str
-from paw.bpe.patterns import PATTERNS
+from paw.bpe.patterns import PATTERNS, to_oniguruma
 from paw.bpe.ranks import all_merges, merges_from_ranks, ranks_from_merges
 from paw.errors import PawError
 from paw.io.atomic import atomic_file
@@ -108,8 +108,9 @@ def _vocab_text(ranks: dict[bytes, int], merges, special_tokens: dict[str, int])
     for left, right in merges:
         made_by.setdefault(left + right, (left, right))
 
-    def show(token: bytes) -> str:
-        return "[" + token.decode("utf-8", errors="replace").encode("unicode_escape").decode("ascii") + "]"
+    def show(token: bytes) -> str:  # printable text as is, control characters and broken UTF-8 escaped
+        text = token.decode("utf-8", errors="backslashreplace")
+        return "[" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text) + "]"
 
     out = []
     for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
@@ -143,6 +144,16 @@ def _read_paw(path: Path) -> BpeFile:
 
 # ---------------------------------------------------------------- tiktoken rank file
 
+# A rank file holds neither pattern nor special tokens; tiktoken's own encodings are known by name.
+TIKTOKEN_PATTERNS = {"cl100k_base": "gpt4", "o200k_base": "o200k", "r50k_base": "gpt2", "p50k_base": "gpt2",
+                     "gpt2": "gpt2"}
+TIKTOKEN_SPECIALS = {
+    "cl100k_base": {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                    "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276},
+    "o200k_base": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+    "r50k_base": {"<|endoftext|>": 50256}, "p50k_base": {"<|endoftext|>": 50256}, "gpt2": {"<|endoftext|>": 50256},
+}
+
 
 def _read_tiktoken(path: Path) -> BpeFile:
     ranks = {}
@@ -157,7 +168,9 @@ def _read_tiktoken(path: Path) -> BpeFile:
                            "file or tokenizer.json)", path=path) from None
     if not ranks:
         raise PawError("empty tiktoken rank file", path=path)
-    return BpeFile(ranks, None, {}, "tiktoken")
+    name = path.name.split(".")[0]
+    return BpeFile(ranks, TIKTOKEN_PATTERNS.get(name) and PATTERNS[TIKTOKEN_PATTERNS[name]],
+                   TIKTOKEN_SPECIALS.get(name, {}), "tiktoken")
 
 
 def write_tiktoken_ranks(path: str | Path, mergeable_ranks: dict[bytes, int]) -> Path:
@@ -205,8 +218,9 @@ def _hf_pattern(pre: dict | None, path: Path) -> str | None:
     for step in steps:
         if step.get("type") == "Split":
             pattern = step.get("pattern", {})
-            if "Regex" in pattern:
-                return pattern["Regex"]
+            if "Regex" in pattern:  # give back the registered spelling of a pattern PAW wrote
+                known = [p for p in PATTERNS.values() if p and to_oniguruma(p) == pattern["Regex"]]
+                return known[0] if known else pattern["Regex"]
             raise PawError("Split pre-tokenizer with a plain-string pattern is not supported", path=path)
         if step.get("type") == "ByteLevel" and step.get("use_regex", True):
             return PATTERNS["gpt2"]
@@ -224,7 +238,7 @@ def write_hf_tokenizer_json(path: str | Path, *, mergeable_ranks: dict[bytes, in
     vocab = {token_to_str(tok): rank for tok, rank in sorted(mergeable_ranks.items(), key=lambda kv: kv[1])}
     merges = [[token_to_str(a), token_to_str(b)] for a, b in all_merges(mergeable_ranks)]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
-    split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+    split = {"type": "Split", "pattern": {"Regex": pattern and to_oniguruma(pattern)}, "behavior": "Isolated", "invert": False}
     data = {
         "version": "1.0",
         "truncation": None,
@@ -243,3 +257,49 @@ def write_hf_tokenizer_json(path: str | Path, *, mergeable_ranks: dict[bytes, in
     with atomic_file(path, encoding="utf-8", newline="\n") as f:
         json.dump(data, f, ensure_ascii=False, indent=1)
     return Path(path)
+
+
+# ---------------------------------------------------------------- corpora and reports
+
+
+def read_text_files(paths: list[str | Path]) -> list[str]:
+    """The UTF-8 text of each file; invalid UTF-8 is refused with the byte offset of the fault."""
+    texts = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise PawError("input file not found", path=path)
+        data = path.read_bytes()
+        try:
+            texts.append(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise PawError(f"not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})", path=path) from None
+    return texts
+
+
+def write_bar_chart(path: str | Path, values: dict[str, dict[str, float]], *, ylabel: str, title: str) -> Path:
+    """Grouped bars: ``values[group][series]`` (groups on the x axis, one colour per series)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in groups for s in values[g]))
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(groups) * max(1, len(series)) ** 0.5, 4), dpi=120)
+    for k, name in enumerate(series):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        ys = [values[g].get(name, 0.0) for g in groups]
+        bars = ax.bar(xs, ys, width, label=name)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path, "wb") as f:
+        fig.savefig(f, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path
