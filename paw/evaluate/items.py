@@ -4,15 +4,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+BLANK = "_"
+
 
 @dataclass(frozen=True)
 class MCItem:
     """A question, its answer choices (continuations of the question) and the index of the right one.
 
     ``MCItem("2 + 2 =", (" 3", " 4"), 1)``: the model scores ``question + choice`` for each choice.
+
+    ``fill_blank=True`` (Winogrande) means each choice fills the ``_`` in ``question`` instead, and
+    the item is scored the standard *partial* way (Sakaguchi et al. 2020, lm-evaluation-harness):
+    the context is the text up to the blank with the choice filled in, and the scored continuation
+    is the rest of the sentence, identical for every choice. :meth:`pairs` gives those pairs.
     """
 
     question: str
     choices: tuple[str, ...]
     answer: int
     id: str = ""
+    fill_blank: bool = False
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """``[(context, continuation), ...]``, one per choice, as the model scores them.
+
+        >>> MCItem("Sam hugged Ann because _ was sad.", ("Sam", "Ann"), 1, fill_blank=True).pairs()
+        [('Sam hugged Ann because Sam', ' was sad.'), ('Sam hugged Ann because Ann', ' was sad.')]
+        >>> MCItem("2 + 2 =", (" 3", " 4"), 1).pairs()
+        [('2 + 2 =', ' 3'), ('2 + 2 =', ' 4')]
+        """
+        if not self.fill_blank:
+            return [(self.question, choice) for choice in self.choices]
+        head, _, tail = self.question.partition(BLANK)
+        tail = " " + tail.strip()
+        return [(head + choice, tail) for choice in self.choices]

@@ -1,0 +1,137 @@
+"""``paw eval`` and ``paw train-lora``: measure a model on multiple-choice data, train a small LoRA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from paw.cli._options import DEVICE, OVERWRITE, SEED, TRACK, command_line
+
+FORMAT_HELP = "Data layout: auto (detected from the first line), formatted, arc, openbookqa, piqa, winogrande, " \
+              "boolq, hellaswag, mc (flat question/choices/answer)."
+DTYPE = typer.Option("auto", "--dtype", help="Model dtype: auto (float32 on CPU, checkpoint dtype on GPU), "
+                                             "float32, bfloat16, float16.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)
+    app.command("train-lora")(train_lora_command)
+
+
+def eval_command(
+    model: str = typer.Option(..., "--model", help="Model folder or cached Hugging Face id."),
+    data: Path = typer.Option(..., "--data", help="Multiple-choice JSON-lines file."),
+    adapter: Path | None = typer.Option(None, "--adapter", help="PEFT LoRA folder to apply first."),
+    format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Evaluate the first N items only."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Sequences per forward pass."),
+    output: Path | None = typer.Option(None, "--output", help="Write the metrics to this JSON file."),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    track: str = TRACK,
+    overwrite: bool = OVERWRITE,
+):
+    """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
+    perplexity of the correct answers.
+
+    Example: paw eval --model ./tiny/base --data ../shared/data/commonsense/raw/arc-easy_test.jsonl --limit 200
+    """
+    from paw.device import resolve_device
+    from paw.evaluate.mc import evaluate
+    from paw.io.atomic import check_output
+    from paw.io.lm import load_lm
+    from paw.io.mcdata import read_items
+    from paw.io.tracking import make_tracker
+
+    if output is not None:
+        check_output(output, overwrite=overwrite)
+    items = read_items(data, format=format, limit=limit)
+    lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
+    metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=True)
+    _print_metrics(metrics)
+    inputs = _inputs(model=model, adapter=adapter, data=data)
+    if track != "none":
+        run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
+        tracker = make_tracker(track, run_dir, {"command": command_line(), **{k: v["path"] for k, v in inputs.items()}})
+        tracker.log({f"test/{k}": v for k, v in metrics.items()}, step=0)
+        tracker.finish()
+    if output is not None:
+        from paw.io.lm import write_results
+
+        write_results(output, command=command_line(), inputs=inputs, metrics=metrics, format=format, limit=limit)
+        typer.echo(f"results: {output}")
+
+
+def train_lora_command(
+    model: str = typer.Option(..., "--model", help="Base model folder or cached Hugging Face id."),
+    data: Path = typer.Option(..., "--data", help="Training multiple-choice JSON-lines file (the right answers are learnt)."),
+    output: Path = typer.Option(..., "--output", help="PEFT adapter folder to create (with metrics.json)."),
+    rank: int = typer.Option(16, "--rank", min=1, help="LoRA rank r."),
+    alpha: float = typer.Option(32, "--alpha", help="LoRA alpha (scaling alpha / r)."),
+    target_modules: str = typer.Option("all-linear", "--target-modules",
+                                       help="all-linear, or a comma-separated list such as q_proj,v_proj."),
+    steps: int = typer.Option(600, "--steps", min=1, help="Optimiser steps."),
+    batch_size: int = typer.Option(6, "--batch-size", min=1, help="Sequences per step."),
+    lr: float = typer.Option(1.5e-5, "--lr", help="AdamW learning rate (constant)."),
+    seed: int = SEED,
+    eval_data: Path | None = typer.Option(None, "--eval-data", help="Test set: metrics before and after training."),
+    format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Train on the first N items only."),
+    eval_limit: int | None = typer.Option(None, "--eval-limit", min=1, help="Evaluate on the first N items only."),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    track: str = TRACK,
+    overwrite: bool = OVERWRITE,
+):
+    """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
+
+    Example: paw train-lora --model ./tiny/base --data train.jsonl --eval-data test.jsonl --output ./lora --steps 200 --lr 3e-3
+    """
+    from paw.device import resolve_device
+    from paw.evaluate.train import train_lora
+    from paw.io.atomic import atomic_dir, check_output
+    from paw.io.lm import load_lm, write_adapter_into
+    from paw.io.manifest import write_manifest
+    from paw.io.mcdata import read_items
+    from paw.io.tracking import make_tracker
+
+    check_output(output, overwrite=overwrite)
+    items = read_items(data, format=format, limit=limit)
+    eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
+    lm, tokenizer = load_lm(model, device=resolve_device(device), dtype=dtype)
+    settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
+                    lr=lr, seed=seed)
+    inputs = _inputs(model=model, data=data, eval_data=eval_data)
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        tracker = make_tracker(track, tmp / "tracking", {"name": output.name, **settings,
+                                                         **{k: v["path"] for k, v in inputs.items()}})
+        try:
+            peft_model, metrics = train_lora(lm, tokenizer, items, **settings, eval_items=eval_items, tracker=tracker)
+        finally:
+            tracker.finish()
+        write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
+        write_manifest(tmp, "paw_train_lora.json", command=command_line(), inputs=inputs, settings=settings)
+    _print_training(metrics)
+    typer.echo(f"adapter: {output}" + (f"  (tracking: {output / 'tracking'})" if track != "none" else ""))
+
+
+def _inputs(**paths) -> dict:
+    from paw.io.manifest import describe_input
+
+    return {name: describe_input(path) for name, path in paths.items() if path is not None}
+
+
+def _print_metrics(metrics: dict, prefix: str = "") -> None:
+    m = {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
+    typer.echo(f"accuracy       {m['accuracy']:.4f} ± {m['stderr']:.4f}   (n={m['n']})")
+    typer.echo(f"accuracy_norm  {m['accuracy_norm']:.4f} ± {m['stderr_norm']:.4f}")
+    typer.echo(f"loss           {m['loss']:.4f}   perplexity {m['perplexity']:.2f}   ({m['n_tokens']} answer tokens)")
+
+
+def _print_training(metrics: dict) -> None:
+    typer.echo(f"train loss     {metrics['train_loss_start']:.4f} -> {metrics['train_loss_end']:.4f} "
+               f"over {metrics['steps']} steps ({metrics['trainable_parameters']:,} trainable parameters)")
+    if "test/accuracy" in metrics:
+        typer.echo(f"test accuracy  {metrics['base/accuracy']:.4f} -> {metrics['test/accuracy']:.4f}")
+        _print_metrics(metrics, prefix="test/")

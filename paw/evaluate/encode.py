@@ -1,0 +1,120 @@
+"""Turn (context, continuation) text pairs into token ids and padded batches.
+
+Shared by evaluation (score every choice) and LoRA training (learn the right one), so that the
+tokens a model is trained on are exactly the tokens it is scored on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paw.errors import PawError
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """``ids`` of context + continuation; the last ``n_cont`` of them are the continuation."""
+
+    ids: tuple[int, ...]
+    n_cont: int
+
+
+def _prefix(tokenizer) -> list[int]:
+    """BOS when the tokenizer has one (Llama, Gemma, the zoo), else EOS as a start-of-text marker (GPT-2,
+    Qwen): every continuation then has a token to be predicted from, even after an empty context."""
+    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return [int(token_id)]
+    return []
+
+
+def encode_pair(tokenizer, context: str, continuation: str, *, max_length: int | None = None) -> Encoded:
+    """Tokenise ``context + continuation`` and find where the continuation starts.
+
+    The lm-evaluation-harness recipe: trailing spaces move from the context to the continuation
+    (``"Answer: " + "4"`` is scored as ``"Answer:" + " 4"``), the whole text is tokenised once, and
+    the continuation is what follows the context's own tokens. Tokenising the whole keeps the
+    merges a tokenizer would make across the boundary; when the context's tokens are not a prefix
+    of the whole, the two halves are tokenised apart. Over-long sequences lose tokens on the left.
+
+    >>> enc = encode_pair(tok, "2 + 2 =", " 4")  # doctest: +SKIP
+    >>> tok.decode(enc.ids[-enc.n_cont:])  # doctest: +SKIP
+    ' 4'
+    """
+    stripped = context.rstrip(" ")
+    continuation = context[len(stripped):] + continuation
+    if not continuation:
+        raise PawError(f"empty answer choice after context {context[-40:]!r}")
+    prefix = _prefix(tokenizer)
+    ctx = tokenizer.encode(stripped, add_special_tokens=False) if stripped else []
+    whole = tokenizer.encode(stripped + continuation, add_special_tokens=False)
+    if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
+        cont = whole[len(ctx):]
+    else:
+        cont = tokenizer.encode(continuation, add_special_tokens=False)
+    if not cont:
+        raise PawError(f"answer choice {continuation!r} encodes to no tokens")
+    ids = prefix + ctx + cont
+    if not prefix and not ctx:
+        raise PawError("the tokenizer has neither BOS nor EOS and the context is empty: nothing to score from")
+    if max_length is not None and len(ids) > max_length:
+        ids = ids[-max_length:]
+    return Encoded(tuple(int(i) for i in ids), min(len(cont), len(ids) - 1))
+
+
+@dataclass
+class Batch:
+    """Padded model inputs (B, T) for sequences ``ids[:-1]`` predicting ``ids[1:]``.
+
+    ``target_mask`` (B, T) is True where the target token belongs to the continuation.
+    """
+
+    input_ids: object
+    attention_mask: object
+    position_ids: object
+    targets: object
+    target_mask: object
+
+
+def make_batch(encoded: Sequence[Encoded], *, pad_id: int, padding_side: str = "right") -> Batch:
+    """Pad a list of encodings on ``padding_side`` into one batch (tensors on CPU).
+
+    Positions count real tokens only (``cumsum(mask) - 1``), so a left-padded row sees the same
+    position ids as the unpadded sequence: results agree for both padding sides.
+    """
+    import torch
+
+    if padding_side not in ("left", "right"):
+        raise PawError(f"padding side {padding_side!r}: expected 'left' or 'right'")
+    length = max(len(e.ids) for e in encoded) - 1
+    shape = (len(encoded), length)
+    input_ids = torch.full(shape, pad_id, dtype=torch.long)
+    targets = torch.full(shape, pad_id, dtype=torch.long)
+    mask = torch.zeros(shape, dtype=torch.long)
+    target_mask = torch.zeros(shape, dtype=torch.bool)
+    for row, enc in enumerate(encoded):
+        n = len(enc.ids) - 1
+        start = length - n if padding_side == "left" else 0
+        ids = torch.tensor(enc.ids, dtype=torch.long)
+        input_ids[row, start:start + n] = ids[:-1]
+        targets[row, start:start + n] = ids[1:]
+        mask[row, start:start + n] = 1
+        target_mask[row, start + n - enc.n_cont:start + n] = True
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return Batch(input_ids, mask, position_ids, targets, target_mask)
+
+
+def pad_id_of(tokenizer) -> int:
+    """The pad id, falling back to EOS, then 0 (padded positions are masked out anyway)."""
+    for token_id in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return int(token_id)
+    return 0
+
+
+def max_length_of(model) -> int | None:
+    """The longest sequence the model's position embeddings allow (``None`` when unknown)."""
+    config = getattr(model, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None

@@ -1,0 +1,155 @@
+"""Multiple-choice evaluation by log-likelihood (the lm-evaluation-harness way).
+
+Every choice ``j`` of an item is scored by ``LL_j = sum_t log p(c_t | context, c_<t)`` over its
+continuation tokens. Reported, over ``n`` items:
+
+- ``accuracy``: ``argmax_j LL_j`` is the answer;
+- ``accuracy_norm``: ``argmax_j LL_j / len(choice_j in characters)`` is the answer (lm-eval's
+  ``acc_norm``; characters, not tokens, so that two models with different tokenizers are
+  normalised alike);
+- ``stderr`` / ``stderr_norm``: ``sqrt(p (1 - p) / n)``, the binomial standard error;
+- ``loss``: mean negative log-likelihood per token of the *correct* continuations, pooled over all
+  their tokens (``sum NLL / sum tokens``), and ``perplexity = exp(loss)``, the test/loss and
+  test/perplexity of LoRA fine-tuning runs;
+- ``n`` items, ``n_tokens`` correct-answer tokens.
+
+The model runs under ``torch.no_grad`` in eval mode, sequences sorted by length and padded on the
+tokenizer's side with position ids that ignore padding (left and right padding agree).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.items import MCItem
+from paw.progress import track
+
+
+def continuation_logprobs(logits, targets, target_mask):
+    """Sum of target log-probabilities over masked positions, per row.
+
+    ``logits`` (B, T, V), ``targets`` (B, T) token ids, ``target_mask`` (B, T) bool ->
+    ``(sum_logprob (B,), n_tokens (B,))``. Computed in float32 whatever the model's dtype.
+    """
+    import torch
+
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    picked = torch.where(target_mask, picked, torch.zeros_like(picked))
+    return picked.sum(-1), target_mask.sum(-1)
+
+
+def forward_logits(model, batch, device):
+    """``(logits (B, K, V), skip)``: logits of the last K = T - skip positions, those holding targets.
+
+    With left padding every continuation sits at the end of its row, so only the longest
+    continuation's K positions go through the LM head (``logits_to_keep``), which saves memory
+    with 150k-token vocabularies; with right padding nearly all T positions do.
+    """
+    length = batch.target_mask.shape[1]
+    columns = batch.target_mask.any(0).nonzero()
+    skip = int(columns[0]) if len(columns) else 0
+    keep = length - skip
+    inputs = dict(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                  position_ids=batch.position_ids.to(device))
+    try:
+        logits = model(**inputs, logits_to_keep=keep).logits
+    except TypeError:  # models without logits_to_keep
+        logits = model(**inputs).logits
+    if logits.shape[1] != keep:
+        logits = logits[:, -keep:]
+    return logits, skip
+
+
+def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int = 8, device=None,
+                  padding_side: str = "right", progress: bool = True) -> list[tuple[float, int]]:
+    """``(sum log p(continuation), n_tokens)`` for each encoding, in input order."""
+    import torch
+
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
+    starts = range(0, len(order), batch_size)
+    results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
+    batches = track(starts, "scoring choices", total=len(starts)) if progress else starts
+    with torch.no_grad():
+        for start in batches:
+            index = order[start:start + batch_size]
+            batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side)
+            logits, skip = forward_logits(model, batch, device)
+            sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
+                                                 batch.target_mask[:, skip:].to(device))
+            for i, s, c in zip(index, sums.tolist(), counts.tolist()):
+                results[i] = (float(s), int(c))
+    return results
+
+
+def model_device(model):
+    return next(model.parameters()).device
+
+
+def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
+             progress: bool = True, padding_side: str | None = None) -> dict:
+    """Score ``items`` with ``model``; returns the metrics in the module docstring.
+
+    >>> evaluate(model, tok, [MCItem("2 + 2 =", (" 3", " 4"), 1)])  # doctest: +SKIP
+    {'accuracy': 1.0, 'accuracy_norm': 1.0, 'stderr': 0.0, ..., 'n': 1}
+    """
+    from paw.errors import PawError
+
+    if not items:
+        raise PawError("no items to evaluate")
+    if device is not None:
+        model.to(device)
+    device = model_device(model)
+    side = padding_side or getattr(tokenizer, "padding_side", "right") or "right"
+    max_length = max_length_of(model)
+    encoded, owners = [], []
+    for k, item in enumerate(items):
+        if not 0 <= item.answer < len(item.choices):
+            raise PawError(f"item {item.id or k}: answer {item.answer} out of range for {len(item.choices)} choices")
+        for context, continuation in item.pairs():
+            encoded.append(encode_pair(tokenizer, context, continuation, max_length=max_length))
+            owners.append(k)
+    was_training = model.training
+    model.eval()
+    try:
+        scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
+                               device=device, padding_side=side, progress=progress)
+    finally:
+        model.train(was_training)
+    return summarize(items, scores)
+
+
+def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]]) -> dict:
+    """Metrics from per-choice ``(sum_logprob, n_tokens)`` laid out item by item, choice by choice."""
+    correct = correct_norm = tokens = 0
+    nll = 0.0
+    cursor = 0
+    for item in items:
+        pairs = item.pairs()
+        lls = [scores[cursor + j][0] for j in range(len(pairs))]
+        norms = [ll / max(len(cont), 1) for ll, (_, cont) in zip(lls, pairs)]
+        correct += _argmax(lls) == item.answer
+        correct_norm += _argmax(norms) == item.answer
+        nll -= scores[cursor + item.answer][0]
+        tokens += scores[cursor + item.answer][1]
+        cursor += len(pairs)
+    n = len(items)
+    acc, acc_norm = correct / n, correct_norm / n
+    loss = nll / max(tokens, 1)
+    return {
+        "accuracy": acc,
+        "accuracy_norm": acc_norm,
+        "stderr": math.sqrt(acc * (1 - acc) / n),
+        "stderr_norm": math.sqrt(acc_norm * (1 - acc_norm) / n),
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 700.0)),
+        "n": n,
+        "n_tokens": tokens,
+    }
+
+
+def _argmax(values: Sequence[float]) -> int:
+    """First index of the maximum (ties go to the earlier choice, deterministically)."""
+    return max(range(len(values)), key=lambda j: (values[j], -j))

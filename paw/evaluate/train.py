@@ -1,0 +1,145 @@
+"""Small LoRA fine-tuning on the correct answers of a multiple-choice set.
+
+A plain torch loop (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"):
+``W x + (alpha / r) B A x`` with ``A`` (r, in) random and ``B`` (out, r) zero at the start, so the
+adapted model starts exactly at the base. The loss is the mean cross-entropy over the *answer*
+tokens only (the context is masked with -100): the model learns to continue each question with its
+right choice, the same (context, continuation) tokens that :func:`paw.evaluate.mc.evaluate` scores.
+
+Reproducible: ``torch.manual_seed(seed)`` before the adapter is created and a seeded permutation
+per epoch for the data order, so two CPU runs with one seed give identical adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from paw.errors import PawError
+from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.items import MCItem
+from paw.progress import track
+
+
+def batches_in_order(n: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
+    """Deterministic data order: epochs of seeded permutations, cut into ``steps`` batches.
+
+    >>> batches_in_order(4, 3, 2, seed=0)  # doctest: +SKIP
+    [[2, 0, 1], [3, 1, 0]]
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    stream: list[int] = []
+    while len(stream) < steps * batch_size:
+        stream.extend(torch.randperm(n, generator=gen).tolist())
+    return [stream[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
+
+
+def answer_loss(logits, targets, target_mask):
+    """Mean cross-entropy over answer positions: ``logits`` (B, T, V), ``targets``/``target_mask`` (B, T)."""
+    import torch
+
+    labels = torch.where(target_mask, targets, torch.full_like(targets, -100))
+    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def _resolve_targets(target_modules: str | Sequence[str]) -> str | list[str]:
+    if isinstance(target_modules, str):
+        if target_modules == "all-linear":
+            return "all-linear"
+        names = [t.strip() for t in target_modules.split(",") if t.strip()]
+    else:
+        names = list(target_modules)
+    if not names:
+        raise PawError("target modules: give all-linear or a comma-separated list such as q_proj,v_proj")
+    return names
+
+
+def wrap_lora(model, *, rank: int, alpha: float, target_modules: str | Sequence[str], seed: int):
+    """``get_peft_model`` with a LoRA config; A initialised under ``torch.manual_seed(seed)``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    if rank < 1:
+        raise PawError(f"--rank {rank}: must be at least 1")
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=_resolve_targets(target_modules),
+                        lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+    torch.manual_seed(seed)
+    try:
+        return get_peft_model(model, config)
+    except ValueError as err:
+        raise PawError(f"cannot attach LoRA: {err}") from None
+
+
+def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alpha: float = 32,
+               target_modules: str | Sequence[str] = "all-linear", steps: int = 600, batch_size: int = 6,
+               lr: float = 1.5e-5, seed: int = 0, device=None, eval_items: Sequence[MCItem] | None = None,
+               tracker=None, progress: bool = True, log_every: int = 10):
+    """Fine-tune a LoRA on the right answers of ``items``; returns ``(peft_model, metrics)``.
+
+    ``metrics``: ``train_loss_start`` / ``train_loss_end`` (mean of the first / last ``log_every``
+    steps), ``train_losses`` (every step), ``trainable_parameters``, the settings, and with
+    ``eval_items`` the :func:`~paw.evaluate.mc.evaluate` figures before (``base/...``) and after
+    (``test/...``) training. ``tracker.log`` receives ``train/loss`` every ``log_every`` steps.
+    """
+    import torch
+
+    if not items:
+        raise PawError("no training items")
+    if steps < 1 or batch_size < 1:
+        raise PawError(f"steps ({steps}) and batch size ({batch_size}) must be at least 1")
+    if device is not None:
+        model.to(device)
+    metrics: dict = {"steps": steps, "batch_size": batch_size, "lr": lr, "rank": rank, "alpha": alpha,
+                     "seed": seed, "n_train": len(items)}
+    if eval_items:
+        metrics.update(_prefixed("base", _evaluate(model, tokenizer, eval_items, batch_size, progress)))
+    peft_model = wrap_lora(model, rank=rank, alpha=alpha, target_modules=target_modules, seed=seed)
+    device = next(peft_model.parameters()).device
+    max_length = max_length_of(model)
+    encoded = [_encode_answer(tokenizer, item, max_length) for item in items]
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    metrics["trainable_parameters"] = sum(p.numel() for p in params)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    pad_id = pad_id_of(tokenizer)
+    losses: list[float] = []
+    peft_model.train()
+    order = batches_in_order(len(encoded), batch_size, steps, seed)
+    steps_iter = track(range(steps), "training LoRA", total=steps) if progress else range(steps)
+    for step in steps_iter:
+        batch = make_batch([encoded[i] for i in order[step]], pad_id=pad_id, padding_side="right")
+        logits = peft_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                            position_ids=batch.position_ids.to(device)).logits
+        loss = answer_loss(logits, batch.targets.to(device), batch.target_mask.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if tracker is not None and ((step + 1) % log_every == 0 or step + 1 == steps):
+            tracker.log({"train/loss": sum(losses[-log_every:]) / len(losses[-log_every:])}, step=step + 1)
+    peft_model.eval()
+    window = max(1, min(log_every, steps))
+    metrics.update(train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window,
+                   train_losses=losses)
+    if eval_items:
+        after = _prefixed("test", _evaluate(peft_model, tokenizer, eval_items, batch_size, progress))
+        metrics.update(after)
+        if tracker is not None:
+            tracker.log({k: v for k, v in after.items() if isinstance(v, float)}, step=steps)
+    return peft_model, metrics
+
+
+def _encode_answer(tokenizer, item: MCItem, max_length: int | None) -> Encoded:
+    if not 0 <= item.answer < len(item.choices):
+        raise PawError(f"item {item.id!r}: answer {item.answer} out of range for {len(item.choices)} choices")
+    context, continuation = item.pairs()[item.answer]
+    return encode_pair(tokenizer, context, continuation, max_length=max_length)
+
+
+def _evaluate(model, tokenizer, items, batch_size, progress) -> dict:
+    from paw.evaluate.mc import evaluate
+
+    return evaluate(model, tokenizer, items, batch_size=max(batch_size, 8), progress=progress)
+
+
+def _prefixed(prefix: str, values: dict) -> dict:
+    return {f"{prefix}/{k}": v for k, v in values.items()}

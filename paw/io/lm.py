@@ -1,0 +1,103 @@
+"""Load a causal language model (+ tokenizer, + optional PEFT adapter) and save trained adapters.
+
+The one place where evaluation and training touch model folders; both commands and the demo go
+through here, so a missing folder, a folder without a tokenizer or an adapter for another model
+becomes one clear :class:`~paw.errors.PawError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from paw.errors import PawError
+from paw.io.hub import resolve_path
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None, dtype: str = "auto"):
+    """``(model, tokenizer)`` from a model folder or cached hub id, with ``adapter`` applied if given.
+
+    ``dtype='auto'`` keeps the checkpoint's dtype on GPU and uses float32 on CPU (bfloat16 matmuls
+    are slow there). The model is in eval mode on ``device`` (default CPU).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise PawError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    path = resolve_path(model, what="model")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    torch_dtype: Any = "auto" if device.type == "cuda" else torch.float32
+    if dtype != "auto":
+        torch_dtype = getattr(torch, dtype)
+    tokenizer_source = path
+    if not _has_tokenizer(path) and adapter is not None and _has_tokenizer(Path(adapter)):
+        tokenizer_source = Path(adapter)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    except (OSError, ValueError, TypeError) as err:
+        raise PawError(f"cannot load a tokenizer from the model folder ({_first_line(err)})", path=path) from None
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError) as err:
+        raise PawError(f"cannot load a causal language model ({_first_line(err)})", path=path) from None
+    if adapter is not None:
+        lm = _apply_adapter(lm, adapter)
+    return lm.to(device).eval(), tokenizer
+
+
+def _apply_adapter(lm, adapter: str | Path):
+    from peft import PeftModel
+
+    folder = resolve_path(adapter, what="adapter")
+    if not (folder / "adapter_config.json").is_file():
+        raise PawError("not a PEFT adapter folder (no adapter_config.json)", path=folder)
+    try:
+        return PeftModel.from_pretrained(lm, folder)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise PawError(f"cannot apply the adapter to this model ({_first_line(err)})", path=folder) from None
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json"))
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+def save_adapter(peft_model, output: str | Path, *, overwrite: bool = False, extra_files: dict[str, Any] | None = None,
+                 base: str | Path | None = None) -> Path:
+    """Write a PEFT adapter folder atomically (+ JSON side files such as ``metrics.json``)."""
+    from paw.io.atomic import atomic_dir
+
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        write_adapter_into(peft_model, tmp, extra_files=extra_files, base=base)
+    return Path(output)
+
+
+def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str, Any] | None = None,
+                       base: str | Path | None = None) -> None:
+    """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model."""
+    from paw.io.manifest import write_json
+
+    if base is not None:
+        for config in peft_model.peft_config.values():
+            config.base_model_name_or_path = str(base)
+    peft_model.save_pretrained(folder)
+    for name, data in (extra_files or {}).items():
+        write_json(Path(folder) / name, data)
+
+
+def write_results(path: str | Path, *, command: str, inputs: dict[str, Any], **fields: Any) -> Path:
+    """Write an evaluation's JSON (PAW version, command line, inputs, ``fields``) atomically."""
+    from paw import __version__
+    from paw.io.atomic import atomic_file
+    from paw.io.manifest import dumps
+
+    with atomic_file(path, encoding="utf-8") as handle:
+        handle.write(dumps({"paw_version": __version__, "command": command, "inputs": inputs, **fields}))
+    return Path(path)

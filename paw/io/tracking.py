@@ -1,0 +1,129 @@
+"""Experiment tracking: ``none``, a metrics CSV, or swanlab in offline mode.
+
+>>> tracker = make_tracker("csv", "runs/lora", {"rank": 16})  # doctest: +SKIP
+>>> tracker.log({"train/loss": 2.31}, step=10)  # doctest: +SKIP
+>>> tracker.finish()  # doctest: +SKIP
+
+Every tracker writes under ``run_dir`` only. ``swanlab`` runs with ``mode="offline"`` and
+``log_dir=run_dir/swanlog``: nothing leaves the machine; ``swanlab sync <run folder>`` uploads it
+later if the user wants. Which tracker a command uses is the ``--track`` option.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from paw.errors import PawError
+from paw.io.manifest import write_json
+
+
+class Tracker(Protocol):
+    """What commands call: ``log`` scalar metrics at a step, ``finish`` once at the end."""
+
+    run_dir: Path | None
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class NullTracker:
+    """``--track none``: keeps nothing."""
+
+    run_dir = None
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class CsvTracker:
+    """``--track csv``: ``run_dir/metrics.csv`` in long form (``step,metric,value``) + ``config.json``.
+
+    Long form because metrics come and go (train loss every few steps, test accuracy once);
+    ``pandas.read_csv(...).pivot(index="step", columns="metric", values="value")`` gives the wide table.
+    """
+
+    def __init__(self, run_dir: str | Path, config: Mapping[str, Any]):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.run_dir / "config.json", dict(config))
+        self.path = self.run_dir / "metrics.csv"
+        self._file = self.path.open("w", newline="", encoding="utf-8")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(["step", "metric", "value"])
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for name, value in metrics.items():
+            if _is_scalar(value):
+                self._writer.writerow([step, name, repr(float(value))])
+        self._file.flush()
+
+    def finish(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+            _say(f"metrics CSV: {self.path}")
+
+
+class SwanlabTracker:
+    """``--track swanlab``: a swanlab run in offline mode under ``run_dir/swanlog``."""
+
+    def __init__(self, run_dir: str | Path, config: Mapping[str, Any]):
+        try:
+            import swanlab
+        except ImportError:
+            raise PawError("--track swanlab needs the swanlab package (pip install swanlab)") from None
+        self.run_dir = Path(run_dir)
+        log_dir = self.run_dir / "swanlog"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        config = dict(config)
+        self._run = swanlab.init(mode="offline", log_dir=str(log_dir), project=str(config.get("project", "paw")),
+                                 name=str(config.get("name", self.run_dir.name)), config=_plain(config),
+                                 reinit=True)
+        self.log_dir = log_dir
+        _say(f"swanlab offline logs: {log_dir} (nothing is uploaded; `swanlab sync` to publish)")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
+        if scalars:
+            self._run.log(scalars, step=step)
+
+    def finish(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+            _say(f"swanlab offline logs: {self.log_dir}")
+
+
+TRACKERS: dict[str, Callable[[Path, Mapping[str, Any]], Any]] = {
+    "none": lambda run_dir, config: NullTracker(),
+    "csv": CsvTracker,
+    "swanlab": SwanlabTracker,
+}
+
+
+def make_tracker(kind: str, run_dir: str | Path, config: Mapping[str, Any] | None = None) -> Tracker:
+    """The tracker named ``kind`` (``none``, ``csv``, ``swanlab``) writing under ``run_dir``."""
+    if kind not in TRACKERS:
+        raise PawError(f"--track {kind!r}: choose one of {', '.join(TRACKERS)}")
+    return TRACKERS[kind](Path(run_dir), dict(config or {}))
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Config values swanlab can store: scalars and strings as they are, anything else as text."""
+    return {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in config.items()}
+
+
+def _say(message: str) -> None:
+    print(f"[paw] {message}", file=sys.stderr, flush=True)
