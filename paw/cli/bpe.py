@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         Example: paw bpe train corpus.txt --vocab-size 8000 --output my --pattern llama3 --export-hf my-hf
         """
         from paw.bpe import resolve_pattern, train_tokenizer
+        from paw.errors import PawError
         from paw.io.atomic import check_output
         from paw.io.bpe_files import read_text_files
         from paw.progress import status, track
@@ -63,6 +64,8 @@ def register(app: typer.Typer) -> None:
         if export_hf is not None:
             check_output(export_hf, overwrite=overwrite)
         texts = read_text_files(files)
+        if not any(texts):
+            raise PawError("the corpus is empty (no text to learn from)")
         status(f"counting pre-tokens in {sum(len(t) for t in texts):,} characters")
         bpe = train_tokenizer(texts, vocab_size, pattern=regex, special_tokens=special_tokens,
                               min_frequency=min_frequency, processes=processes or None,
