@@ -109,6 +109,7 @@ def grow_rows(weight, rows: dict[int, object], total: int):
         raise ValueError(f"cannot shrink {weight.shape[0]} rows to {total}")
     out = torch.zeros((total, weight.shape[1]), dtype=weight.dtype, device=weight.device)
     out[: weight.shape[0]] = weight
-    for i, row in rows.items():
-        out[i] = row
+    if rows:
+        ids = torch.tensor(list(rows), dtype=torch.long, device=weight.device)
+        out[ids] = torch.stack([torch.as_tensor(r) for r in rows.values()]).to(weight.device, weight.dtype)
     return out
