@@ -53,8 +53,9 @@ def omp_affine(X, A, *, k: int):
     """Sparse affine codes: each row of ``X`` (B, d) ≈ ``w @ A[idx]`` with ``sum(w) = 1``, ``len(idx) = k``.
 
     Atoms are chosen greedily by orthogonal matching pursuit (Pati, Rezaiifar & Krishnaprasad 1993):
-    at each step the anchor most correlated with the residual joins, and the weights are re-solved
-    by least squares under the affine constraint (KKT system, k+1 unknowns). Returns ``idx`` (B, k)
+    at each step the anchor most correlated with the least-squares residual joins; the final weights
+    are solved by least squares under the affine constraint (KKT system, k+1 unknowns), so that a
+    mapping row stays a weighted average. Returns ``idx`` (B, k)
     long and ``w`` (B, k) float32.
     """
     import torch
@@ -63,18 +64,24 @@ def omp_affine(X, A, *, k: int):
     An = A / A.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (Na, d) unit rows for selection
     idx = torch.empty(B, 0, dtype=torch.long, device=X.device)
     resid = X.clone()
-    w = None
-    for step in range(1, k + 1):
+    for _ in range(k):  # plain OMP picks the atoms: residual of the unconstrained least squares fit
         corr = (resid @ An.T).abs()  # (B, Na)
         corr.scatter_(1, idx, -1.0)  # never pick an anchor twice
         idx = torch.cat([idx, corr.argmax(1, keepdim=True)], 1)
-        D = A[idx]  # (B, step, d)
-        G = D @ D.transpose(1, 2)  # (B, step, step)
-        kkt = torch.zeros(B, step + 1, step + 1, device=X.device)
-        kkt[:, :step, :step] = 2 * G + 1e-6 * torch.eye(step, device=X.device)
-        kkt[:, :step, step] = 1.0
-        kkt[:, step, :step] = 1.0
-        rhs = torch.cat([2 * (D @ X[:, :, None]).squeeze(2), torch.ones(B, 1, device=X.device)], 1)
-        w = torch.linalg.solve(kkt, rhs)[:, :step]  # (B, step)
-        resid = X - (w[:, None, :] @ D).squeeze(1)
-    return idx, w
+        D = A[idx]  # (B, j, d)
+        coef = torch.linalg.lstsq(D.transpose(1, 2), X[:, :, None]).solution  # (B, j, 1)
+        resid = X - (D.transpose(1, 2) @ coef).squeeze(2)
+    return idx, _affine_weights(X, A[idx])
+
+
+def _affine_weights(X, D):
+    """argmin ||w @ D - x|| subject to sum(w) = 1, per row: KKT system [[2G, 1], [1ᵀ, 0]]."""
+    import torch
+
+    B, k, _ = D.shape
+    kkt = torch.zeros(B, k + 1, k + 1, device=X.device, dtype=X.dtype)
+    kkt[:, :k, :k] = 2 * (D @ D.transpose(1, 2)) + 1e-6 * torch.eye(k, device=X.device, dtype=X.dtype)
+    kkt[:, :k, k] = 1.0
+    kkt[:, k, :k] = 1.0
+    rhs = torch.cat([2 * (D @ X[:, :, None]).squeeze(2), torch.ones(B, 1, device=X.device, dtype=X.dtype)], 1)
+    return torch.linalg.solve(kkt, rhs)[:, :k]
