@@ -126,8 +126,6 @@ def register(app: typer.Typer) -> None:
 
 def _with_config(ctx: typer.Context, given: dict, config: Path | None) -> dict:
     """Flags typed on the command line win; the config fills the rest; defaults fill what is left."""
-    from click.core import ParameterSource
-
     values = {k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)
               for k, v in given.items()}
     for key in ("models", "l2_norms", "weights"):
@@ -139,7 +137,7 @@ def _with_config(ctx: typer.Context, given: dict, config: Path | None) -> dict:
 
     from_file = options_from_mapping(_read_yaml(config), source=str(config))
     for key, value in from_file.items():
-        if ctx.get_parameter_source(key) != ParameterSource.COMMANDLINE:
+        if getattr(ctx.get_parameter_source(key), "name", None) != "COMMANDLINE":
             values[key] = value
     return values
 

@@ -106,11 +106,11 @@ def sparsify_magnitude(delta, *, density: float):
     """TIES "trim": keep the ``density`` fraction of entries with the largest |Δ|, zero the rest.
 
     Yadav et al. 2023, "TIES-Merging: Resolving Interference When Merging Models" (NeurIPS).
-    ``k = int(density * numel)`` entries survive, per tensor. Shape in = shape out.
+    ``k = max(1, int(density * numel))`` entries survive, per tensor. Shape in = shape out.
     """
     if density >= 1.0:
         return delta
-    return delta * top_k_mask(delta.abs(), int(density * delta.numel()))
+    return delta * top_k_mask(delta.abs(), max(1, int(density * delta.numel())))
 
 
 def sparsify_random(delta, *, drop_rate: float, generator):
@@ -176,7 +176,7 @@ def sign_consensus_mean(weighted, weights):
     w = w.reshape(-1, *([1] * (weighted.ndim - 1)))
     total = (weighted * agree).sum(dim=0)
     divisor = (w * agree).sum(dim=0)
-    divisor = torch.where(divisor.abs() < 1e-8, torch.ones_like(divisor), divisor)
+    divisor = torch.where(divisor == 0, torch.ones_like(divisor), divisor)
     return total / divisor
 
 

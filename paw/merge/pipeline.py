@@ -160,7 +160,12 @@ def manifest(job: MergeJob, command: str) -> dict[str, Any]:
 def execute(job: MergeJob, *, command: str = "") -> Path:
     """Stream the merge into ``options.output`` (atomic: nothing is left behind on failure)."""
     opts = job.options
-    return write_checkpoint(opts.output, merged_tensors(job), copy_from=job.reference.path,
+    config = None
+    if opts.dtype != "auto" and job.reference.config is not None:  # say the new dtype to from_pretrained
+        config = {**job.reference.config, "dtype": opts.dtype}
+        if "torch_dtype" in config:
+            config["torch_dtype"] = opts.dtype
+    return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
                             max_shard_size=opts.max_shard_size, overwrite=opts.overwrite,
                             extra_files={MANIFEST: manifest(job, command)})
 

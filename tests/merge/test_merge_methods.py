@@ -1,0 +1,115 @@
+"""The merge functions on hand-sized tensors, against hand-computed values and the numpy references."""
+
+from __future__ import annotations
+
+import merge_reference as ref
+import numpy as np
+import pytest
+import torch
+
+from paw.errors import PawError
+from paw.merge.methods import (
+    METHODS,
+    get_method,
+    sign_consensus_mean,
+    sparsify_outliers,
+    sparsify_random,
+    tensor_seed,
+    top_k_mask,
+)
+
+
+def test_registry_holds_the_six_methods_in_order():
+    assert list(METHODS) == ["task-arithmetic", "ties", "dare-linear", "dare-ties", "breadcrumbs", "linear"]
+    # TIES and DARE are parameter sets of one function, not separate implementations
+    assert METHODS["ties"].fn is METHODS["dare-ties"].fn is METHODS["task-arithmetic"].fn
+    assert METHODS["ties"].fixed == {"sparsify": "magnitude", "consensus": True}
+    assert METHODS["dare-linear"].fixed == {"sparsify": "random"}
+    assert not METHODS["linear"].needs_base
+
+
+def test_unknown_method_lists_valid_names():
+    with pytest.raises(PawError, match="choose one of: task-arithmetic, ties"):
+        get_method("slerp")
+
+
+def test_top_k_mask_keeps_exactly_k_and_breaks_ties_by_index():
+    x = torch.tensor([0.1, 0.5, 0.3, 0.5, 0.5, 0.2])
+    assert top_k_mask(x, 2).tolist() == [False, True, False, True, False, False]
+    assert top_k_mask(x, 4).tolist() == [False, True, True, True, True, False]
+    assert top_k_mask(x, 0).sum() == 0 and top_k_mask(x, 9).all()
+
+
+def test_top_k_mask_matches_stable_sort_on_many_ties():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 7, (40, 30), generator=gen).float()  # 7 distinct values: ties everywhere
+    for k in (1, 100, 599, 1199):
+        expected = ref.rank_mask(x.numpy(), 0, k)
+        assert np.array_equal(top_k_mask(x, k).numpy(), expected)
+
+
+def test_ties_hand_example_from_the_module_docstring():
+    # one entry, three models: elected sign +, agreeing {0.3, 0.2}, equal weights -> mean 0.25
+    w = [1 / 3] * 3
+    weighted = torch.tensor([[0.3], [-0.1], [0.2]], dtype=torch.float64) * (1 / 3)
+    assert sign_consensus_mean(weighted, w).item() == pytest.approx(0.25)
+    merged = get_method("ties")(None, [torch.tensor([0.3]), torch.tensor([-0.1]), torch.tensor([0.2])], w,
+                                density=1.0)
+    assert merged.item() == pytest.approx(0.25)
+    ta = get_method("task-arithmetic")(None, [torch.tensor([0.3]), torch.tensor([-0.1]), torch.tensor([0.2])], w)
+    assert ta.item() == pytest.approx(0.4 / 3)
+
+
+def test_ties_weighted_mean_and_zero_sign_elects_plus():
+    # weights 0.75/0.25: sum of weighted is 0.75*0.4 - 0.25*1.2 = 0 -> elected +, only model 0 agrees
+    d = [torch.tensor([0.4], dtype=torch.float64), torch.tensor([-1.2], dtype=torch.float64)]
+    merged = get_method("ties")(None, d, [0.75, 0.25], density=1.0)
+    assert merged.item() == pytest.approx(0.4)
+
+
+def test_ties_matches_reference_on_random_tensors():
+    gen = torch.Generator().manual_seed(1)
+    deltas = [torch.randn(17, 9, generator=gen) for _ in range(3)]
+    w = [0.5, 0.3, 0.2]
+    got = get_method("ties")(None, deltas, w, density=0.3).double().numpy()
+    want = ref.ties([d.numpy() for d in deltas], w, 0.3)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_breadcrumbs_drops_outliers_and_the_tail():
+    d = torch.arange(1, 101, dtype=torch.float32)  # magnitudes 1..100
+    kept = sparsify_outliers(d, density=0.2, gamma=0.05)
+    # drop the 5 largest (96..100), keep the next 20 (76..95)
+    assert torch.nonzero(kept).reshape(-1).tolist() == list(range(75, 95))
+    got = get_method("breadcrumbs")(None, [d, -d], [0.7, 0.3], density=0.2, gamma=0.05).double().numpy()
+    np.testing.assert_allclose(got, ref.breadcrumbs([d.numpy(), -d.numpy()], [0.7, 0.3], 0.2, 0.05), rtol=1e-6)
+
+
+def test_dare_drops_at_the_rate_rescales_and_is_seeded():
+    d = torch.ones(200_000)
+    a = sparsify_random(d, drop_rate=0.9, generator=torch.Generator().manual_seed(5))
+    b = sparsify_random(d, drop_rate=0.9, generator=torch.Generator().manual_seed(5))
+    c = sparsify_random(d, drop_rate=0.9, generator=torch.Generator().manual_seed(6))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    kept = a != 0
+    assert abs(kept.float().mean().item() - 0.1) < 0.005
+    assert torch.allclose(a[kept], torch.full_like(a[kept], 10.0))  # 1 / (1 - 0.9)
+    assert abs(a.mean().item() - 1.0) < 0.05  # expectation preserved
+
+
+def test_tensor_seed_is_stable_and_distinct():
+    assert tensor_seed(0, "lm_head.weight", 1) == tensor_seed(0, "lm_head.weight", 1)
+    seeds = {tensor_seed(s, n, i) for s in (0, 1) for n in ("a", "b") for i in (0, 1)}
+    assert len(seeds) == 8
+    # a fixed value: BLAKE2b, not Python's per-process hash()
+    assert tensor_seed(0, "x", 0) == 731594208413708128
+
+
+def test_linear_is_the_weighted_average_of_full_models():
+    gen = torch.Generator().manual_seed(2)
+    models = [torch.randn(5, 4, generator=gen) for _ in range(3)]
+    reference_model = models[0]
+    deltas = [m - reference_model for m in models]
+    merged = reference_model + get_method("linear")(reference_model, deltas, [2.0, 1.0, 1.0])
+    np.testing.assert_allclose(merged.numpy(), ref.soup([m.numpy() for m in models], [2, 1, 1]),
+                               rtol=1e-5, atol=1e-6)
