@@ -12,7 +12,6 @@ sums over tensors run in name order afterwards, so the results equal a one-devic
 
 from __future__ import annotations
 
-import contextlib
 import math
 import queue
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from paw.io.stream import align, iter_aligned
 from paw.progress import track
 from paw.taskvec.groups import aggregate, module_group
 from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
+from paw.taskvec.threads import single_threaded_cpu
 
 LM_HEAD = "lm_head.weight"
 
@@ -58,7 +58,8 @@ class TaskVectorResults:
         return sum(s.numel for s in self.stats[0]) if self.stats else 0
 
     def groups(self, i: int) -> dict[str, dict]:
-        return aggregate((name, s.numel, s.sumsq, s.l1) for name, s in zip(self.names, self.stats[i]))
+        rows = zip(self.names, self.stats[i], strict=True)
+        return aggregate((name, s.numel, s.sumsq, s.l1) for name, s in rows)
 
     def cosines(self) -> list[list[float]]:
         """N x N cosine similarity of the flattened task vectors (NaN next to an all-zero Δ)."""
@@ -112,7 +113,7 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
     k = len(models)
     stats: list[list[DeltaStats]] = [[] for _ in range(k)]
     gram = [[0.0] * k for _ in range(k)]
-    with _cpu_single_threaded(targets):
+    with single_threaded_cpu(targets):
         results = _run(names, work, targets)
         for result in track(results, f"{description} ({k} model{'s' if k > 1 else ''})", total=len(names)):
             for i in range(k):
@@ -214,24 +215,3 @@ def _run(names: Sequence[str], work: Callable, devices: Sequence) -> Iterator[Te
                 pending.append(pool.submit(job, names[i + window]))
             pending[i] = None
             yield result
-
-
-@contextlib.contextmanager
-def _cpu_single_threaded(devices: Sequence):
-    """Run CPU arithmetic on one intra-op thread while inside the block.
-
-    Chunks are cache-sized, so torch's intra-op threads would mostly synchronise; on a shared
-    machine a busy core makes every parallel op wait for it (measured: 100x slower). Several CPU
-    entries in ``devices`` give parallelism across tensors instead.
-    """
-    import torch
-
-    if not any(d.type == "cpu" for d in devices):
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -118,7 +118,7 @@ class RadixSelect:
             raise ValueError(f"first pass saw {int(cum[-1])} elements, expected {self.n}")
         buckets = np.searchsorted(cum, np.asarray(self.ranks), side="right")
         self._groups = sorted({int(b) for b in buckets})
-        for rank, bucket in zip(self.ranks, buckets):
+        for rank, bucket in zip(self.ranks, buckets, strict=True):
             below = int(cum[bucket - 1]) if bucket > 0 else 0
             self._where[rank] = (self._groups.index(int(bucket)), rank - below)
         # slot 0 collects every key outside the wanted buckets; group g lives in slot g + 1
@@ -150,7 +150,7 @@ class RadixSelect:
             group, inside = self._where[rank]
             low_bits = int(np.searchsorted(low[group], inside, side="right"))
             keys.append(((self._groups[group] - _HI_BUCKETS // 2) << 16) | low_bits)
-        return dict(zip(self.ranks, keys_to_floats(keys)))
+        return dict(zip(self.ranks, keys_to_floats(keys), strict=True))
 
 
 def quantiles_from_order_stats(n: int, values: dict[int, float],
@@ -180,14 +180,17 @@ def exact_quantiles(x, percents: Sequence[float] = QUANTILES, *, chunk_size: int
         raise ValueError("quantiles of an empty tensor")
     if bool(torch.isnan(flat).any()):
         return [math.nan] * len(percents)
+    from paw.taskvec.threads import single_threaded_cpu
+
     chunks = flat.split(chunk_size or (1 << 24 if flat.device.type == "cuda" else 1 << 18))
     sel = RadixSelect(n, wanted_ranks(n, percents), device=flat.device)
-    for c in chunks:
-        sel.first_pass(c)
-    sel.plan()
-    for c in chunks:
-        sel.second_pass(c)
-    return quantiles_from_order_stats(n, sel.values(), percents)
+    with single_threaded_cpu([flat.device]):
+        for c in chunks:
+            sel.first_pass(c)
+        sel.plan()
+        for c in chunks:
+            sel.second_pass(c)
+        return quantiles_from_order_stats(n, sel.values(), percents)
 
 
 def _torch():

@@ -35,11 +35,11 @@ COSINES_FILE = "pairwise_cosines.csv"
 def param_rows(results: TaskVectorResults, i: int) -> list[dict]:
     """One dict per considered tensor of model ``i``, keyed by :data:`PER_PARAM_COLUMNS`."""
     rows = []
-    for name, shape, s in zip(results.names, results.shapes, results.stats[i]):
+    for name, shape, s in zip(results.names, results.shapes, results.stats[i], strict=True):
         row = {"param": name, "shape": "x".join(map(str, shape)) or "scalar", "numel": s.numel,
                "l2": s.l2, "l1": s.l1, "maxabs": s.maxabs, "mean": s.mean, "std": s.std,
                "skew": s.skew, "kurtosis_excess": s.kurtosis_excess}
-        row.update(zip(QUANTILE_COLUMNS, s.quantiles))
+        row.update(zip(QUANTILE_COLUMNS, s.quantiles, strict=True))
         rows.append(row)
     return rows
 
@@ -103,7 +103,7 @@ def _bars(ax, labels: Sequence[str], values: Sequence[float], xlabel: str, color
         ax.set_yscale("log")
     ax.grid(axis="y", alpha=0.3)
     if annotate:
-        for bar, value in zip(bars, values):
+        for bar, value in zip(bars, values, strict=True):
             text = f"{value:.3g}" if value > 0 else "0"
             y = bar.get_height() if value > 0 else (min(positive) if log and positive else 0)
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom",
@@ -145,6 +145,6 @@ def write_report(outdir: str | Path, results: TaskVectorResults, *, top_k: int =
         written.append(outdir / name)
     cos = results.cosines()
     written.append(write_csv(outdir / COSINES_FILE,
-                             [[name, *row] for name, row in zip(results.models, cos)],
+                             [[name, *row] for name, row in zip(results.models, cos, strict=True)],
                              ["model", *results.models]))
     return written

@@ -92,7 +92,7 @@ def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> Ten
         total_abs += a.sum(1)
         maxabs = torch.maximum(maxabs, a.amax(1))
         gram += d64 @ d64.T
-        for sel, d in zip(selects, ds):
+        for sel, d in zip(selects, ds, strict=True):
             sel.first_pass(d)
     mean = total / n
     check_nan = [not math.isfinite(v) for v in total.tolist()]
@@ -111,16 +111,16 @@ def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> Ten
         m2 += c2.sum(1)
         m3 += (c2 * c).sum(1)
         m4 += (c2 * c2).sum(1)
-        for i, (sel, d) in enumerate(zip(selects, ds)):
+        for i, (sel, d) in enumerate(zip(selects, ds, strict=True)):
             sel.second_pass(d)
             if check_nan[i] and not has_nan[i]:
                 has_nan[i] = bool(torch.isnan(d).any())
 
     gram_list = gram.tolist()
     stats = []
-    for i, (s, s_abs, mx, mu, c2_, c3_, c4_) in enumerate(zip(
+    for i, (_s, s_abs, mx, mu, c2_, c3_, c4_) in enumerate(zip(
             total.tolist(), total_abs.tolist(), maxabs.tolist(), mean.tolist(),
-            m2.tolist(), m3.tolist(), m4.tolist())):
+            m2.tolist(), m3.tolist(), m4.tolist(), strict=True)):
         if has_nan[i]:
             quantiles = (math.nan,) * len(QUANTILES)
         else:
