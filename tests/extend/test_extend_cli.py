@@ -133,6 +133,8 @@ def test_from_tokenizer_adds_the_missing_vocabulary(cli, tiny_llama, tmp_path):
         text = new_tok.convert_tokens_to_string([token])
         if "\ufffd" not in text:
             assert new_tok.encode(text, add_special_tokens=False) == [new_vocab[token]], token
+    for line in zoo.sample_texts("multi"):  # and text still decodes to itself
+        assert new_tok.decode(new_tok.encode(line, add_special_tokens=False)) == line
 
 
 def test_from_paw_bpe_model_file(cli, tiny_llama, tmp_path):
@@ -166,3 +168,20 @@ def test_bad_inputs_are_one_line_errors(cli, tiny_llama, tmp_path):
         assert res.exit_code == 2, (args, res.stdout)
         assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
         assert not out.exists()
+
+
+def test_padded_model_reuses_spare_rows(cli, tiny_qwen, tmp_path):
+    first = tmp_path / "padded"
+    _extend(cli, tiny_qwen, first, "--tokens", "PAW", "--pad-to-multiple", "64")
+    model1, tok1 = load(first)
+    assert model1.config.vocab_size == 320 and len(tok1) < 320
+    res = _extend(cli, first, tmp_path / "again", "--tokens", " zebra", "--init", "mean")
+    assert "320 -> 320 rows" in res.stdout
+    model2, tok2 = load(tmp_path / "again")
+    zid = tok2.encode(" zebra", add_special_tokens=False)
+    assert len(zid) == 1 and len(tok1) <= zid[0] < 320
+    emb1, emb2 = model1.get_input_embeddings().weight, model2.get_input_embeddings().weight
+    trained = emb1[emb1.norm(dim=1) > 0]  # the zero padding rows of the first step are left out
+    torch.testing.assert_close(emb2[zid[0]], trained.mean(0))
+    ids = tok1.encode("the quick brown fox", add_special_tokens=False)
+    assert torch.equal(logits(model1, ids)[:, : len(tok1)], logits(model2, ids)[:, : len(tok1)])
