@@ -79,7 +79,7 @@ def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size:
             logits, skip = forward_logits(model, batch, device)
             sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
                                                  batch.target_mask[:, skip:].to(device))
-            for i, s, c in zip(index, sums.tolist(), counts.tolist()):
+            for i, s, c in zip(index, sums.tolist(), counts.tolist(), strict=True):
                 results[i] = (float(s), int(c))
     return results
 
@@ -129,7 +129,7 @@ def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]]) -> d
     for item in items:
         pairs = item.pairs()
         lls = [scores[cursor + j][0] for j in range(len(pairs))]
-        norms = [ll / max(len(cont), 1) for ll, (_, cont) in zip(lls, pairs)]
+        norms = [ll / max(len(cont), 1) for ll, (_, cont) in zip(lls, pairs, strict=True)]
         correct += _argmax(lls) == item.answer
         correct_norm += _argmax(norms) == item.answer
         nll -= scores[cursor + item.answer][0]

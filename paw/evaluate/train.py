@@ -13,6 +13,7 @@ per epoch for the data order, so two CPU runs with one seed give identical adapt
 from __future__ import annotations
 
 from collections.abc import Sequence
+
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem

@@ -86,7 +86,7 @@ def strip_labels(options: list[str]) -> list[str]:
     n = len(options)
     if labels not in (list(_LETTERS[:n]), [str(i) for i in range(1, n + 1)]):
         return list(options)
-    return [o[m.end():] for o, m in zip(options, matches)]  # type: ignore[union-attr]
+    return [o[m.end():] for o, m in zip(options, matches, strict=True)]  # type: ignore[union-attr]
 
 
 def _continuations(choices: list[str]) -> tuple[str, ...]:
@@ -148,7 +148,7 @@ def _formatted_answer(record: Record, options: list[str]) -> int:
     """
     target = str(record.get("target", "")).strip()
     stripped = strip_labels(options)
-    labels = [o[: len(o) - len(s)].strip().rstrip(":.)").strip() for o, s in zip(options, stripped)]
+    labels = [o[: len(o) - len(s)].strip().rstrip(":.)").strip() for o, s in zip(options, stripped, strict=True)]
     if stripped != options and target in labels:
         return labels.index(target)
     if target in [o.strip() for o in options]:

@@ -1,0 +1,36 @@
+"""Fixtures for eval / train-lora tests: a tiny Llama whose tokenizer knows the synthetic fact tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run faster on one thread, above all on a loaded shared CPU; restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def colour_task():
+    from paw.evaluate.synthetic import fact_task
+
+    return fact_task("colour", n=16, seed=0)
+
+
+@pytest.fixture(scope="session")
+def fact_model(tmp_path_factory, colour_task) -> Path:
+    """A 2-layer Llama (hidden 64) whose 400-token BPE spells each fact name and colour as one token."""
+    from paw import zoo
+    from paw.evaluate.synthetic import tokenizer_corpus
+
+    texts = zoo.sample_texts("multi") + tokenizer_corpus(colour_task)
+    return zoo.tiny_model(tmp_path_factory.mktemp("evaluate") / "base", "llama", seed=0, vocab_size=400,
+                          texts=texts, hidden_size=64, num_layers=2)

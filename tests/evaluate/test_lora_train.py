@@ -1,0 +1,106 @@
+"""train_lora learns a synthetic fact task; runs are reproducible; the CLI writes a loadable PEFT folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paw.evaluate.train import batches_in_order, train_lora
+
+
+def load(folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
+def test_train_lora_learns_the_task(fact_model, colour_task):
+    model, tok = load(fact_model)
+    peft_model, metrics = train_lora(model, tok, colour_task, rank=8, alpha=16, steps=120, batch_size=8, lr=3e-3,
+                                     eval_items=colour_task, progress=False)
+    assert metrics["train_loss_end"] < 0.8 * metrics["train_loss_start"]
+    assert metrics["base/accuracy"] <= 0.5           # chance is 0.25
+    assert metrics["test/accuracy"] >= 0.9
+    assert metrics["test/loss"] < metrics["base/loss"]
+    assert len(metrics["train_losses"]) == 120
+    assert metrics["trainable_parameters"] == sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
+
+
+def test_train_lora_is_reproducible(fact_model, colour_task):
+    runs = []
+    for _ in range(2):
+        model, tok = load(fact_model)
+        peft_model, metrics = train_lora(model, tok, colour_task, rank=4, alpha=8, steps=6, batch_size=4, lr=1e-3,
+                                         seed=7, progress=False)
+        runs.append((metrics["train_losses"], {n: p.detach().clone() for n, p in peft_model.named_parameters()
+                                               if "lora_" in n}))
+    assert runs[0][0] == runs[1][0]
+    assert all((runs[0][1][n] == runs[1][1][n]).all() for n in runs[0][1])
+
+
+def test_data_order_is_seeded_epochs():
+    order = batches_in_order(5, 2, 5, seed=3)
+    flat = [i for batch in order for i in batch]
+    assert sorted(flat[:5]) == [0, 1, 2, 3, 4] and sorted(flat[5:10]) == [0, 1, 2, 3, 4]
+    assert order == batches_in_order(5, 2, 5, seed=3) != batches_in_order(5, 2, 5, seed=4)
+
+
+def test_target_modules_list(fact_model, colour_task):
+    model, tok = load(fact_model)
+    peft_model, _ = train_lora(model, tok, colour_task[:4], rank=2, target_modules="q_proj,v_proj", steps=1,
+                               batch_size=2, progress=False)
+    # names look like ...layers.0.self_attn.q_proj.lora_A.default.weight
+    wrapped = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in peft_model.named_parameters() if "lora_A" in n}
+    assert wrapped == {"q_proj", "v_proj"}
+
+
+def test_cli_train_lora_writes_peft_folder(cli, tmp_path, fact_model, colour_task):
+    from peft import PeftModel
+
+    data = tmp_path / "facts.jsonl"
+    data.write_text("".join(json.dumps({"question": i.question, "choices": [c.strip() for c in i.choices],
+                                        "answer": i.answer}) + "\n" for i in colour_task))
+    out = tmp_path / "lora"
+    result = cli("train-lora", "--model", fact_model, "--data", data, "--eval-data", data, "--output", out,
+                 "--rank", "4", "--alpha", "8", "--steps", "40", "--batch-size", "8", "--lr", "3e-3",
+                 "--track", "csv", "--device", "cpu")
+    assert result.exit_code == 0, result.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] == 40 and metrics["test/accuracy"] > metrics["base/accuracy"]
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 8 and config["base_model_name_or_path"] == str(fact_model)
+    assert (out / "tracking" / "metrics.csv").read_text().startswith("step,metric,value\n10,train/loss,")
+    assert json.loads((out / "paw_train_lora.json").read_text())["settings"]["rank"] == 4
+    model, tok = load(fact_model)
+    PeftModel.from_pretrained(model, out)  # loads unchanged in peft
+    # the trained adapter evaluates as trained
+    again = cli("eval", "--model", fact_model, "--adapter", out, "--data", data, "--output", tmp_path / "r.json")
+    assert again.exit_code == 0, again.stderr
+    evaluated = json.loads((tmp_path / "r.json").read_text())["metrics"]
+    assert evaluated["accuracy"] == pytest.approx(metrics["test/accuracy"])
+    assert evaluated["loss"] == pytest.approx(metrics["test/loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--rank", "0"], "--rank"),
+    (["--track", "wandb"], "--track 'wandb'"),
+    (["--target-modules", "nope_proj"], "cannot attach LoRA"),
+])
+def test_cli_train_lora_bad_input(cli, tmp_path, fact_model, args, fragment):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "q", "choices": ["a", "b"], "answer": 0}\n')
+    out = tmp_path / "out"
+    result = cli("train-lora", "--model", fact_model, "--data", data, "--output", out, "--steps", "1", *args)
+    assert result.exit_code == 2 and fragment in result.stderr
+    assert not out.exists()
+
+
+def test_cli_existing_output_refused(cli, tmp_path, fact_model):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "q", "choices": ["a", "b"], "answer": 0}\n')
+    (tmp_path / "out").mkdir()
+    result = cli("train-lora", "--model", fact_model, "--data", data, "--output", tmp_path / "out")
+    assert result.exit_code == 2 and "already exists" in result.stderr
+    missing = cli("eval", "--model", tmp_path / "no-model", "--data", data)
+    assert missing.exit_code == 2 and "no such file or folder" in missing.stderr

@@ -1,0 +1,48 @@
+"""Trackers: CSV content, swanlab offline run folder, unknown kinds."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from paw.errors import PawError
+from paw.io.tracking import make_tracker
+
+
+def test_csv_tracker(tmp_path):
+    tracker = make_tracker("csv", tmp_path / "run", {"rank": 4})
+    tracker.log({"train/loss": 2.5, "note": "text", "flag": True}, step=10)
+    tracker.log({"test/accuracy": 0.75}, step=20)
+    tracker.finish()
+    rows = list(csv.reader((tmp_path / "run" / "metrics.csv").open()))
+    assert rows == [["step", "metric", "value"], ["10", "train/loss", "2.5"], ["20", "test/accuracy", "0.75"]]
+    assert (tmp_path / "run" / "config.json").read_text().strip() == '{\n  "rank": 4\n}'
+
+
+def test_none_tracker_writes_nothing(tmp_path):
+    tracker = make_tracker("none", tmp_path / "run", {})
+    tracker.log({"a": 1.0}, step=1)
+    tracker.finish()
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_tracker():
+    with pytest.raises(PawError, match="choose one of none, csv, swanlab"):
+        make_tracker("wandb", "x", {})
+
+
+def test_swanlab_offline_run_directory(tmp_path, monkeypatch):
+    pytest.importorskip("swanlab")
+    monkeypatch.chdir(tmp_path)  # anything swanlab might write beside the run stays in tmp
+    tracker = make_tracker("swanlab", tmp_path / "run", {"name": "unit", "rank": 4})
+    for step in range(1, 4):
+        tracker.log({"train/loss": 1.0 / step}, step=step)
+    tracker.finish()
+    runs = list((tmp_path / "run" / "swanlog").glob("run-*"))
+    assert len(runs) == 1
+    assert any(p.suffix == ".swanlab" for p in runs[0].iterdir())
+    import yaml
+
+    config = yaml.safe_load((runs[0] / "files" / "config.yaml").read_text())
+    assert config["rank"]["value"] == 4 and config["name"]["value"] == "unit"
