@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Iterable, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Literal
 
 from paw.bpe.patterns import compile_pattern
@@ -29,18 +29,32 @@ _SHORT = 48  # pieces up to this many bytes use the simple O(n^2) scan, longer o
 
 
 def bpe_ranks(piece: bytes, ranks: dict[bytes, int]) -> list[int]:
-    """Rule 4 on one piece -> token ids: ``bpe_ranks(b"hello", cl100k) == [15339]``."""
+    """Rule 4 on one piece -> token ids: ``bpe_ranks(b"hello", cl100k) == [15339]``.
+
+    ``joins[i]`` is the rank of ``parts[i] + parts[i + 1]``; after a merge only the two joins
+    beside it change, and ``min``/``index`` scan the list in C (tiktoken's ``_byte_pair_merge``).
+    """
     if len(piece) > _SHORT:
         return _bpe_heap(piece, ranks)
-    parts = [piece[i:i + 1] for i in range(len(piece))]
-    while len(parts) > 1:
-        joins = [ranks.get(parts[i] + parts[i + 1]) for i in range(len(parts) - 1)]
-        best = min((r, i) for i, r in enumerate(joins) if r is not None) if any(r is not None for r in joins) else None
-        if best is None:
+    get = ranks.get
+    parts = list(map(_BYTES.__getitem__, piece))
+    joins = list(map(get, map(bytes.__add__, parts, parts[1:]), repeat(_NONE)))
+    while joins:
+        best = min(joins)
+        if best == _NONE:
             break
-        i = best[1]
+        i = joins.index(best)  # leftmost of the lowest rank
         parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        del joins[i]
+        if i < len(joins):
+            joins[i] = get(parts[i] + parts[i + 1], _NONE)
+        if i > 0:
+            joins[i - 1] = get(parts[i - 1] + parts[i], _NONE)
     return [ranks[p] for p in parts]
+
+
+_BYTES = [bytes([b]) for b in range(256)]
+_NONE = float("inf")  # "this join is not a token"
 
 
 def _bpe_heap(piece: bytes, ranks: dict[bytes, int]) -> list[int]:
