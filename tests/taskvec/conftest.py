@@ -56,3 +56,25 @@ def numpy_deltas():
         return {k: m[k].astype("float32") - b[k].astype("float32") for k in b if k in m}
 
     return load
+
+
+@pytest.fixture(scope="session")
+def np_reference():
+    """``np_reference(delta) -> {column: value}``: every per_param_stats column by numpy/scipy (float64)."""
+    import math
+
+    import numpy as np
+    import scipy.stats
+
+    from paw.taskvec.quantiles import QUANTILES
+
+    def ref(d) -> dict:
+        x = np.asarray(d, dtype=np.float64).ravel()
+        out = {"numel": x.size, "l2": math.sqrt(float(np.dot(x, x))), "l1": float(np.abs(x).sum()),
+               "maxabs": float(np.abs(x).max()), "mean": float(x.mean()), "std": float(x.std()),
+               "skew": float(scipy.stats.skew(x)), "kurtosis_excess": float(scipy.stats.kurtosis(x))}
+        out.update({f"q{q}": float(v) for q, v in zip(QUANTILES, np.quantile(x, np.array(QUANTILES) / 100),
+                                                       strict=True)})
+        return out
+
+    return ref
