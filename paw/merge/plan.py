@@ -56,8 +56,8 @@ def plan_merge(base: Checkpoint, models: Sequence[Checkpoint], *, vocab_policy: 
         name = vocab_problems[0]
         sizes = ", ".join(f"{m.name} {m.shape(name)[0]}" for m in models)
         raise PawError(f"vocabulary sizes differ in {', '.join(vocab_problems)} (base {base.name} "
-                       f"{base.shape(name)[0]} rows; {sizes}); align the tokenizers first (paw vocab "
-                       "commands), or pass --vocab-policy base to merge the shared rows and keep the base's "
+                       f"{base.shape(name)[0]} rows; {sizes}); put the models on one tokenizer first (paw align-vocab, "
+                       "paw transplant-tokenizer), or pass --vocab-policy base to merge the shared rows and keep the base's "
                        "rows for the others")
     if not alignment.names and not vocab_rows:
         raise PawError(f"no float tensor in common between the base {base.name} and the models")
