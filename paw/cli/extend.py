@@ -31,6 +31,9 @@ def register(app: typer.Typer) -> None:
         init: Init = typer.Option(Init.interpolate, "--init", help="How new rows start."),
         pad_to_multiple: int = typer.Option(0, "--pad-to-multiple", min=0,
                                             help="Pad the row count to a multiple of N (0: no padding)."),
+        max_intermediates: int = typer.Option(-1, "--max-intermediates",
+                                              help="A token whose merge chain needs more new intermediate "
+                                              "tokens than this is added as an added token instead (-1: no limit)."),
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
     ):
@@ -47,7 +50,8 @@ def register(app: typer.Typer) -> None:
         check_output(output, overwrite=overwrite)
         token_list = _collect_tokens(tokens, tokens_file, from_tokenizer)
         for line in run_extend(model, output, token_list, special=special, init=init.value,
-                               pad_to_multiple=pad_to_multiple, device=device, overwrite=overwrite):
+                               pad_to_multiple=pad_to_multiple, device=device, overwrite=overwrite,
+                               max_intermediates=None if max_intermediates < 0 else max_intermediates):
             typer.echo(line)
 
 
@@ -69,7 +73,8 @@ def _collect_tokens(tokens: list[str] | None, tokens_file: Path | None, from_tok
 
 
 def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False, init: str = "interpolate",
-               pad_to_multiple: int = 0, device: str = "cpu", overwrite: bool = False) -> list[str]:
+               pad_to_multiple: int = 0, device: str = "cpu", overwrite: bool = False,
+               max_intermediates: int | None = None) -> list[str]:
     """Read model and tokenizer, plan the new tokens, grow the tensors, write one folder; return report lines."""
     import tempfile
 
@@ -93,7 +98,7 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
     rows = ckpt.shape(keys[0])[0]
     if tok.size() > rows:
         raise PawError(f"tokenizer has {tok.size()} ids but {keys[0]} has only {rows} rows", path=model)
-    ext = extend_tokenizer_json(tok, tokens, special=special)
+    ext = extend_tokenizer_json(tok, tokens, special=special, max_intermediates=max_intermediates)
     if not ext.tokens:
         raise PawError(f"nothing to add: all {len(ext.present)} token(s) are already in the tokenizer"
                        + (f" ({len(ext.skipped)} not valid UTF-8 for added tokens)" if ext.skipped else ""))
@@ -142,7 +147,7 @@ def _report(ext, kind: str, keys, rows: int, total: int, init: str, output: Path
                      ("special", "special added tokens")):
         n = ext.count(how)
         if n:
-            reason = " (the pre-tokenizer splits them, so BPE could never produce them)" \
+            reason = " (the pre-tokenizer splits them, or --max-intermediates ruled their merge chain out)" \
                 if kind == "byte-bpe" and how == "added" else ""
             lines.append(f"added {n} token(s) as {why}{reason}")
     if kind != "byte-bpe" and not ext.count("special"):

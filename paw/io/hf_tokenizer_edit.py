@@ -188,9 +188,13 @@ def _dedupe(tokens: list[bytes | str]) -> list[bytes]:
     return out
 
 
-def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *,
-                          special: bool = False) -> TokenizerExtension:
-    """Add ``tokens`` to ``tok`` (see the module doc for which way); the input is not modified."""
+def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *, special: bool = False,
+                          max_intermediates: int | None = None) -> TokenizerExtension:
+    """Add ``tokens`` to ``tok`` (see the module doc for which way); the input is not modified.
+
+    ``max_intermediates``: a token whose merge chain would need more new intermediate tokens
+    than this becomes an added token instead (None: no limit).
+    """
     old = tok.backend()
     table = tok.byte_table()
     wanted = _dedupe(tokens)
@@ -212,7 +216,8 @@ def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *,
             else:
                 words.append(word)
                 by_word[word] = b
-        plan = plan_bpe_merges(words, tok.vocab(), tok.merges())
+        plan = plan_bpe_merges(words, tok.vocab(), tok.merges(), max_intermediates=max_intermediates)
+        as_added += [by_word[w] for w in plan.rejected]
         inter = set(plan.intermediates)
         vocab = doc["model"]["vocab"]
         for entry in plan.entries:

@@ -90,14 +90,17 @@ class BpePlan:
     entries: list[str] = field(default_factory=list)
     intermediates: list[str] = field(default_factory=list)
     already_produced: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
 
 
 def plan_bpe_merges(words: Sequence[str], vocab: Mapping[str, int] | set[str],
-                    merges: Sequence[tuple[str, str]]) -> BpePlan:
+                    merges: Sequence[tuple[str, str]], *, max_intermediates: int | None = None) -> BpePlan:
     """Plan merges so that BPE encoding of each word in ``words`` yields that single token.
 
     ``words`` are in the model's symbol alphabet (byte-level: ``'Ġhello'``). Words that the
-    current merges already produce are listed in ``already_produced`` and get nothing.
+    current merges already produce are listed in ``already_produced`` and get nothing. A word
+    that would need more than ``max_intermediates`` intermediate tokens is not planned at all
+    and listed in ``rejected`` (the caller can add it as an added token instead).
     """
     ranks = {pair: i for i, pair in enumerate(merges)}
     known = set(vocab)
@@ -111,19 +114,36 @@ def plan_bpe_merges(words: Sequence[str], vocab: Mapping[str, int] | set[str],
             else:
                 plan.already_produced.append(word)
             continue
-        made = []
-        while len(pieces) > 1:  # one merge per round; re-encode, since a new merge may fire twice
-            pair = (pieces[0], pieces[1])
-            ranks[pair] = len(ranks)
-            plan.merges.append(pair)
-            merged = pair[0] + pair[1]
-            if merged not in known:
-                known.add(merged)
-                plan.entries.append(merged)
-                made.append(merged)
-            pieces = bpe_pieces(word, ranks)
-        plan.intermediates += [m for m in made if m != word]
+        new_merges, made = _chain(word, pieces, ranks, known, len(merges) + len(plan.merges))
+        inter = [m for m in made if m != word]
+        if max_intermediates is not None and len(inter) > max_intermediates:
+            for pair in new_merges:  # roll back: this word is left to the caller
+                del ranks[pair]
+            known.difference_update(made)
+            plan.rejected.append(word)
+            continue
+        plan.merges += new_merges
+        plan.entries += made
+        plan.intermediates += inter
     return plan
+
+
+def _chain(word: str, pieces: list[str], ranks: dict, known: set, next_rank: int) -> tuple[list, list]:
+    """Add merges to ``ranks`` (from ``next_rank`` on) until ``word`` encodes to itself.
+
+    Returns (new merges, new vocabulary entries).
+    """
+    new_merges, made = [], []
+    while len(pieces) > 1:  # one merge per round; re-encode, since a new merge may fire twice
+        pair = (pieces[0], pieces[1])
+        ranks[pair] = next_rank + len(new_merges)
+        new_merges.append(pair)
+        merged = pair[0] + pair[1]
+        if merged not in known:
+            known.add(merged)
+            made.append(merged)
+        pieces = bpe_pieces(word, ranks)
+    return new_merges, made
 
 
 def find_vocab_tensors(names: Sequence[str]) -> tuple[str, str | None]:

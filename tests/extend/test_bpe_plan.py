@@ -57,3 +57,20 @@ def test_every_new_word_encodes_to_itself_and_untouched_text_keeps_its_pieces(ol
         pieces = bpe_pieces(t, ranks_new)
         if not new_entries.intersection(pieces):
             assert pieces == bpe_pieces(t, ranks_old)
+
+
+def test_max_intermediates_rejects_long_chains_and_rolls_back():
+    vocab = set("abcdefgh")
+    plan = plan_bpe_merges(["abcdefgh", "ab", "abc"], vocab, [], max_intermediates=1)
+    assert plan.rejected == ["abcdefgh"]  # would need 6 intermediates
+    assert plan.merges == [("a", "b"), ("ab", "c")] and plan.intermediates == []
+    assert bpe_pieces("abcdefgh", {p: i for i, p in enumerate(plan.merges)}) == ["abc", "d", "e", "f", "g", "h"]
+
+
+def test_duplicate_merges_do_not_collide_with_new_ranks():
+    merges = [("a", "b"), ("a", "b"), ("c", "d")]  # a hand-edited file with a duplicate
+    plan = plan_bpe_merges(["abcd"], {"a", "b", "c", "d", "ab", "cd"}, merges)
+    ranks = {}
+    for i, p in enumerate(merges + plan.merges):
+        ranks.setdefault(p, i)
+    assert bpe_pieces("abcd", ranks) == ["abcd"]

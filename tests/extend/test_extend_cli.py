@@ -185,3 +185,10 @@ def test_padded_model_reuses_spare_rows(cli, tiny_qwen, tmp_path):
     torch.testing.assert_close(emb2[zid[0]], trained.mean(0))
     ids = tok1.encode("the quick brown fox", add_special_tokens=False)
     assert torch.equal(logits(model1, ids)[:, : len(tok1)], logits(model2, ids)[:, : len(tok1)])
+
+
+def test_max_intermediates_falls_back_to_added_tokens(cli, tiny_llama, tmp_path):
+    res = _extend(cli, tiny_llama, tmp_path / "o", "--tokens", " photosynthesis", "--max-intermediates", "0")
+    assert "added 1 token(s) as added tokens" in res.stdout and "intermediate token(s) needed" not in res.stdout
+    _, tok = load(tmp_path / "o")
+    assert len(tok) == 301 and tok.encode(" photosynthesis", add_special_tokens=False) == [300]
