@@ -74,11 +74,27 @@ def _same_shape(job: Job, method: str) -> None:
                           f"{list(job.W_t.shape)} in the target (use --method auto, structural or embed-map)")
 
 
+def _plain_vocab(ctx, job: Job, method: str) -> None:
+    if job.role is not None and job.role.other == "vocab" and not ctx.vocab.identity:
+        raise Unavailable(f"{method} cannot map the vocabulary side of {job.module}; use copy or embed-map")
+
+
 @register("copy")
 def copy(ctx, job: Job) -> Mapped:
-    """The factors unchanged (same shapes only): the baseline every report shows."""
+    """The factors unchanged (same shapes only): the baseline every report shows.
+
+    The vocabulary side of embedding and ``lm_head`` LoRA still goes through the vocabulary map.
+    """
     _same_shape(job, "copy")
-    return Mapped(job.A, job.B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity)
+    if job.role is None or job.role.other != "vocab" or ctx.vocab.identity:
+        return Mapped(job.A, job.B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity)
+    if job.role.side == "in":  # lm_head: vocabulary rows are the output
+        W_hat = ctx.vocab.rows(job.W_s)
+        return Mapped(job.A, ctx.vocab.rows(job.B.float()), linalg.scaled_residual(job.W_t, W_hat),
+                      lambda U: _orth(ctx.vocab.rows(U)), _identity)
+    W_hat = ctx.vocab.cols(job.W_s)
+    return Mapped(ctx.vocab.cols(job.A.float()), job.B, linalg.scaled_residual(job.W_t, W_hat),
+                  _identity, lambda V: _orth(ctx.vocab.rows(V)))
 
 
 @register("lora-x")
@@ -91,6 +107,7 @@ def lora_x(ctx, job: Job) -> Mapped:
     A outside W's row space).
     """
     _same_shape(job, "lora-x")
+    _plain_vocab(ctx, job, "lora-x")
     U, _, V = ctx.svd("t", job.weight_t, job.W_t)
     B = U @ (U.T @ job.B.float())
     A = (job.A.float() @ V) @ V.T
@@ -108,6 +125,7 @@ def frobenius(ctx, job: Job) -> Mapped:
     one by one fails as soon as the weights drift, because neighbouring singular values differ by a
     few percent and single vectors rotate inside their clusters while the subspaces stay put.
     """
+    _plain_vocab(ctx, job, "frobenius")
     U_s, S_s, V_s = ctx.svd("s", job.weight_s, job.W_s)
     U_t, _, V_t = ctx.svd("t", job.weight_t, job.W_t)
     rank = min(U_s.shape[1], U_t.shape[1])
@@ -214,8 +232,25 @@ def structural_map(ctx, job: Job) -> Mapped:
 
     A, B = take(job.A.float(), in_idx, 1), take(job.B.float(), out_idx, 0)
     W_hat = take(take(job.W_s, out_idx, 0), in_idx, 1)
-    return Mapped(A, B, linalg.scaled_residual(job.W_t, W_hat),
+    return Mapped(A, B, _paired_residual(job.W_t, W_hat, out_idx, in_idx),
                   lambda U: _orth(take(U, out_idx, 0)), lambda V: _orth(take(V, in_idx, 0)))
+
+
+def _paired_residual(W_t, W_hat, out_idx, in_idx) -> float:
+    """Re-mix residual over the paired block only: units a grown target adds are not evidence against it."""
+    import torch
+
+    rows = [j for j, i in enumerate(out_idx) if i >= 0] if out_idx is not None else None
+    cols = [j for j, i in enumerate(in_idx) if i >= 0] if in_idx is not None else None
+    if rows == [] or cols == []:
+        return 1.0
+    if rows is not None:
+        idx = torch.tensor(rows, device=W_t.device)
+        W_t, W_hat = W_t.index_select(0, idx), W_hat.index_select(0, idx)
+    if cols is not None:
+        idx = torch.tensor(cols, device=W_t.device)
+        W_t, W_hat = W_t.index_select(1, idx), W_hat.index_select(1, idx)
+    return linalg.scaled_residual(W_t, W_hat)
 
 
 def _head_dim(ctx) -> int:

@@ -161,7 +161,11 @@ def _job(ctx: Context, lm, source_name: str) -> Job | str:
 
 
 def _measure(ctx: Context, job: Job, mapped: Mapped, lm) -> dict:
-    """Similarity (with chance level) in the method's common frame, residual and norm ratio."""
+    """Similarity (with chance level) in the method's common frame, residual and norm ratio.
+
+    ``similarity`` is the weaker side (output or input basis, whichever is closer to its chance level):
+    a module whose output space agrees but whose input space was rotated away is not related.
+    """
     U_s, _, V_s = ctx.svd("s", job.weight_s, job.W_s)
     U_t, _, V_t = ctx.svd("t", job.weight_t, job.W_t)
     sims, chances = {}, {}
@@ -173,9 +177,10 @@ def _measure(ctx: Context, job: Job, mapped: Mapped, lm) -> dict:
         chances[side] = linalg.chance_similarity(rank, X_t.shape[0])
     norm_s = linalg.lora_norm(job.A, job.B)
     ratio = linalg.lora_norm(mapped.A, mapped.B) / norm_s if norm_s > 0 else 1.0
+    weaker = min(sims, key=lambda k: sims[k] - chances[k]) if sims else None  # both sides must agree
     return {
-        "similarity": _r(statistics.fmean(sims.values())) if sims else None,
-        "similarity_chance": _r(statistics.fmean(chances.values())) if chances else None,
+        "similarity": _r(sims[weaker]) if sims else None,
+        "similarity_chance": _r(chances[weaker]) if sims else None,
         "similarity_out": _r(sims.get("out")), "similarity_in": _r(sims.get("in")),
         "subspace_rank": int(U_t.shape[1]), "remix_residual": _r(mapped.residual), "norm_ratio": _r(ratio),
     }

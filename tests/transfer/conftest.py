@@ -1,0 +1,129 @@
+"""Fixtures for transfer tests: a 3-layer zoo Llama, its LoRA, and helpers to build related targets."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+warnings.filterwarnings("ignore", message=".*save_embedding_layers.*")
+
+HIDDEN, LAYERS, HEADS, KV, INTER = 32, 3, 4, 2, 64
+
+
+@pytest.fixture(scope="session")
+def troot(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("transfer")
+
+
+@pytest.fixture(scope="session")
+def src(troot) -> Path:
+    """Source base: Llama, hidden 32, 3 layers, 4 query heads over 2 KV heads, MLP 64, untied head."""
+    from paw import zoo
+
+    return zoo.tiny_model(troot / "src", "llama", seed=11, hidden_size=HIDDEN, num_layers=LAYERS,
+                          num_heads=HEADS, num_kv_heads=KV, intermediate_size=INTER)
+
+
+@pytest.fixture(scope="session")
+def src_lora(troot, src) -> Path:
+    """Rank-4 LoRA on all seven projections of every layer of ``src``."""
+    from paw import zoo
+
+    return zoo.make_lora(src, troot / "src-lora", rank=4, alpha=8, seed=12, scale=0.2)
+
+
+@pytest.fixture(scope="session")
+def state(src):
+    """``(state dict, config dict)`` of the source (float32 tensors)."""
+    from paw.io.checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(src)
+    return {k: ckpt[k].float().clone() for k in ckpt}, dict(ckpt.config)
+
+
+@pytest.fixture(scope="session")
+def save_state(src):
+    """``save_state(sd, cfg, folder)``: a loadable HF folder from a state dict and config (source tokenizer)."""
+    def save(sd: dict, cfg: dict, folder: Path) -> Path:
+        import transformers
+
+        from paw import zoo
+
+        config = transformers.AutoConfig.for_model(**cfg)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+        assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(src)
+        return zoo.save_model(model.eval(), folder, tokenizer=tokenizer)
+
+    return save
+
+
+@pytest.fixture(scope="session")
+def logits():
+    """``logits(base, adapter=None)``: float64 logits of two fixed sequences (PEFT applies the adapter)."""
+    def run(base: Path, adapter: Path | None = None):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+        if adapter is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter).eval()
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(4, 250, (2, 12), generator=gen)
+        with torch.no_grad():
+            return model(input_ids=ids).logits.double()
+
+    return run
+
+
+def rotate(sd: dict, seed: int = 0) -> dict:
+    """The same function in a rotated residual basis: x_t = Q x_s, RMSNorm gains folded into the readers."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    Q = torch.linalg.qr(torch.randn(HIDDEN, HIDDEN, generator=gen)).Q
+    out = dict(sd)
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        g_in, g_post = sd[p + "input_layernorm.weight"], sd[p + "post_attention_layernorm.weight"]
+        for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            out[p + m + ".weight"] = sd[p + m + ".weight"] * g_in @ Q.T
+        for m in ("mlp.gate_proj", "mlp.up_proj"):
+            out[p + m + ".weight"] = sd[p + m + ".weight"] * g_post @ Q.T
+        for m in ("self_attn.o_proj", "mlp.down_proj"):
+            out[p + m + ".weight"] = Q @ sd[p + m + ".weight"]
+        out[p + "input_layernorm.weight"] = torch.ones(HIDDEN)
+        out[p + "post_attention_layernorm.weight"] = torch.ones(HIDDEN)
+    out["model.embed_tokens.weight"] = sd["model.embed_tokens.weight"] @ Q.T
+    out["lm_head.weight"] = sd["lm_head.weight"] * sd["model.norm.weight"] @ Q.T
+    out["model.norm.weight"] = torch.ones(HIDDEN)
+    return out
+
+
+@pytest.fixture(scope="session")
+def rotated(troot, state, save_state) -> Path:
+    sd, cfg = state
+    return save_state(rotate(sd), cfg, troot / "rotated")
+
+
+@pytest.fixture(scope="session")
+def drifted(troot, src) -> Path:
+    """Continued-training stand-in: every weight moved by 17% of its std."""
+    from paw import zoo
+
+    zoo.fine_tune(src, troot / "drifted", seed=21, scale=0.17)
+    return troot / "drifted"
+
+
+@pytest.fixture(scope="session")
+def independent(troot) -> Path:
+    """Same architecture and tokenizer size, independently initialised."""
+    from paw import zoo
+
+    return zoo.tiny_model(troot / "independent", "llama", seed=99, hidden_size=HIDDEN, num_layers=LAYERS,
+                          num_heads=HEADS, num_kv_heads=KV, intermediate_size=INTER)
