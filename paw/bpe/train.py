@@ -75,7 +75,8 @@ def train_bpe(word_counts: Mapping[bytes, int], n_tokens: int, *, min_frequency:
         merges.append((tokens[pair[0]], tokens[pair[1]]))
         merge_counts.append(count)
         for p in _apply_merge(pair, new, words, counts, pair_counts, where):
-            heapq.heappush(heap, (-pair_counts[p], p[0], p[1]))
+            if pair_counts[p] > 0:
+                heapq.heappush(heap, (-pair_counts[p], p[0], p[1]))
         if len(tokens) >= n_tokens:
             break
     return TrainResult(merges, ids, merge_counts)
@@ -108,29 +109,42 @@ def _apply_merge(pair, new, words, counts, pair_counts, where) -> set[tuple[int,
     """Replace ``pair`` by ``new`` in the words that hold it, left to right without overlap
     (``a a a`` with pair ``(a, a)`` -> ``aa a``), and move the counts of the neighbouring pairs.
 
+    At each merge site ``x a b y`` becomes ``x N y``: ``(x, a)`` and ``(b, y)`` lose the word's
+    count, ``(x, N)`` and ``(N, y)`` gain it. ``x`` is read from the output, so back-to-back sites
+    (``a b a b`` -> ``N N``) come out right. Only the sites are touched, not the whole word.
     Returns the pairs that contain ``new`` (their counts rose, so they need a fresh heap entry).
     """
     a, b = pair
     created = set()
     for wi in where.pop(pair, ()):
         word, c = words[wi], counts[wi]
-        merged, i, n = [], 0, len(word)
-        while i < n:
-            if i + 1 < n and word[i] == a and word[i + 1] == b:
-                merged.append(new)
-                i += 2
-            else:
-                merged.append(word[i])
-                i += 1
-        if len(merged) == n:
-            continue  # stale entry: an earlier merge already consumed this occurrence
-        for p in pairwise(word):
-            pair_counts[p] -= c
-        for p in pairwise(merged):
-            pair_counts[p] += c
-            if new in p:
-                where[p].add(wi)
-                created.add(p)
-        words[wi] = merged
+        n, i, merged, sites = len(word), 0, [], 0
+        while True:
+            try:
+                j = word.index(a, i)
+            except ValueError:
+                break
+            if j + 1 == n or word[j + 1] != b:
+                merged += word[i:j + 1]
+                i = j + 1
+                continue
+            merged += word[i:j]
+            if merged:
+                x = merged[-1]
+                pair_counts[x, a] -= c
+                pair_counts[x, new] += c
+                created.add((x, new))
+                where[x, new].add(wi)
+            if j + 2 < n:
+                y = word[j + 2]
+                pair_counts[b, y] -= c
+                pair_counts[new, y] += c
+                created.add((new, y))
+                where[new, y].add(wi)
+            merged.append(new)
+            i, sites = j + 2, sites + 1
+        if sites:  # a stale entry (an earlier merge consumed the pair here) has none
+            merged += word[i:]
+            words[wi] = merged
     pair_counts.pop(pair, None)
     return created
