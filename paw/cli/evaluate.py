@@ -40,10 +40,11 @@ def eval_command(
     from paw.device import resolve_device
     from paw.evaluate.mc import evaluate
     from paw.io.atomic import check_output
-    from paw.io.lm import load_lm
+    from paw.io.lm import load_lm, quiet_transformers
     from paw.io.mcdata import read_items
     from paw.io.tracking import make_tracker
 
+    quiet_transformers()
     if output is not None:
         check_output(output, overwrite=overwrite)
     items = read_items(data, format=format, limit=limit)
@@ -91,11 +92,12 @@ def train_lora_command(
     from paw.device import resolve_device
     from paw.evaluate.train import train_lora
     from paw.io.atomic import atomic_dir, check_output
-    from paw.io.lm import load_lm, write_adapter_into
+    from paw.io.lm import load_lm, quiet_transformers, write_adapter_into
     from paw.io.manifest import write_manifest
     from paw.io.mcdata import read_items
     from paw.io.tracking import make_tracker
 
+    quiet_transformers()
     check_output(output, overwrite=overwrite)
     items = read_items(data, format=format, limit=limit)
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None

@@ -101,3 +101,15 @@ def write_results(path: str | Path, *, command: str, inputs: dict[str, Any], **f
     with atomic_file(path, encoding="utf-8") as handle:
         handle.write(dumps({"paw_version": __version__, "command": command, "inputs": inputs, **fields}))
     return Path(path)
+
+
+def quiet_transformers() -> None:
+    """No per-file "Loading weights" / "Writing model shards" bars or deprecation chatter from
+    transformers and peft: PAW draws its own progress (``paw.progress``)."""
+    import warnings
+
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers|peft")

@@ -321,3 +321,18 @@ def _parse(entry: Reader, name: str, record: Record, path: Path, number: int) ->
     if len(item.choices) < 2:
         raise PawError(f"line {number}: {name} item has {len(item.choices)} choice(s); need at least 2", path=path)
     return item
+
+
+def write_items(path: str | Path, items: list[MCItem]) -> Path:
+    """Write items in the flat ``mc`` layout (``question``, ``choices`` without the leading space,
+    ``answer`` index, ``id``), one JSON object per line; :func:`read_items` reads them back equal."""
+    from paw.io.atomic import atomic_file
+
+    if any(item.fill_blank for item in items):
+        raise PawError("fill-the-blank items have no flat mc form", path=path)
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        for item in items:
+            record = {"question": item.question, "choices": [c.removeprefix(" ") for c in item.choices],
+                      "answer": item.answer, "id": item.id}
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return Path(path)

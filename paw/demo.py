@@ -1,0 +1,409 @@
+"""``paw demo``: the whole research loop on tiny local models, in a few minutes on a laptop CPU.
+
+1. **models**: a 400-token BPE tokenizer and a 2-layer Llama (hidden 64) from :mod:`paw.zoo`; a
+   *successor* of it (the base plus a small "continued training" drift, same shapes); and a second,
+   SentencePiece-style tokenizer on a tiny Qwen2 for the tokenizer comparison.
+2. **train-lora**: two synthetic fact tasks (:mod:`paw.evaluate.synthetic`): "the colour of
+   pixzone is red|blue|green|gold" and "kagalpix lives in the sea|forest|city|desert". A random
+   base scores near chance (25 %); a LoRA on the colour facts learns them.
+3. **tokenizers**: ``paw analyze-tokenizers`` compares the two tokenizers.
+4. **transfer**: ``paw transfer-lora`` moves the colour LoRA to the successor, which is evaluated
+   without and with it.
+5. **task-vectors**: a second LoRA learns the home facts; both LoRAs are folded into full
+   fine-tunes and ``paw task-vectors`` measures them against the base.
+6. **merge**: ``paw merge --mode exp`` merges the two fine-tunes; the merged model is evaluated on
+   both tasks.
+
+Steps live in a registry (:data:`STEPS`). A step whose ``paw`` command is not installed is reported
+as *skipped: not available*, a step whose inputs failed as *skipped: needs ...*; nothing stops the
+tour. Every report, plot and model lands under ``outdir``; ``summary.json`` gathers the numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paw.errors import PawError
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """Sizes of the demo; ``quick`` trades a few points of accuracy for about half the time."""
+
+    n_facts: int = 24        # facts per task
+    steps: int = 200         # LoRA optimiser steps per task
+    rank: int = 8
+    alpha: float = 16
+    lr: float = 3e-3
+    batch_size: int = 8
+    hidden_size: int = 64
+    num_layers: int = 2
+    vocab_size: int = 400
+    drift: float = 0.05      # successor = base + drift x (per-tensor std) Gaussian noise
+    seed: int = 0
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> DemoSettings:
+        return cls(n_facts=16, steps=100) if quick else cls()
+
+
+@dataclass
+class StepResult:
+    name: str
+    title: str
+    status: str              # "ok", "failed: ...", "skipped: ..."
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Demo:
+    """State shared by the steps: where things are, the tasks, the evaluations so far."""
+
+    outdir: Path
+    settings: DemoSettings
+    tasks: dict[str, list] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)
+    evals: dict[str, dict[str, dict]] = field(default_factory=dict)   # model label -> task -> metrics
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    reports: dict[str, str] = field(default_factory=dict)
+
+    def path(self, key: str, relative: str) -> Path:
+        self.paths[key] = self.outdir / relative
+        return self.paths[key]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    run: Callable[[Demo], str]
+    command: str | None = None          # the ``paw`` command the step needs
+    needs: tuple[str, ...] = ()         # steps that must have succeeded first
+
+
+STEPS: dict[str, Step] = {}
+
+
+def step(name: str, title: str, *, command: str | None = None, needs: tuple[str, ...] = ()):
+    def register(run: Callable[[Demo], str]) -> Callable[[Demo], str]:
+        STEPS[name] = Step(name, title, run, command, needs)
+        return run
+
+    return register
+
+
+# --------------------------------------------------------------------------- helpers
+
+class CommandFailed(Exception):
+    pass
+
+
+def available_commands() -> set[str]:
+    """Names of the installed ``paw`` commands and command groups."""
+    import typer.main
+
+    from paw.cli import app
+
+    return set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+
+
+def run_paw(demo: Demo, args: list[str], log_name: str) -> None:
+    """Run ``paw ARGS`` in-process, its output going to ``outdir/logs/<log_name>.log``."""
+    from paw.cli import main
+
+    log = demo.outdir / "logs" / f"{log_name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle), \
+            contextlib.redirect_stderr(handle):
+        print("$ paw " + " ".join(args), flush=True)
+        try:
+            code = main(args)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    if code:
+        lines = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        raise CommandFailed(f"{lines[-1] if lines else f'exit {code}'} (log: {log})")
+
+
+def evaluate_model(demo: Demo, label: str, model: Path, adapter: Path | None = None) -> None:
+    """Evaluate a model folder (+ adapter) on every task; store under ``label``."""
+    from paw.evaluate.mc import evaluate
+    from paw.io.lm import load_lm
+
+    lm, tokenizer = load_lm(model, adapter=adapter, device="cpu")
+    demo.evals[label] = {task: evaluate(lm, tokenizer, items, batch_size=16, progress=False)
+                         for task, items in demo.tasks.items()}
+
+
+def _accuracy(demo: Demo, label: str, task: str = "colour") -> str:
+    return f"{demo.evals[label][task]['accuracy']:.0%}"
+
+
+def _train(demo: Demo, task: str):
+    from paw.evaluate.train import train_lora
+    from paw.io.lm import load_lm
+
+    s = demo.settings
+    lm, tokenizer = load_lm(demo.paths["base"], device="cpu")
+    peft_model, metrics = train_lora(lm, tokenizer, demo.tasks[task], rank=s.rank, alpha=s.alpha, steps=s.steps,
+                                     batch_size=s.batch_size, lr=s.lr, seed=s.seed, progress=True)
+    demo.curves[task] = metrics["train_losses"]
+    return peft_model, metrics
+
+
+# --------------------------------------------------------------------------- steps
+
+@step("models", "Build tiny models and tokenizers (paw.zoo)")
+def _models(demo: Demo) -> str:
+    from paw import zoo
+    from paw.evaluate.synthetic import fact_task, tokenizer_corpus
+
+    s = demo.settings
+    demo.tasks = {"colour": fact_task("colour", n=s.n_facts, seed=s.seed),
+                  "home": fact_task("home", n=s.n_facts, seed=s.seed + 1)}
+    texts = zoo.sample_texts("multi") + tokenizer_corpus(*demo.tasks.values())
+    dims = dict(hidden_size=s.hidden_size, num_layers=s.num_layers)
+    base = zoo.tiny_model(demo.path("base", "models/base"), "llama", seed=s.seed, vocab_size=s.vocab_size,
+                          texts=texts, **dims)
+    zoo.fine_tune(base, demo.path("successor", "models/successor"), seed=s.seed + 11, scale=s.drift)
+    zoo.tiny_model(demo.path("other", "models/qwen2-sentencepiece"), "qwen2", seed=s.seed + 1,
+                   vocab_size=s.vocab_size, texts=texts, tokenizer_kind="sentencepiece-bpe", **dims)
+    _save_tasks(demo)
+    evaluate_model(demo, "base", base)
+    return f"llama base, successor (drift {s.drift}), qwen2 with a SentencePiece tokenizer; base colour accuracy " \
+           f"{_accuracy(demo, 'base')}"
+
+
+def _save_tasks(demo: Demo) -> None:
+    """The tasks as flat ``mc`` JSON lines, so ``paw eval --data`` / ``paw train-lora --data`` can replay them."""
+    from paw.io.mcdata import write_items
+
+    for task, items in demo.tasks.items():
+        write_items(demo.path(f"data-{task}", f"data/{task}.jsonl"), items)
+
+
+@step("train-lora", "Train a LoRA on the colour facts", needs=("models",))
+def _train_colour(demo: Demo) -> str:
+    from paw.io.lm import save_adapter
+
+    peft_model, metrics = _train(demo, "colour")
+    save_adapter(peft_model, demo.path("lora", "adapters/colour-lora"), overwrite=True, base=demo.paths["base"],
+                 extra_files={"metrics.json": metrics})
+    evaluate_model(demo, "base + LoRA", demo.paths["base"], demo.paths["lora"])
+    return f"train loss {metrics['train_loss_start']:.2f} -> {metrics['train_loss_end']:.2f}; colour accuracy " \
+           f"{_accuracy(demo, 'base')} -> {_accuracy(demo, 'base + LoRA')}"
+
+
+@step("tokenizers", "Compare two tokenizers", command="analyze-tokenizers", needs=("models",))
+def _tokenizers(demo: Demo) -> str:
+    out = demo.path("tokenizers", "reports/tokenizers")
+    run_paw(demo, ["analyze-tokenizers", "--source", str(demo.paths["base"]), "--target", str(demo.paths["other"]),
+                   "--outdir", str(out), "--overwrite"], "analyze-tokenizers")
+    return _describe_report(out / "report.json", ("overlap", "shared", "jaccard"))
+
+
+@step("transfer", "Transfer the LoRA to the successor base", command="transfer-lora", needs=("train-lora",))
+def _transfer(demo: Demo) -> str:
+    out = demo.path("transferred", "adapters/colour-lora-on-successor")
+    run_paw(demo, ["transfer-lora", "--adapter", str(demo.paths["lora"]), "--source-base", str(demo.paths["base"]),
+                   "--target-base", str(demo.paths["successor"]), "--output", str(out), "--method", "auto",
+                   "--device", "cpu", "--overwrite"], "transfer-lora")
+    evaluate_model(demo, "successor", demo.paths["successor"])
+    evaluate_model(demo, "successor + transferred LoRA", demo.paths["successor"], out)
+    return f"{_transfer_methods(out)}; colour accuracy on the successor {_accuracy(demo, 'successor')} -> " \
+           f"{_accuracy(demo, 'successor + transferred LoRA')} (source + LoRA {_accuracy(demo, 'base + LoRA')})"
+
+
+def _transfer_methods(folder: Path) -> str:
+    """``'methods copy x14, median subspace similarity 0.995'`` from the transfer report, when present."""
+    from paw.io.checkpoint import read_json
+
+    path = folder / "transfer_report.json"
+    summary = read_json(path).get("summary", {}) if path.is_file() else {}
+    methods = summary.get("methods") or {}
+    text = "methods " + ", ".join(f"{m} x{n}" for m, n in sorted(methods.items())) if methods else "transferred"
+    similarity = summary.get("median_similarity")
+    return text + (f", median subspace similarity {similarity:.3f}" if isinstance(similarity, float) else "")
+
+
+@step("fine-tunes", "Train a second LoRA (home facts); fold both into full fine-tunes", needs=("train-lora",))
+def _fine_tunes(demo: Demo) -> str:
+    from paw import zoo
+    from paw.io.lm import load_lm, save_adapter
+
+    peft_model, metrics = _train(demo, "home")
+    save_adapter(peft_model, demo.path("lora-home", "adapters/home-lora"), overwrite=True, base=demo.paths["base"],
+                 extra_files={"metrics.json": metrics})
+    for task, adapter in (("colour", demo.paths["lora"]), ("home", demo.paths["lora-home"])):
+        lm, tokenizer = load_lm(demo.paths["base"], adapter=adapter, device="cpu")
+        zoo.save_model(lm.merge_and_unload(), demo.path(f"ft-{task}", f"models/ft-{task}"), tokenizer=tokenizer)
+        evaluate_model(demo, f"fine-tune {task}", demo.paths[f"ft-{task}"])
+    return f"home accuracy {_accuracy(demo, 'base', 'home')} -> {_accuracy(demo, 'fine-tune home', 'home')}"
+
+
+@step("task-vectors", "Task vectors of the two fine-tunes", command="task-vectors", needs=("fine-tunes",))
+def _task_vectors(demo: Demo) -> str:
+    out = demo.path("task-vectors", "reports/task-vectors")
+    run_paw(demo, ["task-vectors", "--base", str(demo.paths["base"]), "--models", str(demo.paths["ft-colour"]),
+                   str(demo.paths["ft-home"]), "--outdir", str(out), "--device", "cpu", "--overwrite"], "task-vectors")
+    norms = []
+    for task in ("colour", "home"):
+        summary = out / f"ft-{task}" / "summary.json"
+        if summary.is_file():
+            from paw.io.checkpoint import read_json
+
+            value = read_json(summary).get("global_l2")
+            if isinstance(value, (int, float)):
+                norms.append(f"|Δ {task}| = {value:.3f}")
+    cosine = _pairwise_cosine(out / "pairwise_cosines.csv")
+    return ", ".join(norms + ([f"cosine {cosine:+.3f}"] if cosine is not None else [])) or f"reports in {out}"
+
+
+@step("merge", "Merge the two fine-tunes (exp L2 weights)", command="merge", needs=("fine-tunes",))
+def _merge(demo: Demo) -> str:
+    out = demo.path("merged", "models/merged")
+    args = ["merge", "--base", str(demo.paths["base"]), "--models", str(demo.paths["ft-colour"]),
+            str(demo.paths["ft-home"]), "--output", str(out), "--mode", "exp", "--device", "cpu", "--overwrite"]
+    run_paw(demo, args, "merge")
+    evaluate_model(demo, "merged", out)
+    return f"merged model: colour {_accuracy(demo, 'merged')}, home {_accuracy(demo, 'merged', 'home')}"
+
+
+@step("plots", "Training curves", needs=("train-lora",))
+def _plots(demo: Demo) -> str:
+    from matplotlib.figure import Figure
+
+    from paw.io.reports import save_figure
+
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.add_subplot()
+    for task, losses in demo.curves.items():
+        ax.plot(range(1, len(losses) + 1), losses, label=f"{task} LoRA")
+    ax.set(xlabel="step", ylabel="answer-token loss", title="LoRA training (paw demo)")
+    ax.legend()
+    fig.tight_layout()
+    path = save_figure(fig, demo.path("plot", "plots/lora_training_loss.png"))
+    return str(path)
+
+
+def _describe_report(path: Path, keys: tuple[str, ...]) -> str:
+    """A few headline numbers from a JSON report whose exact schema belongs to another command."""
+    if not path.is_file():
+        return f"report in {path.parent}"
+    from paw.io.checkpoint import read_json
+
+    found = []
+    for key, value in _flatten(read_json(path)).items():
+        if any(k in key.lower() for k in keys) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.append(f"{key} {value:.3g}" if isinstance(value, float) else f"{key} {value}")
+    return ", ".join(found[:3]) or f"report in {path}"
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _pairwise_cosine(path: Path) -> float | None:
+    import csv
+
+    if not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as handle:
+        for row in csv.reader(handle):
+            for cell in reversed(row):
+                try:
+                    value = float(cell)
+                except ValueError:
+                    continue
+                if -1.0 <= value < 0.9999:  # off-diagonal cosine
+                    return value
+    return None
+
+
+# --------------------------------------------------------------------------- driver
+
+@dataclass
+class DemoReport:
+    outdir: Path
+    steps: list[StepResult]
+    evals: dict[str, dict[str, dict]]
+    summary_path: Path
+    seconds: float
+
+
+def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False,
+             on_step: Callable[[StepResult], None] | None = None) -> DemoReport:
+    """Run every registered step in order; returns what happened (also in ``outdir/summary.json``)."""
+    import torch
+
+    from paw.io.atomic import check_output
+    from paw.io.lm import quiet_transformers
+
+    outdir = Path(outdir)
+    if outdir.exists() and any(outdir.iterdir()):
+        check_output(outdir, overwrite=overwrite)
+    outdir.mkdir(parents=True, exist_ok=True)
+    quiet_transformers()
+    demo = Demo(outdir=outdir, settings=DemoSettings.for_mode(quick))
+    commands = available_commands()
+    results: list[StepResult] = []
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread beats two fighting over a shared CPU
+    try:
+        for entry in STEPS.values():
+            result = _run_step(demo, entry, commands, {r.name for r in results if r.status == "ok"})
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+    finally:
+        torch.set_num_threads(threads)
+    summary = _write_summary(demo, results)
+    return DemoReport(outdir, results, demo.evals, summary, time.perf_counter() - start)
+
+
+def _run_step(demo: Demo, entry: Step, commands: set[str], done: set[str]) -> StepResult:
+    result = StepResult(entry.name, entry.title, "ok")
+    if entry.command is not None and entry.command not in commands:
+        result.status = f"skipped: paw {entry.command} not available"
+        return result
+    missing = [n for n in entry.needs if n not in done]
+    if missing:
+        result.status = f"skipped: needs {', '.join(missing)}"
+        return result
+    began = time.perf_counter()
+    try:
+        result.detail = entry.run(demo)
+    except CommandFailed as err:
+        result.status = f"failed: {err}"
+    except PawError as err:
+        result.status = f"failed: {err}"
+    except Exception as err:  # a bug in one step must not hide the others' results
+        result.status = f"failed: {type(err).__name__}: {err}"
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _write_summary(demo: Demo, results: list[StepResult]) -> Path:
+    from dataclasses import asdict
+
+    from paw.io.reports import write_json
+
+    data = {
+        "settings": asdict(demo.settings),
+        "steps": [{"name": r.name, "title": r.title, "status": r.status, "detail": r.detail} for r in results],
+        "evaluations": demo.evals,
+        "paths": {k: str(v) for k, v in sorted(demo.paths.items())},
+    }
+    return write_json(demo.outdir / "summary.json", data)
