@@ -42,7 +42,7 @@ def test_layout_and_columns(report, tv_models):
         rows = _read_csv(report / model / "per_param_stats.csv")
         assert rows[0] == PER_PARAM_COLUMNS
         assert rows[0][:3] == ["param", "shape", "numel"] and rows[0][-1] == "q100"
-        assert len(rows) - 1 == len(list((tv_models["deltas1"])))
+        assert len(rows) - 1 == len(list(tv_models["deltas1"]))
         top = _read_csv(report / model / "top3_by_l2.csv")
         assert top[0] == PER_PARAM_COLUMNS and len(top) == 4
         l2 = [float(r[3]) for r in top[1:]]
@@ -68,10 +68,12 @@ def test_pairwise_cosines_table(report):
     assert rows[1][1] == "1.0" and rows[2][2] == "1.0" and rows[1][2] == rows[2][1]
 
 
-def test_identical_inputs_give_identical_bytes(cli, report, tv_models):
+def test_identical_inputs_give_identical_bytes(cli, report, tv_models, monkeypatch):
     before = {p.relative_to(report): p.read_bytes() for p in report.rglob("*") if p.is_file()}
-    result = cli("task-vectors", "--base", tv_models["base"], "--models", tv_models["ft1"], tv_models["ft2"],
-                 "--outdir", report, "--top-k", "3", "--device", "cpu", "--overwrite")
+    args = ["task-vectors", "--base", tv_models["base"], "--models", tv_models["ft1"], tv_models["ft2"],
+            "--outdir", report, "--top-k", "3", "--device", "cpu", "--overwrite"]
+    monkeypatch.setattr("sys.argv", ["paw", *map(str, args)])
+    result = cli(*args)
     assert result.exit_code == 0, result.stderr
     after = {p.relative_to(report): p.read_bytes() for p in report.rglob("*") if p.is_file()}
     assert sorted(before) == sorted(after)
