@@ -1,0 +1,76 @@
+"""``paw demo --quick`` end to end: every step runs, and the LoRA and its transfer beat the bases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paw.demo import STEPS, Demo, DemoSettings, Step, _run_step, available_commands
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    from paw.demo import run_demo
+
+    outdir = tmp_path_factory.mktemp("demo") / "paw_demo"
+    return run_demo(outdir, quick=True)
+
+
+def test_demo_steps_all_run(demo_run):
+    commands = available_commands()
+    status = {r.name: r.status for r in demo_run.steps}
+    assert list(status) == list(STEPS)
+    for name, entry in STEPS.items():
+        if entry.command is None or entry.command in commands:
+            assert status[name] == "ok", (name, status[name])
+        else:
+            assert status[name] == f"skipped: paw {entry.command} not available"
+
+
+def test_demo_accuracies(demo_run):
+    evals = demo_run.evals
+    base, lora = evals["base"]["colour"], evals["base + LoRA"]["colour"]
+    assert base["accuracy"] <= 0.5 and lora["accuracy"] >= 0.9 > base["accuracy"]
+    assert lora["loss"] < base["loss"]
+    # the LoRA taught colour facts only: home facts stay near chance
+    assert evals["base + LoRA"]["home"]["accuracy"] <= 0.5
+    if "successor + transferred LoRA" in evals:
+        assert evals["successor"]["colour"]["accuracy"] <= 0.5
+        assert evals["successor + transferred LoRA"]["colour"]["accuracy"] >= 0.9
+    if "merged" in evals:
+        merged = evals["merged"]
+        assert merged["colour"]["accuracy"] > 0.5 and merged["home"]["accuracy"] > 0.5
+
+
+def test_demo_folder_holds_reports(demo_run):
+    out = demo_run.outdir
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["steps"] == DemoSettings.for_mode(True).steps
+    assert summary["evaluations"]["base + LoRA"]["colour"]["n"] == 16
+    assert (out / "plots" / "lora_training_loss.png").stat().st_size > 1000
+    assert json.loads((out / "adapters" / "colour-lora" / "adapter_config.json").read_text())["r"] == 8
+    expected = {"analyze-tokenizers": out / "reports" / "tokenizers" / "report.json",
+                "transfer-lora": out / "adapters" / "colour-lora-on-successor" / "transfer_report.json",
+                "task-vectors": out / "reports" / "task-vectors" / "pairwise_cosines.csv",
+                "merge": out / "models" / "merged" / "paw_merge.json"}
+    for command, path in expected.items():
+        if command in available_commands():
+            assert path.is_file(), path
+
+
+def test_missing_command_and_failed_dependency_are_reported(tmp_path):
+    demo = Demo(outdir=tmp_path, settings=DemoSettings.for_mode(True))
+    missing = Step("x", "needs a future command", lambda d: "ran", command="no-such-command")
+    assert _run_step(demo, missing, {"merge"}, set()).status == "skipped: paw no-such-command not available"
+    broken = Step("y", "breaks", lambda d: 1 / 0)
+    assert _run_step(demo, broken, set(), set()).status == "failed: ZeroDivisionError: division by zero"
+    after = Step("z", "after", lambda d: "ran", needs=("y",))
+    assert _run_step(demo, after, set(), set()).status == "skipped: needs y"
+    assert _run_step(demo, after, set(), {"y"}).detail == "ran"
+
+
+def test_cli_refuses_existing_folder(cli, tmp_path):
+    (tmp_path / "old.txt").write_text("x")
+    result = cli("demo", "--outdir", tmp_path)
+    assert result.exit_code == 2 and "--overwrite" in result.stderr
