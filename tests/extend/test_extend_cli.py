@@ -192,3 +192,13 @@ def test_max_intermediates_falls_back_to_added_tokens(cli, tiny_llama, tmp_path)
     assert "added 1 token(s) as added tokens" in res.stdout and "intermediate token(s) needed" not in res.stdout
     _, tok = load(tmp_path / "o")
     assert len(tok) == 301 and tok.encode(" photosynthesis", add_special_tokens=False) == [300]
+
+
+def test_same_inputs_give_byte_identical_folders(cli, tiny_qwen, tmp_path):
+    for name in ("a", "b"):
+        _extend(cli, tiny_qwen, tmp_path / name, "--tokens", " zebra", "--tokens", "<x>", "--pad-to-multiple", "8")
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "b").iterdir())
+    for f in files:
+        if f != "paw_extend.json":  # it records the output path of the command line
+            assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
