@@ -1,0 +1,89 @@
+"""Pure pieces: randomized SVD against the full one, overlap and chance, ridge maps, matching, layer DP."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paw.transfer import linalg
+from paw.transfer.layers import match_layers, monotone_assignment, relative_depth_scores
+from paw.transfer.structural import match_units
+
+
+def _low_rank_plus_noise(out=300, inn=200, rank=10, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    U = torch.linalg.qr(torch.randn(out, rank, generator=gen)).Q
+    V = torch.linalg.qr(torch.randn(inn, rank, generator=gen)).Q
+    S = torch.linspace(10, 5, rank)
+    return (U * S) @ V.T + 0.01 * torch.randn(out, inn, generator=gen)
+
+
+def test_randomized_svd_matches_full_svd_on_its_subspace():
+    W = _low_rank_plus_noise()
+    U, S, V = linalg.top_singular(W, 10, seed=3)
+    Uf, Sf, Vf = linalg.full_singular(W, 10)
+    assert torch.allclose(S, Sf, rtol=1e-3)
+    assert linalg.subspace_similarity(U, Uf) > 0.9999 and linalg.subspace_similarity(V, Vf) > 0.9999
+    U2, _, _ = linalg.top_singular(W, 10, seed=3)
+    assert torch.equal(U, U2)  # seeded: repeatable to the bit
+    assert (U[U.abs().argmax(0), torch.arange(10)] > 0).all()  # canonical signs
+
+
+def test_similarity_of_random_subspaces_sits_at_chance():
+    gen = torch.Generator().manual_seed(1)
+    d, R = 400, 20
+    sims = [linalg.subspace_similarity(torch.linalg.qr(torch.randn(d, R, generator=gen)).Q,
+                                       torch.linalg.qr(torch.randn(d, R, generator=gen)).Q) for _ in range(20)]
+    assert abs(sum(sims) / len(sims) - linalg.chance_similarity(R, d)) < 0.01  # R/d = 0.05
+
+
+def test_scaled_residual_values():
+    W = torch.randn(20, 10, generator=torch.Generator().manual_seed(0))
+    assert linalg.scaled_residual(W, 3 * W) == 0.0
+    assert abs(linalg.scaled_residual(W, torch.zeros_like(W)) - 1.0) < 1e-12
+    noise = torch.randn(20, 10, generator=torch.Generator().manual_seed(1))
+    noise -= (noise * W).sum() / (W * W).sum() * W  # orthogonal to W
+    assert abs(linalg.scaled_residual(W + noise, W) - float(noise.norm() / (W + noise).norm())) < 1e-6
+
+
+def test_lora_norm_equals_dense_norm():
+    gen = torch.Generator().manual_seed(0)
+    A, B = torch.randn(4, 30, generator=gen), torch.randn(50, 4, generator=gen)
+    assert abs(linalg.lora_norm(A, B) - float((B @ A).norm())) < 1e-3
+
+
+def test_ridge_map_recovers_a_rotation_and_is_identity_on_equal_data():
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(500, 16, generator=gen)
+    Q = torch.linalg.qr(torch.randn(16, 16, generator=gen)).Q
+    assert torch.allclose(linalg.ridge_map(X, X @ Q.T, 1e-8), Q, atol=1e-4)
+    assert torch.equal(linalg.ridge_map(X, X, 1e-2), torch.eye(16))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(2, 12), st.integers(1, 10), st.integers(1, 6), st.integers(0, 1000))
+def test_push_through_maps_equal_the_direct_solution(out_s, k, r, seed):
+    """left_map_apply solves a (k, k) system; compare with the (out, out) normal equations."""
+    gen = torch.Generator().manual_seed(seed)
+    Ws, Wt, B = (torch.randn(out_s, k, generator=gen, dtype=torch.float64), torch.randn(out_s + 1, k, generator=gen,
+                 dtype=torch.float64), torch.randn(out_s, r, generator=gen, dtype=torch.float64))
+    lam = linalg.ridge_lambda(Ws, 0.1)
+    J = torch.eye(out_s + 1, out_s, dtype=torch.float64)
+    direct = (Wt @ Ws.T + lam * J) @ torch.linalg.inv(Ws @ Ws.T + lam * torch.eye(out_s, dtype=torch.float64))
+    assert torch.allclose(linalg.left_map_apply(B, Ws, Wt, 0.1).double(), direct @ B, atol=1e-3)
+
+
+def test_match_units_finds_a_permutation_and_leaves_new_units_unpaired():
+    gen = torch.Generator().manual_seed(0)
+    F = torch.randn(30, 64, generator=gen)
+    perm = torch.randperm(30, generator=gen)[:20]
+    got = match_units(torch.cat([F[perm], torch.randn(5, 64, generator=gen)]), F)
+    assert got.index[:20] == perm.tolist() and got.index[20:] == [-1] * 5
+
+
+def test_monotone_assignment_and_layer_maps():
+    assert monotone_assignment([[1, 0, 0], [0, 0, 1]]) == [(0, 0), (1, 2)]
+    assert monotone_assignment([[1, 0], [0, 0], [0, 1]]) == [(0, 0), (2, 1)]
+    assert match_layers(relative_depth_scores(4, 2)) == {0: 0, 3: 1}
+    assert match_layers(relative_depth_scores(2, 4)) == {0: 0, 1: 3}
