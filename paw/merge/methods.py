@@ -156,28 +156,33 @@ def _sparsify(kind: str | None, delta, *, density, drop_rate, gamma, generator):
 
 # ---------------------------------------------------------------- combining N task vectors
 
-def sign_consensus_mean(weighted, weights):
-    """TIES "elect" and "disjoint merge" for stacked weighted task vectors.
+def sign_consensus_mean(weighted: Sequence, weights: Sequence[float]):
+    """TIES "elect" and "disjoint merge" of weighted task vectors.
 
-    ``weighted``: (N, *S), row i is ``w_i * trimmed Δ_i``; ``weights``: (N,) floats.
+    ``weighted``: N tensors of shape S, tensor i is ``w_i * trimmed Δ_i``; ``weights``: N floats.
     The elected sign per entry is the sign of ``Σ_i w_i Δ_i`` (zero counts as +). Only entries whose
     own sign equals the elected one take part, and they are averaged with their weights:
 
-        merged = Σ_i m_i w_i Δ_i / Σ_i m_i w_i,   m_i = [sign(Δ_i) == elected]
+        merged = Σ_i m_i w_i Δ_i / Σ_i m_i w_i,   m_i = [sign(w_i Δ_i) == elected]
 
     With equal weights this is the paper's disjoint mean (Yadav et al. 2023, section 3); entries no
-    model agrees on (all zero) stay zero.
+    model agrees on (all zero) stay zero. Works model by model (no (N, *S) stack), so memory holds
+    the N inputs plus three tensors of shape S.
     """
     import torch
 
-    elected = torch.where(weighted.sum(dim=0) >= 0, 1.0, -1.0).to(weighted.dtype)
-    agree = torch.sign(weighted) == elected  # (N, *S); zeros (trimmed) never agree
-    w = torch.as_tensor(weights, dtype=weighted.dtype, device=weighted.device)
-    w = w.reshape(-1, *([1] * (weighted.ndim - 1)))
-    total = (weighted * agree).sum(dim=0)
-    divisor = (w * agree).sum(dim=0)
-    divisor = torch.where(divisor == 0, torch.ones_like(divisor), divisor)
-    return total / divisor
+    plus = weighted[0].clone()
+    for t in weighted[1:]:
+        plus.add_(t)
+    plus = plus >= 0  # elected sign: True for +
+    total = torch.zeros_like(weighted[0])
+    divisor = torch.zeros_like(weighted[0])
+    for t, w in zip(weighted, weights, strict=True):
+        agree = torch.where(plus, t > 0, t < 0)  # zeros (trimmed) never agree
+        total.add_(torch.where(agree, t, 0.0))
+        divisor.add_(agree, alpha=w)
+    divisor[divisor == 0] = 1.0
+    return total.div_(divisor)
 
 
 # decorators apply bottom-up: the last one listed registers first (and is listed first in --help)
@@ -211,7 +216,6 @@ def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None =
     ``deltas``: N tensors of shape S (float32); ``generators``: one ``torch.Generator`` per model
     (random sparsification only). Returns shape S. ``base`` is not read: the methods act on Δ alone.
     """
-    import torch
 
     trimmed = [
         _sparsify(sparsify, d, density=density, drop_rate=drop_rate, gamma=gamma,
@@ -223,7 +227,7 @@ def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None =
         for w, d in zip(weights[1:], trimmed[1:], strict=True):
             merged.add_(d, alpha=w)
         return merged
-    weighted = torch.stack([d * w for d, w in zip(trimmed, weights, strict=True)])  # (N, *S)
+    weighted = [d * w for d, w in zip(trimmed, weights, strict=True)]
     del trimmed
     return sign_consensus_mean(weighted, weights)
 

@@ -111,26 +111,26 @@ def merged_tensors(job: MergeJob) -> Iterator[tuple[str, Any]]:
         out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
         compute = torch.float64 if ref.dtype(name) == "float64" else torch.float32
         rows = job.plan.vocab_rows.get(name)
-        base = _load(ref, name, rows, job.device, compute)
-        deltas = [_load(m, name, rows, job.device, compute).sub_(base) for m in job.models]
+        base = _load(ref, name, rows, job.device).to(compute)
+        # bf16 - f32 promotes inside one kernel: no float32 copy of each model is ever made
+        deltas = [torch.sub(_load(m, name, rows, job.device), base).to(compute) for m in job.models]
         if job.method.random:
             params["generators"] = [torch.Generator(device=job.device).manual_seed(tensor_seed(opts.seed, name, i))
                                     for i in range(len(deltas))]
         merged = job.method(base, deltas, job.weights, **params)
         del deltas
-        result = merged.mul_(opts.scale).add_(base) if opts.scale != 1.0 else merged.add_(base)
-        if rows is not None:  # rows past the shared vocabulary stay the base's
-            full = ref[name].to(device=job.device, dtype=compute)
-            full[:rows] = result
-            result = full
-        yield name, result.to(out_dtype)
+        if rows is None:  # base + scale * merged, cast to the output dtype, in one pass
+            yield name, torch.add(base, merged, alpha=opts.scale, out=torch.empty_like(base, dtype=out_dtype))
+            continue
+        full = _load(ref, name, None, job.device).to(out_dtype, copy=True)  # rows past the shared vocabulary
+        torch.add(base, merged, alpha=opts.scale, out=full[:rows])            # stay the base's
+        yield name, full
 
 
-def _load(ckpt: Checkpoint, name: str, rows: int | None, device, dtype):
+def _load(ckpt: Checkpoint, name: str, rows: int | None, device):
+    """One tensor in its stored dtype, on ``device``, first ``rows`` rows only if given."""
     t = ckpt[name]
-    if rows is not None:
-        t = t[:rows]
-    return t.to(device=device, dtype=dtype)
+    return (t if rows is None else t[:rows]).to(device)
 
 
 def manifest(job: MergeJob, command: str) -> dict[str, Any]:

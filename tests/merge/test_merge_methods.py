@@ -51,7 +51,7 @@ def test_top_k_mask_matches_stable_sort_on_many_ties():
 def test_ties_hand_example_from_the_module_docstring():
     # one entry, three models: elected sign +, agreeing {0.3, 0.2}, equal weights -> mean 0.25
     w = [1 / 3] * 3
-    weighted = torch.tensor([[0.3], [-0.1], [0.2]], dtype=torch.float64) * (1 / 3)
+    weighted = [torch.tensor([v], dtype=torch.float64) / 3 for v in (0.3, -0.1, 0.2)]
     assert sign_consensus_mean(weighted, w).item() == pytest.approx(0.25)
     merged = get_method("ties")(None, [torch.tensor([0.3]), torch.tensor([-0.1]), torch.tensor([0.2])], w,
                                 density=1.0)
