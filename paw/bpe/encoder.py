@@ -166,6 +166,21 @@ class BpeEncoder:
         return map_processes(_encode_worker, texts, state=(self, encode_kwargs), processes=processes)
 
 
+    def encode_large(self, text: str, *, processes: int | None = None, chunk_chars: int = 1 << 20,
+                     **encode_kwargs) -> list[int]:
+        """``encode`` one long text on every core: cut it where no piece can cross
+        (:func:`paw.bpe.pretokenize.cut_text`), encode the chunks in parallel, join the ids.
+        The ids are exactly those of ``encode(text)``."""
+        from paw.bpe.pretokenize import cut_text
+
+        if any("\n" in t for t in self.special_tokens):  # such a token could straddle a cut
+            return self.encode(text, **encode_kwargs)
+        chunks = cut_text(text, self.pattern, size=chunk_chars)
+        if len(chunks) == 1 or processes == 1:
+            return self.encode(text, **encode_kwargs)
+        return [i for ids in self.encode_batch(chunks, processes=processes, **encode_kwargs) for i in ids]
+
+
 def _encode_worker(state, texts: list[str]) -> list[list[int]]:
     encoder, kwargs = state
     return [encoder.encode(t, **kwargs) for t in texts]

@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         if unknown:
             raise PawError(f"--allowed-special {unknown[0]!r} is not a special token of this tokenizer "
                            f"(it has {len(encoder.special_tokens)})", path=tokenizer)
-        typer.echo(" ".join(map(str, encoder.encode(content, allowed_special=allowed))))
+        typer.echo(" ".join(map(str, encoder.encode_large(content, allowed_special=allowed))))
 
     @bpe_app.command("decode")
     def decode(

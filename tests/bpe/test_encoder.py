@@ -141,3 +141,12 @@ def test_no_pattern_means_one_piece():
     enc = BpeEncoder(ranks, None)
     assert enc.encode("ababa") == [257, ord("a")]
     assert enc.encode("") == []
+
+
+def test_encode_large_cuts_safely_and_matches(encoders):
+    paw, ref = encoders("cl100k")
+    text = "\n".join(TEXTS[:8]) * 40 + "<|endoftext|>"
+    ids = paw.encode_large(text, processes=2, chunk_chars=500, allowed_special="all")
+    assert ids == ref.encode(text, allowed_special="all")
+    with pytest.raises(PawError, match="special token"):
+        paw.encode_large(text, processes=2, chunk_chars=500)
