@@ -48,8 +48,12 @@ def trained_rows(weight):
 
 def _mean_rows(weight, mask):
     """(d,) float32 mean of the rows in ``mask`` (all rows when none is marked trained)."""
-    w = weight.float()
-    return (w[mask] if bool(mask.any()) else w).mean(dim=0)
+    import torch
+
+    if not bool(mask.any()):
+        return weight.float().mean(dim=0)
+    m = mask.to(device=weight.device, dtype=torch.float32).unsqueeze(0)  # (1, V): a mat-vec, no row gather
+    return (m @ weight.float())[0] / float(mask.sum())
 
 
 def init_mean(weight, pieces: Sequence[Sequence[int]], mask):
@@ -65,14 +69,17 @@ def init_subtoken_mean(weight, pieces: Sequence[Sequence[int]], mask):
     import torch
 
     w = weight.float()
-    fallback = _mean_rows(weight, mask)
-    rows = []
-    for ids in pieces:
-        ok = [i for i in ids if 0 <= i < w.shape[0] and bool(mask[i])]
-        rows.append(w[torch.tensor(ok, device=w.device)].mean(dim=0) if ok else fallback)
-    if not rows:
-        return w.new_zeros((0, w.shape[1]))
-    return torch.stack(rows)
+    flat = [(row, i) for row, ids in enumerate(pieces) for i in ids if 0 <= i < w.shape[0]]
+    rows_idx = torch.tensor([r for r, _ in flat], dtype=torch.long, device=w.device)
+    ids_idx = torch.tensor([i for _, i in flat], dtype=torch.long, device=w.device)
+    keep = mask.to(w.device)[ids_idx] if len(flat) else rows_idx.bool()
+    rows_idx, ids_idx = rows_idx[keep], ids_idx[keep]
+    # one scatter-add instead of a Python loop: sums (N, d) and counts (N,) of each token's pieces
+    sums = w.new_zeros((len(pieces), w.shape[1])).index_add_(0, rows_idx, w[ids_idx])
+    counts = w.new_zeros(len(pieces)).index_add_(0, rows_idx, w.new_ones(len(rows_idx)))
+    out = sums / counts.clamp(min=1).unsqueeze(1)
+    out[counts == 0] = _mean_rows(weight, mask)
+    return out
 
 
 def init_interpolate(weight, pieces: Sequence[Sequence[int]], mask):
