@@ -121,9 +121,9 @@ class RadixSelect:
         for rank, bucket in zip(self.ranks, buckets, strict=True):
             below = int(cum[bucket - 1]) if bucket > 0 else 0
             self._where[rank] = (self._groups.index(int(bucket)), rank - below)
-        # slot 0 collects every key outside the wanted buckets; group g lives in slot g + 1
+        # codes: slot 0 collects every key outside the wanted buckets, group g starts at (g + 1) << 16
         lut = torch.zeros(_HI_BUCKETS, dtype=torch.int64)
-        lut[torch.tensor(self._groups)] = torch.arange(1, len(self._groups) + 1)
+        lut[torch.tensor(self._groups)] = torch.arange(1, len(self._groups) + 1) * _HI_BUCKETS
         self._lut = lut.to(self.device)
         self._low_hist = torch.zeros((len(self._groups) + 1) * _HI_BUCKETS, dtype=torch.int64,
                                      device=self.device)
@@ -136,8 +136,8 @@ class RadixSelect:
         """
         torch = _torch()
         keys = float_keys(chunk.reshape(-1))
-        slot = torch.index_select(self._lut, 0, (keys >> 16) + (_HI_BUCKETS // 2))
-        code = slot * _HI_BUCKETS + (keys & 0xFFFF)
+        code = torch.index_select(self._lut, 0, (keys >> 16) + (_HI_BUCKETS // 2))
+        code += keys & 0xFFFF
         if self._ones is None or self._ones.numel() < code.numel():
             self._ones = torch.ones(code.numel(), dtype=torch.int64, device=self.device)
         self._low_hist.scatter_add_(0, code, self._ones[:code.numel()])
@@ -151,6 +151,39 @@ class RadixSelect:
             low_bits = int(np.searchsorted(low[group], inside, side="right"))
             keys.append(((self._groups[group] - _HI_BUCKETS // 2) << 16) | low_bits)
         return dict(zip(self.ranks, keys_to_floats(keys), strict=True))
+
+
+class SortSelect:
+    """Same interface as :class:`RadixSelect`, by sorting: cheaper for small tensors (norms,
+    biases) where the radix select's 65,536-bucket histograms cost more than the sort."""
+
+    def __init__(self, n: int, ranks: Iterable[int], *, device=None):
+        self.n, self.ranks = n, sorted(set(ranks))
+        self._chunks: list = []
+
+    def first_pass(self, chunk) -> None:
+        pass
+
+    def plan(self) -> None:
+        pass
+
+    def second_pass(self, chunk) -> None:
+        self._chunks.append(chunk.reshape(-1))
+
+    def values(self) -> dict[int, float]:
+        torch = _torch()
+        ordered = torch.sort(torch.cat(self._chunks)).values
+        picked = ordered[torch.tensor(self.ranks, device=ordered.device)].tolist()
+        return dict(zip(self.ranks, picked, strict=True))
+
+
+SMALL_TENSOR = 1 << 16
+"""Up to this many elements, :func:`order_statistics_selector` sorts instead of radix-selecting."""
+
+
+def order_statistics_selector(n: int, ranks: Iterable[int], *, device=None):
+    """A :class:`SortSelect` for small ``n``, else a :class:`RadixSelect` (same results, exact)."""
+    return (SortSelect if n <= SMALL_TENSOR else RadixSelect)(n, ranks, device=device)
 
 
 def quantiles_from_order_stats(n: int, values: dict[int, float],
@@ -183,7 +216,7 @@ def exact_quantiles(x, percents: Sequence[float] = QUANTILES, *, chunk_size: int
     from paw.taskvec.threads import single_threaded_cpu
 
     chunks = flat.split(chunk_size or (1 << 24 if flat.device.type == "cuda" else 1 << 18))
-    sel = RadixSelect(n, wanted_ranks(n, percents), device=flat.device)
+    sel = order_statistics_selector(n, wanted_ranks(n, percents), device=flat.device)
     with single_threaded_cpu([flat.device]):
         for c in chunks:
             sel.first_pass(c)

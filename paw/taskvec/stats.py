@@ -19,9 +19,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paw.taskvec.quantiles import QUANTILES, RadixSelect, quantiles_from_order_stats, wanted_ranks
+from paw.taskvec.quantiles import (
+    QUANTILES,
+    order_statistics_selector,
+    quantiles_from_order_stats,
+    wanted_ranks,
+)
 
-CPU_CHUNK = 1 << 18  # elements; 2 MB of float64 per model stays in cache between operations
+CPU_CHUNK = 1 << 17  # elements; 1 MB of float64 per model stays in L2 between operations (measured
+# on a 2-core Xeon, 8M elements: 17 ns/element at 2^16 or 2^17, 20 at 2^18, 28 at 2^20)
 GPU_CHUNK = 1 << 24
 
 
@@ -49,8 +55,10 @@ class TensorResult:
     gram: list[list[float]]
 
 
-def default_chunk(device) -> int:
-    return GPU_CHUNK if getattr(device, "type", str(device)) == "cuda" else CPU_CHUNK
+def default_chunk(device, models: int = 1) -> int:
+    if getattr(device, "type", str(device)) == "cuda":
+        return GPU_CHUNK
+    return max(CPU_CHUNK // max(models, 1), 1 << 14)
 
 
 def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> TensorResult:
@@ -65,7 +73,7 @@ def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> Ten
     n = base.numel()
     if n == 0:
         raise ValueError("empty tensor")
-    chunk = chunk_size or default_chunk(base.device)
+    chunk = chunk_size or default_chunk(base.device, len(models))
     flat_base = base.reshape(-1)
     flats = [m.reshape(-1) for m in models]
     starts = range(0, n, chunk)
@@ -77,16 +85,22 @@ def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> Ten
         b32 = flat_base[start:start + chunk].to(torch.float32)
         return [m[start:start + chunk].to(torch.float32) - b32 for m in flats]
 
+    def rows64(ds):  # (k, c) float64; no stacking copy for the common single model
+        return ds[0].to(f64).unsqueeze(0) if k == 1 else torch.stack(ds).to(f64)
+
+    def rowdot(a, b):  # (k,) Σ_j a[i, j] b[i, j], one BLAS dot per row, no (k, c) temporary
+        return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(k)
+
     # pass 1: first moments, Gram matrix, high-bit histograms
     total = torch.zeros(k, dtype=f64, device=dev)
     total_abs = torch.zeros(k, dtype=f64, device=dev)
     maxabs = torch.zeros(k, dtype=f64, device=dev)
     gram = torch.zeros(k, k, dtype=f64, device=dev)
     ranks = wanted_ranks(n)
-    selects = [RadixSelect(n, ranks, device=dev) for _ in range(k)]
+    selects = [order_statistics_selector(n, ranks, device=dev) for _ in range(k)]
     for start in starts:
         ds = deltas(start)
-        d64 = torch.stack(ds).to(f64)  # (k, c)
+        d64 = rows64(ds)  # (k, c)
         total += d64.sum(1)
         a = d64.abs()
         total_abs += a.sum(1)
@@ -106,11 +120,11 @@ def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> Ten
         sel.plan()
     for start in starts:
         ds = deltas(start)
-        c = torch.stack(ds).to(f64) - mean[:, None]
+        c = rows64(ds).sub_(mean[:, None])
         c2 = c * c
         m2 += c2.sum(1)
-        m3 += (c2 * c).sum(1)
-        m4 += (c2 * c2).sum(1)
+        m3 += rowdot(c2, c)
+        m4 += rowdot(c2, c2)
         for i, (sel, d) in enumerate(zip(selects, ds, strict=True)):
             sel.second_pass(d)
             if check_nan[i] and not has_nan[i]:

@@ -13,11 +13,16 @@ from hypothesis.extra.numpy import arrays
 
 from paw.taskvec.quantiles import (
     QUANTILES,
+    SMALL_TENSOR,
     RadixSelect,
+    SortSelect,
     exact_quantiles,
     float_keys,
     interpolation_points,
     keys_to_floats,
+    order_statistics_selector,
+    quantiles_from_order_stats,
+    wanted_ranks,
 )
 
 QS = np.array(QUANTILES) / 100
@@ -60,9 +65,17 @@ def test_hand_example():
 @given(arrays(np.float32, st.integers(1, 400),
               elements=st.floats(-1e6, 1e6, allow_nan=False, width=32) | st.sampled_from([0.0, 1.5, -2.0])))
 def test_matches_numpy_on_arbitrary_arrays(x):
-    ours = exact_quantiles(torch.from_numpy(x.copy()), chunk_size=37)  # many chunks, ragged end
+    t = torch.from_numpy(x.copy())
+    ours = exact_quantiles(t, chunk_size=37)  # many chunks, ragged end (sort path: small)
     ref = _numpy(x)
     np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=0)
+    sel = RadixSelect(t.numel(), wanted_ranks(t.numel()))  # the radix path on the same input
+    for c in t.split(37):
+        sel.first_pass(c)
+    sel.plan()
+    for c in t.split(37):
+        sel.second_pass(c)
+    assert quantiles_from_order_stats(t.numel(), sel.values()) == ours
     # the order statistics themselves are exact, bit for bit
     assert ours[0] == float(x.min()) and ours[-1] == float(x.max())
 
@@ -81,6 +94,24 @@ def test_every_rank_equals_the_sorted_tensor():
         sel.second_pass(c)
     ordered = torch.sort(x).values
     assert sel.values() == {r: float(ordered[r]) for r in ranks}
+
+
+def test_sort_and_radix_selectors_agree():
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(70_001, generator=gen).bfloat16().float()
+    ranks = wanted_ranks(x.numel())
+    found = []
+    for cls in (SortSelect, RadixSelect):
+        sel = cls(x.numel(), ranks)
+        for c in x.split(8191):
+            sel.first_pass(c)
+        sel.plan()
+        for c in x.split(8191):
+            sel.second_pass(c)
+        found.append(sel.values())
+    assert found[0] == found[1]
+    assert order_statistics_selector(SMALL_TENSOR, [0]).__class__ is SortSelect
+    assert order_statistics_selector(SMALL_TENSOR + 1, [0]).__class__ is RadixSelect
 
 
 def test_nan_gives_nan_like_numpy():

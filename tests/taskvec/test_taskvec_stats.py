@@ -30,12 +30,14 @@ def assert_matches(stats, ref: dict, rtol: float = 1e-9) -> None:
     assert stats.maxabs == ref["maxabs"]  # an element of Δ: exact
 
 
-@pytest.mark.parametrize("chunk_size", [None, 1000, 4099])
-def test_two_bf16_models_match_numpy(chunk_size):
+@pytest.mark.parametrize(("shape", "chunk_size"), [((97, 113), None), ((97, 113), 1000),
+                                                   ((311, 257), None), ((311, 257), 4099)])
+def test_two_bf16_models_match_numpy(shape, chunk_size):
+    """Small tensors take the sort path, the 80k-element one the radix select."""
     gen = torch.Generator().manual_seed(0)
-    base = torch.randn(97, 113, generator=gen).bfloat16()
-    models = [(base.float() + 0.01 * torch.randn(97, 113, generator=gen) + 0.002).bfloat16(),
-              (base.float() + 0.03 * torch.randn(97, 113, generator=gen)).bfloat16()]
+    base = torch.randn(*shape, generator=gen).bfloat16()
+    models = [(base.float() + 0.01 * torch.randn(*shape, generator=gen) + 0.002).bfloat16(),
+              (base.float() + 0.03 * torch.randn(*shape, generator=gen)).bfloat16()]
     result = delta_stats(base, models, chunk_size=chunk_size)
     deltas = [(m.float() - base.float()).numpy() for m in models]
     for stats, d in zip(result.stats, deltas, strict=True):
