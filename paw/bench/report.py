@@ -1,0 +1,117 @@
+"""Tables, plot and files of the transfer quality benchmark (from the dict :func:`run_benchmark` returns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+FIXED = ("base", "direct", "random")
+
+
+def _acc(row: dict | None) -> str:
+    if row is None:
+        return "–"
+    if "accuracy" not in row:
+        return "n/a" if row["status"].startswith("n/a") else row["status"]
+    a = row["accuracy"]
+    mark = " (refused)" if "refused" in row["status"] else ""
+    return f"{100 * a['mean']:.1f} ± {100 * a['stderr']:.1f}{mark}"
+
+
+def _rec(row: dict | None) -> str:
+    if row is None or "recovered" not in row:
+        return "–" if row is None else ("n/a" if row["status"].startswith("n/a") else "–")
+    r = row["recovered"]
+    if r["stderr"] is None:
+        return f"{r['value']:.2f}"
+    mark = "" if r["ceiling_ok"] else " †"
+    return f"{r['value']:.2f} ± {r['stderr']:.2f}{mark}"
+
+
+def _index(results: dict) -> dict[tuple[str, str, str], dict]:
+    return {(r["task"], r["target"], r["condition"]): r for r in results["rows"]}
+
+
+def _order(results: dict, key: str) -> list[str]:
+    seen: list[str] = []
+    for row in results["rows"]:
+        if row[key] not in seen:
+            seen.append(row[key])
+    return seen
+
+
+def markdown(results: dict) -> str:
+    """Two tables per task: accuracy (%) ± stderr, and recovered fraction ± bootstrap stderr."""
+    index = _index(results)
+    methods = results["settings"]["methods"]
+    lines = []
+    for task in _order(results, "task"):
+        targets = [t for t in _order(results, "target") if (task, t, "base") in index]
+        cols = ["base", "direct", *methods, "random"]
+        lines += [f"### Task `{task}`: accuracy (%) ± stderr", "",
+                  "| target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for t in targets:
+            lines.append(f"| {t} | " + " | ".join(_acc(index.get((task, t, c))) for c in cols) + " |")
+        cols = [*methods, "random"]
+        lines += ["", f"### Task `{task}`: recovered fraction (transfer − base) / (direct − base) ± stderr", "",
+                  "| target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for t in targets:
+            lines.append(f"| {t} | " + " | ".join(_rec(index.get((task, t, c))) for c in cols) + " |")
+        lines.append("")
+    skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
+    for name, why in skipped.items():
+        lines.append(f"Target `{name}`: {why}.")
+    lines.append("† the direct LoRA is not two standard errors above the base: the fraction is not meaningful.")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict):
+    """Bar chart of the recovered fraction per target and method, one panel per task; returns the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    index = _index(results)
+    tasks = _order(results, "task")
+    targets = _order(results, "target")
+    methods = [*results["settings"]["methods"], "random"]
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(max(7, 1.3 * len(targets)), 3.2 * len(tasks)), squeeze=False)
+    width = 0.8 / len(methods)
+    for ax, task in zip(axes[:, 0], tasks, strict=True):
+        for j, method in enumerate(methods):
+            values, errors = [], []
+            for t in targets:
+                r = (index.get((task, t, method)) or {}).get("recovered")
+                values.append(r["value"] if r else np.nan)
+                errors.append(r["stderr"] or 0 if r else 0)
+            ax.bar(np.arange(len(targets)) + (j - len(methods) / 2 + 0.5) * width, values, width,
+                   yerr=errors, label=method, capsize=2)
+        ax.axhline(1.0, color="k", lw=0.6, ls="--")
+        ax.axhline(0.0, color="k", lw=0.6)
+        ax.set_xticks(np.arange(len(targets)), targets)
+        ax.set_ylabel("recovered fraction")
+        ax.set_title(f"task: {task}")
+        ax.set_ylim(-0.5, 1.3)
+    axes[0, 0].legend(ncol=min(len(methods), 4), fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def write_results(output: str | Path, results: dict, *, overwrite: bool = False, command: str = "") -> Path:
+    """``output/`` with ``results.json``, ``results.md`` and ``recovered.png``, written atomically."""
+    import matplotlib.pyplot as plt
+
+    from paw import __version__
+    from paw.io.atomic import atomic_dir
+    from paw.io.manifest import write_json
+
+    record: dict[str, Any] = {"paw_version": __version__, "command": command, **results}
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        write_json(tmp / "results.json", record)
+        (tmp / "results.md").write_text(markdown(results), encoding="utf-8")
+        fig = plot(results)
+        fig.savefig(tmp / "recovered.png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+    return Path(output)

@@ -1,0 +1,158 @@
+"""Pretraining corpora and the benchmark's multiple-choice tasks, all built offline and deterministically.
+
+Corpora: the question + right-answer text of the commonsense sets in ``shared/data/commonsense`` when
+they are present (ARC and OpenBookQA for the source, PIQA and Winogrande for the *shifted* corpus a
+version upgrade is trained on), else the embedded ``paw/data`` samples plus template sentences
+(:func:`synthetic_sentences`). Either way the model learns real structure (syntax, frequent words).
+
+Tasks (registry :data:`TASKS`), each near chance for any base and learned well by a LoRA:
+
+- ``facts``: recall of invented facts. ``N`` made-up people, each with a favourite colour out of
+  twelve: ``"Kavo Milret likes the colour"`` -> ``" teal"``. The LoRA is trained on the fact
+  statements; the held-out items ask every fact once with three fresh distractors in a fresh order.
+  No base can know them (chance 1/4).
+- ``rule``: apply a rule to unseen inputs. ``"List: cat sun road milk. Second:"`` -> ``" sun"``, the
+  choices being the four listed words in a shuffled order. Training and evaluation lists use disjoint
+  words, so only the rule (copy the second item) carries over. A base picks among words it has just
+  read, so it sits near chance too.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from paw.evaluate.items import MCItem
+
+COLOURS = ["red", "blue", "green", "yellow", "black", "white", "brown", "pink", "grey", "orange", "purple", "teal"]
+_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "kr", "st", "tr"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
+_CODAS = ["", "", "n", "r", "l", "s", "m", "th"]
+
+# source corpus / shifted corpus (the "next version" is trained on other sources)
+SOURCE_SETS = ("arc-easy_train", "arc-challenge_train", "openbookqa_train", "arc-easy_test")
+SHIFTED_SETS = ("piqa_validation", "winogrande_train", "boolq_validation")
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A task instance: texts the LoRA trains on (as MC items, answer = the text to learn) and held-out items."""
+
+    name: str
+    train: list[MCItem]
+    test: list[MCItem]
+
+
+# ------------------------------------------------------------------------------------------- corpora
+
+def _sentence(item: MCItem) -> str:
+    answer = re.sub(r"^[A-E]: ", "", item.choices[item.answer]).strip()
+    if item.fill_blank or "_" in item.question:
+        return item.question.replace("_", answer)
+    question = re.sub(r"^Question: |\nAnswer:\s*$", "", item.question.strip())
+    return re.sub(r"\s+", " ", f"{question.strip()} {answer}")
+
+
+def commonsense_corpus(folder: Path | None, names: tuple[str, ...]) -> list[str] | None:
+    """Sentences (question + right answer) from ``folder/<name>_formatted.jsonl``; ``None`` if absent."""
+    if folder is None:
+        return None
+    paths = [Path(folder) / f"{name}_formatted.jsonl" for name in names]
+    if not all(p.exists() for p in paths):
+        return None
+    from paw.io.mcdata import read_items
+
+    return [_sentence(item) for path in paths for item in read_items(path)]
+
+
+def synthetic_sentences(n: int, *, seed: int) -> list[str]:
+    """Template sentences with a small grammar, e.g. ``'The old farmer carried the blue box to the river.'``."""
+    rng = random.Random(seed)
+    adj = "old young big small quiet busy red blue green happy tired clever".split()
+    noun = "farmer teacher child dog cat bird doctor river box garden house ship city tree".split()
+    verb = "carried found painted watched opened followed cleaned built moved saw".split()
+    place = "to the river|into the house|near the garden|across the city|under the tree|on the ship".split("|")
+    out = []
+    for _ in range(n):
+        a, b = rng.sample(noun, 2)
+        out.append(f"The {rng.choice(adj)} {a} {rng.choice(verb)} the {rng.choice(adj)} {b} {rng.choice(place)}.")
+    return out
+
+
+def build_corpora(commonsense: Path | None, *, seed: int, embedded: list[str]) -> tuple[list[str], list[str], str]:
+    """``(source_texts, shifted_texts, description)``; falls back to embedded + synthetic text."""
+    source = commonsense_corpus(commonsense, SOURCE_SETS)
+    shifted = commonsense_corpus(commonsense, SHIFTED_SETS)
+    if source and shifted:
+        return source, shifted, f"commonsense text ({', '.join(SOURCE_SETS)}; shifted: {', '.join(SHIFTED_SETS)})"
+    synth = synthetic_sentences(6000, seed=seed)
+    half = len(synth) // 2
+    # the shifted corpus: the other half of the grammar plus the embedded text reversed in sentence order
+    return (embedded * 20 + synth[:half], synth[half:] + [" ".join(reversed(t.split())) for t in embedded] * 20,
+            "fallback: embedded paw/data samples + synthetic template sentences")
+
+
+# --------------------------------------------------------------------------------------------- tasks
+
+def _name(rng: random.Random) -> str:
+    def word() -> str:
+        return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                       for _ in range(rng.choice((1, 2)))).capitalize()
+    return f"{word()} {word()}"
+
+
+def _choices(rng: random.Random, answer: str, pool: list[str], k: int) -> tuple[tuple[str, ...], int]:
+    options = [answer] + rng.sample([w for w in pool if w != answer], k - 1)
+    rng.shuffle(options)
+    return tuple(f" {o}" for o in options), options.index(answer)
+
+
+def facts_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
+    """``n_test`` invented people with a favourite colour; train on the statements, test every fact."""
+    rng = random.Random(f"facts-{seed}")
+    names: list[str] = []
+    while len(names) < n_test:
+        name = _name(rng)
+        if name not in names:
+            names.append(name)
+    train, test = [], []
+    for i, name in enumerate(names):
+        colour = rng.choice(COLOURS)
+        question = f"{name} likes the colour"
+        train.append(MCItem(question, (f" {colour}",), 0, id=f"facts-train-{i}"))
+        choices, answer = _choices(rng, colour, COLOURS, 4)
+        test.append(MCItem(question, choices, answer, id=f"facts-{i}"))
+    return TaskData("facts", train, test)
+
+
+def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None = None) -> TaskData:
+    """Pick the second of four listed words; training and test lists use disjoint words."""
+    rng = random.Random(f"rule-{seed}")
+    pool = sorted(set(words))
+    rng.shuffle(pool)
+    split = len(pool) // 2
+    train_words, test_words = pool[:split], pool[split:]
+
+    def item(vocab: list[str], i: int, prefix: str) -> MCItem:
+        listed = rng.sample(vocab, 4)
+        choices, answer = _choices(rng, listed[1], listed, 4)
+        return MCItem(f"List: {' '.join(listed)}. Second:", choices, answer, id=f"{prefix}-{i}")
+
+    train = [item(train_words, i, "rule-train") for i in range(n_train or 2 * n_test)]
+    train = [MCItem(t.question, (t.choices[t.answer],), 0, id=t.id) for t in train]
+    return TaskData("rule", train, [item(test_words, i, "rule") for i in range(n_test)])
+
+
+TASKS: dict[str, Callable[..., TaskData]] = {"facts": facts_task, "rule": rule_task}
+
+
+def common_words(texts: list[str], n: int = 400) -> list[str]:
+    """The ``n`` most frequent lowercase alphabetic words of 3-8 letters (ties alphabetical)."""
+    counts: dict[str, int] = {}
+    for text in texts:
+        for word in re.findall(r"\b[a-z]{3,8}\b", text):
+            counts[word] = counts.get(word, 0) + 1
+    return sorted(counts, key=lambda w: (-counts[w], w))[:n]

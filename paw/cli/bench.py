@@ -1,0 +1,87 @@
+"""``paw bench transfer``: the transfer quality benchmark (same code as scripts/bench_transfer_quality.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from paw.cli._options import DEVICE, OVERWRITE
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "commonsense" / "formatted"
+
+
+def _csv(value: str, cast=str) -> tuple:
+    return tuple(cast(v.strip()) for v in value.split(",") if v.strip())
+
+
+def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
+                 num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
+                 device: str, quick: bool):
+    """Build :class:`paw.bench.quality.BenchOptions` from command-line strings (comma lists)."""
+    from dataclasses import replace
+
+    from paw.bench.quality import BenchOptions, quick_options
+    from paw.errors import PawError
+
+    try:
+        seed_values = _csv(seeds, int)
+    except ValueError:
+        raise PawError(f"--seeds {seeds!r}: expected comma-separated integers such as 0,1") from None
+    if data is not None and not data.is_dir():
+        raise PawError("--data: not a folder of *_formatted.jsonl files", path=data)
+    base = quick_options() if quick else BenchOptions(hidden_size=hidden_size, num_layers=num_layers,
+                                                      intermediate_size=(hidden_size * 11 // 4) // 8 * 8,
+                                                      pretrain_steps=pretrain_steps, lora_steps=lora_steps,
+                                                      lora_rank=lora_rank, items=items)
+    return replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
+                   methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device)
+
+
+def register(app: typer.Typer) -> None:
+    bench_app = typer.Typer(help="Benchmarks that anyone can rerun on a CPU.", no_args_is_help=True)
+    app.add_typer(bench_app, name="bench")
+
+    @bench_app.command("transfer")
+    def transfer(
+        output: Path = typer.Option(..., "--output", "-o", help="Folder for results.json, results.md, recovered.png."),
+        seeds: str = typer.Option("0,1", help="Task-data and LoRA seeds, comma-separated."),
+        tasks: str = typer.Option("", help="Tasks (comma list): facts, rule. Default: all."),
+        targets: str = typer.Option("", help="Target kinds (comma list): upgrade, pruned, grown, distilled, "
+                                    "tokenizer, unrelated. Default: all."),
+        methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
+        items: int = typer.Option(300, help="Held-out items per task and seed."),
+        hidden_size: int = typer.Option(64, help="Source hidden size."),
+        num_layers: int = typer.Option(4, help="Source depth."),
+        pretrain_steps: int = typer.Option(400, help="Source pretraining steps (targets scale with it)."),
+        lora_steps: int = typer.Option(150, help="LoRA training steps."),
+        lora_rank: int = typer.Option(8, help="LoRA rank."),
+        data: Path = typer.Option(DEFAULT_DATA if DEFAULT_DATA.is_dir() else None, "--data",
+                                  help="Folder of commonsense *_formatted.jsonl (corpus); absent: embedded text."),
+        workdir: Path = typer.Option(None, help="Where models are kept (default: a temporary folder, removed)."),
+        quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke configuration (tiny everything)."),
+        device: str = DEVICE,
+        overwrite: bool = OVERWRITE,
+    ):
+        """Pretrain a small LM, build sibling targets, train LoRAs, transfer them, and score every method.
+
+        Example: paw bench transfer --output bench-out --seeds 0,1 --targets upgrade,pruned,unrelated
+        """
+        import tempfile
+
+        from paw.bench.quality import run_benchmark
+        from paw.bench.report import markdown, write_results
+        from paw.cli._options import command_line
+        from paw.io.atomic import check_output
+
+        check_output(output, overwrite=overwrite)
+        opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
+                            hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
+                            lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick)
+        opts.check()
+        with tempfile.TemporaryDirectory(prefix="paw-bench-") as tmp:
+            results = run_benchmark(opts, workdir or tmp)
+        write_results(output, results, overwrite=overwrite, command=command_line())
+        typer.echo(markdown(results))
+        typer.echo(f"wrote {output}/results.json, results.md, recovered.png "
+                   f"({results['notes']['seconds']['total']:.0f} s)")

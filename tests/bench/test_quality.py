@@ -1,0 +1,143 @@
+"""Transfer quality benchmark: statistics, tasks, adapter application, report and CLI errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from paw.bench.quality import applied, random_deltas, score_items
+from paw.bench.report import markdown
+from paw.bench.stats import accuracy, recovered
+from paw.bench.tasks import COLOURS, facts_task, rule_task, synthetic_sentences
+
+
+def test_accuracy_pools_seeds():
+    out = accuracy([[1, 0, 1, 1], [1, 1, 0, 0]])
+    assert out["mean"] == 0.625 and out["per_seed"] == [0.75, 0.5] and out["n"] == 8
+    assert out["stderr"] == pytest.approx(math.sqrt(0.625 * 0.375 / 8))
+
+
+def test_recovered_is_ratio_of_gains_with_a_sane_bootstrap():
+    rng = np.random.default_rng(0)
+    base = (rng.random((2, 400)) < 0.25).astype(int)
+    direct = np.maximum(base, (rng.random((2, 400)) < 0.8)).astype(int)
+    half = np.where(rng.random((2, 400)) < 0.5, direct, base)  # each item: direct's outcome or base's
+    r = recovered(half, base, direct, n_boot=400, seed=1)
+    exact = (half.mean() - base.mean()) / (direct.mean() - base.mean())
+    assert r["value"] == pytest.approx(exact)
+    assert 0.4 < r["value"] < 0.6 and r["ceiling_ok"]
+    assert 0.01 < r["stderr"] < 0.06 and r["low"] < r["value"] < r["high"]
+    assert recovered(direct, base, direct, n_boot=0)["value"] == 1.0
+    assert recovered(base, base, direct, n_boot=0)["value"] == 0.0
+
+
+def test_recovered_flags_a_ceiling_at_base():
+    base = [[1, 0] * 50]
+    r = recovered(base, base, base, n_boot=50)
+    assert not r["ceiling_ok"] and math.isnan(r["value"])
+
+
+def test_tasks_are_balanced_held_out_and_deterministic():
+    facts = facts_task(300, seed=3, words=[])
+    assert len(facts.test) == 300 and len(facts.train) == 300
+    assert facts.test == facts_task(300, seed=3, words=[]).test
+    answers = np.bincount([i.answer for i in facts.test], minlength=4) / 300
+    assert answers.min() > 0.17  # the right answer is not always in one slot
+    assert all(i.choices[i.answer].strip() in COLOURS and len(set(i.choices)) == 4 for i in facts.test)
+    # training text states each tested fact
+    assert {(t.question, t.choices[0]) for t in facts.train} == {(i.question, i.choices[i.answer]) for i in facts.test}
+
+    words = sorted({w for s in synthetic_sentences(200, seed=0) for w in s.lower().strip(".").split()})
+    rule = rule_task(50, seed=1, words=words + [f"w{i}" for i in range(60)])
+    train_words = {w for t in rule.train for w in t.question[len("List: "):-len(". Second:")].split()}
+    test_words = {c.strip() for i in rule.test for c in i.choices}
+    assert not train_words & test_words
+    for item in rule.test:
+        listed = item.question[len("List: "):-len(". Second:")].split()
+        assert item.choices[item.answer] == f" {listed[1]}" and sorted(c.strip() for c in item.choices) == sorted(listed)
+
+
+def test_applied_adds_and_restores_exactly(tiny_llama):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    before = dict(model.named_parameters())[name].detach().clone()
+    delta = torch.randn_like(before)
+    with applied(model, {name: delta}):
+        torch.testing.assert_close(dict(model.named_parameters())[name].detach(), before + delta)
+    assert torch.equal(dict(model.named_parameters())[name].detach(), before)
+
+
+def test_random_deltas_match_norms_and_rank(tiny_llama):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    norms = {"model.layers.0.self_attn.q_proj.weight": 2.0, "model.layers.1.self_attn.q_proj.weight": 4.0,
+             "model.layers.0.mlp.down_proj.weight": 1.5, "model.layers.9.mlp.down_proj.weight": 0.5}
+    deltas = random_deltas(norms, model, rank=3, seed=0)
+    assert sorted(deltas) == ["model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight",
+                              "model.layers.1.mlp.down_proj.weight", "model.layers.1.self_attn.q_proj.weight"]
+    assert float(deltas["model.layers.1.self_attn.q_proj.weight"].norm()) == pytest.approx(4.0)
+    assert float(deltas["model.layers.1.mlp.down_proj.weight"].norm()) == pytest.approx(1.0)  # type mean
+    assert int(torch.linalg.matrix_rank(deltas["model.layers.0.mlp.down_proj.weight"])) == 3
+
+
+def test_score_items_agrees_with_evaluate(tiny_llama):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from paw.evaluate.mc import evaluate
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    items = facts_task(40, seed=0, words=[]).test
+    outcomes = score_items(model, tok, items, batch_size=16)
+    assert len(outcomes) == 40 and set(outcomes) <= {0, 1}
+    assert sum(outcomes) / 40 == pytest.approx(evaluate(model, tok, items, progress=False)["accuracy"])
+
+
+def _results():
+    rows = []
+    for target in ("source", "upgrade"):
+        for cond, acc in (("base", 0.25), ("direct", 0.9), ("auto", 0.85), ("copy", 0.8), ("random", 0.26)):
+            row = {"task": "facts", "target": target, "condition": cond, "status": "ok",
+                   "accuracy": {"mean": acc, "stderr": 0.02}}
+            if cond not in ("base", "direct"):
+                row["recovered"] = {"value": (acc - 0.25) / 0.65, "stderr": 0.03, "ceiling_ok": True}
+            rows.append(row)
+    rows.append({"task": "facts", "target": "unrelated", "condition": "base", "status": "ok",
+                 "accuracy": {"mean": 0.25, "stderr": 0.02}})
+    rows.append({"task": "facts", "target": "unrelated", "condition": "copy", "status": "n/a: shapes differ"})
+    return {"settings": {"methods": ["auto", "copy"]}, "rows": rows,
+            "notes": {"targets": {"tokenizer": {"skipped": "not run: transplant-tokenizer unavailable"}}}}
+
+
+def test_markdown_tables():
+    text = markdown(_results())
+    assert "| upgrade | 25.0 ± 2.0 | 90.0 ± 2.0 | 85.0 ± 2.0 | 80.0 ± 2.0 | 26.0 ± 2.0 |" in text
+    assert "| upgrade | 0.92 ± 0.03 | 0.85 ± 0.03 | 0.02 ± 0.03 |" in text
+    assert "| unrelated | 25.0 ± 2.0 | – | – | n/a | – |" in text
+    assert "Target `tokenizer`: not run: transplant-tokenizer unavailable." in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "0,x"], "--seeds"),
+    (["--targets", "upgrade,bogus"], "unknown task/target 'bogus'"),
+    (["--items", "3"], "at least 10"),
+    (["--methods", "teleport"], "unknown transfer method 'teleport'"),
+])
+def test_cli_rejects_bad_options(cli, tmp_path, args, message):
+    result = cli("bench", "transfer", "--output", tmp_path / "out", "--targets", "upgrade", *args)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_existing_output(cli, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("x")
+    result = cli("bench", "transfer", "--output", tmp_path / "out", "--quick")
+    assert result.exit_code == 2 and "exists" in result.stderr
