@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, TRACK, command_line
+from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line
 
 FORMAT_HELP = "Data layout: auto (detected from the first line), formatted, arc, openbookqa, piqa, winogrande, " \
               "boolq, hellaswag, mc (flat question/choices/answer)."
@@ -29,7 +29,8 @@ def eval_command(
     output: Path | None = typer.Option(None, "--output", help="Write the metrics to this JSON file."),
     device: str = DEVICE,
     dtype: str = DTYPE,
-    track: str = TRACK,
+    track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
+                                                       "logs go to RESULTS-tracking/ (./paw-runs/eval without --output)."),
     overwrite: bool = OVERWRITE,
 ):
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
@@ -80,9 +81,12 @@ def train_lora_command(
     format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Train on the first N items only."),
     eval_limit: int | None = typer.Option(None, "--eval-limit", min=1, help="Evaluate on the first N items only."),
+    save_every: int | None = typer.Option(None, "--save-every", min=1,
+                                          help="Also save OUT/checkpoint-STEP adapter folders every N steps."),
     device: str = DEVICE,
     dtype: str = DTYPE,
-    track: str = TRACK,
+    track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
+                                                       "logs go to OUT-tracking/ beside the adapter."),
     overwrite: bool = OVERWRITE,
 ):
     """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
@@ -105,17 +109,22 @@ def train_lora_command(
     settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
                     lr=lr, seed=seed)
     inputs = _inputs(model=model, data=data, eval_data=eval_data)
+    run_dir = output.with_name(output.name + "-tracking")  # beside the adapter, which appears atomically
+    tracker = make_tracker(track, run_dir, {"name": output.name, **settings, **{k: v["path"] for k, v in inputs.items()}})
     with atomic_dir(output, overwrite=overwrite) as tmp:
-        tracker = make_tracker(track, tmp / "tracking", {"name": output.name, **settings,
-                                                         **{k: v["path"] for k, v in inputs.items()}})
+        def checkpoint(step: int, peft_model) -> None:
+            if save_every and step % save_every == 0 and step < steps:
+                write_adapter_into(peft_model, tmp / f"checkpoint-{step}", base=model)
+
         try:
-            peft_model, metrics = train_lora(lm, tokenizer, items, **settings, eval_items=eval_items, tracker=tracker)
+            peft_model, metrics = train_lora(lm, tokenizer, items, **settings, eval_items=eval_items, tracker=tracker,
+                                             on_step=checkpoint)
         finally:
             tracker.finish()
         write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
         write_manifest(tmp, "paw_train_lora.json", command=command_line(), inputs=inputs, settings=settings)
     _print_training(metrics)
-    typer.echo(f"adapter: {output}" + (f"  (tracking: {output / 'tracking'})" if track != "none" else ""))
+    typer.echo(f"adapter: {output}" + (f"  (tracking: {run_dir})" if track != "none" else ""))
 
 
 def _inputs(**paths) -> dict:

@@ -13,8 +13,12 @@ continuation tokens. Reported, over ``n`` items:
   test/perplexity of LoRA fine-tuning runs;
 - ``n`` items, ``n_tokens`` correct-answer tokens.
 
-The model runs under ``torch.no_grad`` in eval mode, sequences sorted by length and padded on the
-tokenizer's side with position ids that ignore padding (left and right padding agree).
+The model runs under ``torch.no_grad`` in eval mode, on sequences sorted by length (longest first,
+so an out-of-memory shows at once) and padded by PAW itself, whatever the tokenizer's own
+``padding_side``: on the left by default, because every continuation then ends at the last
+position and only the longest continuation's positions go through the LM head
+(``logits_to_keep``), which matters with 150k-token vocabularies. Position ids count real tokens
+only, so left and right padding give the same numbers (tested).
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
     if device is not None:
         model.to(device)
     device = model_device(model)
-    side = padding_side or getattr(tokenizer, "padding_side", "right") or "right"
+    side = padding_side or "left"
     max_length = max_length_of(model)
     encoded, owners = [], []
     for k, item in enumerate(items):

@@ -12,7 +12,7 @@ per epoch for the data order, so two CPU runs with one seed give identical adapt
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
@@ -74,13 +74,15 @@ def wrap_lora(model, *, rank: int, alpha: float, target_modules: str | Sequence[
 def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alpha: float = 32,
                target_modules: str | Sequence[str] = "all-linear", steps: int = 600, batch_size: int = 6,
                lr: float = 1.5e-5, seed: int = 0, device=None, eval_items: Sequence[MCItem] | None = None,
-               tracker=None, progress: bool = True, log_every: int = 10):
+               tracker=None, progress: bool = True, log_every: int = 10,
+               on_step: Callable[[int, object], None] | None = None):
     """Fine-tune a LoRA on the right answers of ``items``; returns ``(peft_model, metrics)``.
 
     ``metrics``: ``train_loss_start`` / ``train_loss_end`` (mean of the first / last ``log_every``
     steps), ``train_losses`` (every step), ``trainable_parameters``, the settings, and with
     ``eval_items`` the :func:`~paw.evaluate.mc.evaluate` figures before (``base/...``) and after
-    (``test/...``) training. ``tracker.log`` receives ``train/loss`` every ``log_every`` steps.
+    (``test/...``) training. ``tracker.log`` receives ``train/loss`` every ``log_every`` steps;
+    ``on_step(step, peft_model)`` runs after every optimiser step (the CLI saves checkpoints there).
     """
     import torch
 
@@ -117,6 +119,8 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
         losses.append(float(loss.detach()))
         if tracker is not None and ((step + 1) % log_every == 0 or step + 1 == steps):
             tracker.log({"train/loss": sum(losses[-log_every:]) / len(losses[-log_every:])}, step=step + 1)
+        if on_step is not None:
+            on_step(step + 1, peft_model)
     peft_model.eval()
     window = max(1, min(log_every, steps))
     metrics.update(train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window,

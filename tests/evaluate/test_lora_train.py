@@ -64,16 +64,18 @@ def test_cli_train_lora_writes_peft_folder(cli, tmp_path, fact_model, colour_tas
     out = tmp_path / "lora"
     result = cli("train-lora", "--model", fact_model, "--data", data, "--eval-data", data, "--output", out,
                  "--rank", "4", "--alpha", "8", "--steps", "40", "--batch-size", "8", "--lr", "3e-3",
-                 "--track", "csv", "--device", "cpu")
+                 "--track", "csv", "--device", "cpu", "--save-every", "15")
     assert result.exit_code == 0, result.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 40 and metrics["test/accuracy"] > metrics["base/accuracy"]
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["lora_alpha"] == 8 and config["base_model_name_or_path"] == str(fact_model)
-    assert (out / "tracking" / "metrics.csv").read_text().startswith("step,metric,value\n10,train/loss,")
+    assert (tmp_path / "lora-tracking" / "metrics.csv").read_text().startswith("step,metric,value\n10,train/loss,")
     assert json.loads((out / "paw_train_lora.json").read_text())["settings"]["rank"] == 4
     model, tok = load(fact_model)
     PeftModel.from_pretrained(model, out)  # loads unchanged in peft
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-15", "checkpoint-30"]
+    PeftModel.from_pretrained(load(fact_model)[0], out / "checkpoint-30")
     # the trained adapter evaluates as trained
     again = cli("eval", "--model", fact_model, "--adapter", out, "--data", data, "--output", tmp_path / "r.json")
     assert again.exit_code == 0, again.stderr
