@@ -97,10 +97,10 @@ def _advice(report, adapter: Path, base: Path) -> list[str]:
 def run_resize_base(adapter: Path, base: Path, output: Path, *, tokenizer: Path | None = None,
                     vocab_size: int | None = None, device: str = "cpu", overwrite: bool = False) -> list[str]:
     """Read adapter and base, grow the base's vocabulary tensors, write the folder; return report lines."""
+    from paw import __version__
     from paw.adaptercheck.fit import check_fit
     from paw.adaptercheck.rebase import rebase_tensors, vocab_sources
     from paw.cli._options import command_line
-    from paw.cli.extend import _version, _with_vocab_size
     from paw.device import resolve_device
     from paw.errors import PawError
     from paw.io.adapter import read_adapter
@@ -108,7 +108,7 @@ def run_resize_base(adapter: Path, base: Path, output: Path, *, tokenizer: Path 
     from paw.io.checkpoint import open_checkpoint
     from paw.io.manifest import describe_input
     from paw.io.writer import TOKENIZER_FILES, write_checkpoint
-    from paw.vocab.extend import find_vocab_tensors
+    from paw.vocab.extend import find_vocab_tensors, with_vocab_size
 
     header = read_adapter_header(adapter)
     ckpt = open_checkpoint(base)
@@ -124,13 +124,13 @@ def run_resize_base(adapter: Path, base: Path, output: Path, *, tokenizer: Path 
     if rows == old:
         raise PawError(f"base already has {old} rows, the size the adapter expects; nothing to resize", path=base)
     sources = vocab_sources(read_adapter(adapter).tensors, header.config, keys)
-    manifest = {"paw_version": _version(), "command": command_line(),
+    manifest = {"paw_version": __version__, "command": command_line(),
                 "inputs": {"adapter": describe_input(adapter), "base": describe_input(base)},
                 "old_rows": old, "rows": rows, "tokenizer_from": str(tok_source),
                 "rows_from_adapter": sorted(sources)}
     write_checkpoint(output, rebase_tensors(ckpt, rows=rows, keys=keys, sources=sources,
                                             device=resolve_device(device)),
-                     config=_with_vocab_size(ckpt.config, rows), copy_from=base, tokenizer_from=tok_source,
+                     config=with_vocab_size(ckpt.config, rows), copy_from=base, tokenizer_from=tok_source,
                      overwrite=overwrite, extra_files={"paw_resize_base.json": manifest})
     carried = ", ".join(sources) or "none (mean of trained rows)"
     lines = [f"resized {' and '.join(keys)}: {old} -> {rows} rows",

@@ -78,6 +78,7 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
     """Read model and tokenizer, plan the new tokens, grow the tensors, write one folder; return report lines."""
     import tempfile
 
+    from paw import __version__
     from paw.cli._options import command_line
     from paw.device import resolve_device
     from paw.errors import PawError
@@ -85,7 +86,7 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
     from paw.io.hf_tokenizer_edit import extend_tokenizer_json, open_tokenizer_json, save_tokenizer_folder
     from paw.io.manifest import describe_input
     from paw.io.writer import write_checkpoint
-    from paw.vocab.extend import extend_tensors, find_vocab_tensors
+    from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
     from paw.vocab.resize import INITS
     from paw.vocab.resize import pad_to_multiple as padded
 
@@ -103,8 +104,8 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
         raise PawError(f"nothing to add: all {len(ext.present)} token(s) are already in the tokenizer"
                        + (f" ({len(ext.skipped)} not valid UTF-8 for added tokens)" if ext.skipped else ""))
     total = padded(max(rows, ext.size), pad_to_multiple)
-    config = _with_vocab_size(ckpt.config, total)
-    manifest = {"paw_version": _version(), "command": command_line(), "inputs": {"model": describe_input(model)},
+    config = with_vocab_size(ckpt.config, total)
+    manifest = {"paw_version": __version__, "command": command_line(), "inputs": {"model": describe_input(model)},
                 "init": init, "special": special, "old_rows": rows, "rows": total, "tied": keys[1] is None,
                 "merges_added": ext.merges_added,
                 "new_tokens": [{"id": t.id, "text": t.text, "how": t.how} for t in ext.tokens]}
@@ -115,22 +116,6 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
         write_checkpoint(output, grown, config=config, copy_from=model, tokenizer_from=scratch,
                          overwrite=overwrite, extra_files={"paw_extend.json": manifest})
     return _report(ext, tok.kind, keys, rows, total, init, output)
-
-
-def _with_vocab_size(config: dict | None, total: int) -> dict | None:
-    if config is None:
-        return None
-    config = dict(config)
-    if "text_config" in config and "vocab_size" in (config["text_config"] or {}):
-        config["text_config"] = {**config["text_config"], "vocab_size": total}
-    config["vocab_size"] = total
-    return config
-
-
-def _version() -> str:
-    from paw import __version__
-
-    return __version__
 
 
 def _report(ext, kind: str, keys, rows: int, total: int, init: str, output: Path) -> list[str]:

@@ -146,6 +146,17 @@ def _chain(word: str, pieces: list[str], ranks: dict, known: set, next_rank: int
     return new_merges, made
 
 
+def with_vocab_size(config: Mapping | None, rows: int) -> dict | None:
+    """A copy of a model config with ``vocab_size`` (and ``text_config.vocab_size`` if present) = ``rows``."""
+    if config is None:
+        return None
+    config = dict(config)
+    if isinstance(config.get("text_config"), dict) and "vocab_size" in config["text_config"]:
+        config["text_config"] = {**config["text_config"], "vocab_size": rows}
+    config["vocab_size"] = rows
+    return config
+
+
 def find_vocab_tensors(names: Sequence[str]) -> tuple[str, str | None]:
     """``(embedding key, output head key or None)`` among checkpoint tensor names."""
     embeds = [n for n in names if n.endswith("embed_tokens.weight")]
