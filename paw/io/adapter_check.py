@@ -42,6 +42,9 @@ def read_adapter_header(spec: str | Path) -> AdapterHeader:
     if not (folder / CONFIG_NAME).exists():
         raise PawError(f"not a PEFT adapter folder: {CONFIG_NAME} is missing", path=folder)
     config = read_json(folder / CONFIG_NAME)
+    peft_type = str(config.get("peft_type", "LORA")).upper()
+    if peft_type != "LORA":
+        raise PawError(f"adapter type {peft_type} is not supported (only LoRA)", path=folder / CONFIG_NAME)
     st, binf = folder / WEIGHTS_NAME, folder / "adapter_model.bin"
     if st.exists():
         from safetensors import safe_open

@@ -122,3 +122,11 @@ def test_check_fit_vocab_from_each_kind_of_tensor():
     r = check_fit({"trainable_token_indices": [5, 104]}, tokens, BASE)
     assert (r.expected_vocab, r.vocab_is_lower_bound, r.vocab_mismatch) == (105, True, True)
     assert "index 104 needs >= 105 rows" in "\n".join(table(r))
+
+
+def test_non_lora_adapter_is_refused(cli, tiny_llama, tmp_path):
+    from paw.io.manifest import write_json
+
+    write_json(tmp_path / "adapter_config.json", {"peft_type": "IA3"})
+    res = cli("adapter", "check", "--adapter", tmp_path, "--base", tiny_llama)
+    assert res.exit_code == 2 and "adapter type IA3 is not supported" in res.stderr

@@ -57,3 +57,23 @@ def test_ids_continue_after_added_tokens_and_nothing_is_mutated(tmp_path):
     assert json.dumps(tok.doc) == before
     assert [(t.id, t.how) for t in ext.tokens] == [(tok.size(), "special")]
     assert ext.doc["added_tokens"][-1]["special"] is True
+
+
+def test_saved_folder_lists_added_tokens_for_older_transformers(tmp_path):
+    from paw.io.hf_tokenizer_edit import save_tokenizer_folder
+    from paw.io.manifest import write_json
+
+    tok = _doc(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    write_json(src / "tokenizer_config.json", {"added_tokens_decoder": {"0": {"content": "<|bos|>", "special": True}},
+                                               "bos_token": "<|bos|>"})
+    (src / "tokenizer.model").write_bytes(b"stale sentencepiece model")
+    ext = extend_tokenizer_json(tok, ["<|tool|>"], special=True)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    written = save_tokenizer_folder(ext.doc, src, dest, new_tokens=ext.tokens)
+    assert written == ["tokenizer.json", "tokenizer_config.json"]  # the stale slow-tokenizer file is left out
+    decoder = json.loads((dest / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    assert decoder[str(ext.tokens[0].id)]["content"] == "<|tool|>" and decoder[str(ext.tokens[0].id)]["special"]
+    assert json.loads((dest / "tokenizer.json").read_text()) == ext.doc
