@@ -68,7 +68,7 @@ def forward_logits(model, batch, device):
 
 
 def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int = 8, device=None,
-                  padding_side: str = "right", progress: bool = True) -> list[tuple[float, int]]:
+                  padding_side: str = "left", progress: bool = True) -> list[tuple[float, int]]:
     """``(sum log p(continuation), n_tokens)`` for each encoding, in input order."""
     import torch
 
@@ -93,8 +93,11 @@ def model_device(model):
 
 
 def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
-             progress: bool = True, padding_side: str | None = None) -> dict:
+             progress: bool = True, padding_side: str | None = None, per_item: bool = False) -> dict:
     """Score ``items`` with ``model``; returns the metrics in the module docstring.
+
+    ``per_item=True`` adds ``correct`` and ``correct_norm`` (0/1 per item, in order) and
+    ``choice_logprobs`` (the summed log-likelihood of every choice), for paired tests between models.
 
     >>> evaluate(model, tok, [MCItem("2 + 2 =", (" 3", " 4"), 1)])  # doctest: +SKIP
     {'accuracy': 1.0, 'accuracy_norm': 1.0, 'stderr': 0.0, ..., 'n': 1}
@@ -122,26 +125,27 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
                                device=device, padding_side=side, progress=progress)
     finally:
         model.train(was_training)
-    return summarize(items, scores)
+    return summarize(items, scores, per_item=per_item)
 
 
-def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]]) -> dict:
+def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]], *, per_item: bool = False) -> dict:
     """Metrics from per-choice ``(sum_logprob, n_tokens)`` laid out item by item, choice by choice."""
-    correct = correct_norm = tokens = 0
-    nll = 0.0
-    cursor = 0
+    hits, hits_norm, all_lls = [], [], []
+    tokens, nll, cursor = 0, 0.0, 0
     for item in items:
         pairs = item.pairs()
         lls = [scores[cursor + j][0] for j in range(len(pairs))]
         norms = [ll / max(len(cont), 1) for ll, (_, cont) in zip(lls, pairs, strict=True)]
-        correct += _argmax(lls) == item.answer
-        correct_norm += _argmax(norms) == item.answer
+        hits.append(int(argmax_choice(lls) == item.answer))
+        hits_norm.append(int(argmax_choice(norms) == item.answer))
+        all_lls.append(lls)
         nll -= scores[cursor + item.answer][0]
         tokens += scores[cursor + item.answer][1]
         cursor += len(pairs)
     n = len(items)
-    acc, acc_norm = correct / n, correct_norm / n
+    acc, acc_norm = sum(hits) / n, sum(hits_norm) / n
     loss = nll / max(tokens, 1)
+    details = {"correct": hits, "correct_norm": hits_norm, "choice_logprobs": all_lls} if per_item else {}
     return {
         "accuracy": acc,
         "accuracy_norm": acc_norm,
@@ -151,9 +155,17 @@ def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]]) -> d
         "perplexity": math.exp(min(loss, 700.0)),
         "n": n,
         "n_tokens": tokens,
+        **details,
     }
 
 
-def _argmax(values: Sequence[float]) -> int:
-    """First index of the maximum (ties go to the earlier choice, deterministically)."""
+def argmax_choice(values: Sequence[float]) -> int:
+    """First index of the maximum (ties go to the earlier choice, deterministically).
+
+    >>> argmax_choice([-2.0, -1.0, -1.0])
+    1
+    """
     return max(range(len(values)), key=lambda j: (values[j], -j))
+
+
+_argmax = argmax_choice  # kept for callers written before the public name

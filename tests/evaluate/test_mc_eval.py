@@ -123,6 +123,9 @@ def test_summarize_by_hand():
     items = [MCItem("q", (" a", " bbbb"), 1), MCItem("q", (" a", " b"), 0)]
     # item 1: LL -1.0 vs -2.0 -> raw picks 0 (wrong); per char -0.5 vs -0.4 -> norm picks 1 (right)
     scores = [(-1.0, 1), (-2.0, 2), (-0.5, 1), (-3.0, 1)]
-    m = summarize(items, scores)
+    m = summarize(items, scores, per_item=True)
     assert m["accuracy"] == 0.5 and m["accuracy_norm"] == 1.0
+    assert m["correct"] == [0, 1] and m["correct_norm"] == [1, 1]
+    assert m["choice_logprobs"] == [[-1.0, -2.0], [-0.5, -3.0]]
+    assert "correct" not in summarize(items, scores)
     assert m["loss"] == pytest.approx((2.0 + 0.5) / 3) and m["n_tokens"] == 3
