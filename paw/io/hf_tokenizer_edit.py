@@ -208,7 +208,7 @@ def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *, sp
     merges_added = 0
     as_added: list[bytes] = []
     if tok.kind == "byte-bpe" and not special:
-        words, by_word = [], {}
+        words, by_word = [], {}  # byte-level symbols -> requested bytes
         for b in todo:
             word = _single_pretoken(old, b)
             if word is None:
@@ -230,7 +230,7 @@ def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *, sp
         doc["model"]["merges"] = list(doc["model"].get("merges") or []) + [
             f"{a} {b}" if strings else [a, b] for a, b in plan.merges]
         merges_added = len(plan.merges)
-        _force_unproduced(new, created, by_word)
+        _force_unproduced(new, created)
     else:
         as_added = todo
     for b in as_added:
@@ -269,14 +269,20 @@ def _old_pieces(backend, tok: HfTokenizerJson, b: bytes) -> list[int]:
         return [vocab[p] for p in bpe_pieces(bytes_to_symbols(b), ranks) if p in vocab]
 
 
-def _force_unproduced(new: HfTokenizerJson, created: list[NewToken], by_word: dict[str, bytes]) -> None:
-    """Check each requested BPE token encodes to its own id; register the rare exception as an added token."""
+def _force_unproduced(new: HfTokenizerJson, created: list[NewToken]) -> None:
+    """Check each requested BPE token encodes to its own id; register the rare exception as an added token.
+
+    Tokens that are fragments of a UTF-8 character cannot be encoded on their own and are skipped.
+    """
     backend = new.backend()
+    by_id = {i: entry for entry, i in new.vocab().items()}
     for t in created:
-        if t.how != "bpe" or t.text.startswith("b'") or t.text.startswith('b"'):
+        try:
+            text = symbols_to_bytes(by_id[t.id]).decode("utf-8")
+        except (KeyError, AttributeError, UnicodeDecodeError):
             continue
-        if backend.encode(t.text, add_special_tokens=False).ids != [t.id]:
-            new.doc.setdefault("added_tokens", []).append(_added_entry(t.id, t.text, False))
+        if t.how == "bpe" and backend.encode(text, add_special_tokens=False).ids != [t.id]:
+            new.doc.setdefault("added_tokens", []).append(_added_entry(t.id, text, False))
             t.how = "added"
 
 
