@@ -34,16 +34,28 @@ def unicode_to_bytes() -> dict[str, int]:
     return {c: b for b, c in bytes_to_unicode().items()}
 
 
+@lru_cache(maxsize=1)
+def _tables() -> tuple[dict[int, str], dict[int, str]]:
+    """``str.translate`` tables: latin-1 char -> alphabet char, and back. Characters below 256 that
+    are not in the alphabet (space, controls) map to U+0100 + 0xFFFF so that encoding fails loudly."""
+    to_str = dict(bytes_to_unicode())
+    to_bytes = {ord(c): chr(b) for b, c in bytes_to_unicode().items()}
+    alphabet = set(to_bytes)
+    to_bytes.update({cp: "\uffff" for cp in range(256) if cp not in alphabet})
+    return to_str, to_bytes
+
+
 def token_to_str(token: bytes) -> str:
     """``b" hi"`` -> ``"Ġhi"`` (how ``tokenizer.json`` spells a token)."""
-    table = bytes_to_unicode()
-    return "".join(table[b] for b in token)
+    return token.decode("latin-1").translate(_tables()[0])
 
 
 def str_to_token(text: str) -> bytes:
     """``"Ġhi"`` -> ``b" hi"``; raises ``KeyError`` on a character outside the alphabet."""
-    table = unicode_to_bytes()
-    return bytes(table[c] for c in text)
+    try:
+        return text.translate(_tables()[1]).encode("latin-1")
+    except UnicodeEncodeError:
+        raise KeyError(text) from None
 
 
 @lru_cache(maxsize=1)
