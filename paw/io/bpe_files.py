@@ -128,13 +128,15 @@ def _read_paw(path: Path) -> BpeFile:
         specials = json.loads(header["special_tokens"])
         order = tuple(int(b) for b in header["bytes"].split())
         n = int(header["merges"])
-        by_rank = {rank: bytes([b]) for rank, b in enumerate(order)}
+        by_rank = [bytes([b]) for b in order]
+        known = set(by_rank)
         merges = []
         for line in lines[5:5 + n]:
             left, right = (by_rank[int(x)] for x in line.split())
             merges.append((left, right))
-            if left + right not in by_rank.values():
-                by_rank[len(by_rank)] = left + right
+            if left + right not in known:  # a merge that rebuilds a known token adds no rank
+                by_rank.append(left + right)
+                known.add(left + right)
     except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
         raise PawError(f"malformed PAW model file ({type(exc).__name__}: {exc})", path=path) from None
     if len(order) != 256 or len(merges) != n:
