@@ -343,7 +343,8 @@ class DemoReport:
 
 
 def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False,
-             on_step: Callable[[StepResult], None] | None = None) -> DemoReport:
+             on_step: Callable[[StepResult], None] | None = None,
+             on_begin: Callable[[int, Step], None] | None = None) -> DemoReport:
     """Run every registered step in order; returns what happened (also in ``outdir/summary.json``)."""
     import torch
 
@@ -362,7 +363,9 @@ def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread beats two fighting over a shared CPU
     try:
-        for entry in STEPS.values():
+        for index, entry in enumerate(STEPS.values(), start=1):
+            if on_begin is not None:
+                on_begin(index, entry)
             result = _run_step(demo, entry, commands, {r.name for r in results if r.status == "ok"})
             results.append(result)
             if on_step is not None:

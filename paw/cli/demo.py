@@ -29,7 +29,9 @@ def demo_command(
 
     console = Console(stderr=False, highlight=False)
     console.print(f"[bold]PAW demo[/bold]: {len(STEPS)} steps, everything under {outdir}")
-    report = run_demo(outdir, quick=quick, overwrite=overwrite, on_step=lambda r: _print_step(console, r))
+    report = run_demo(outdir, quick=quick, overwrite=overwrite, on_step=lambda r: _print_step(console, r),
+                      on_begin=lambda i, s: console.print(f"[bold][{i}/{len(STEPS)}][/bold] {s.title} ...",
+                                                          highlight=False))
     console.print(_evaluation_table(report.evals))
     console.print(f"Done in {report.seconds:.0f} s. Reports, plots, models and logs: [bold]{report.outdir}[/bold]"
                   f"  (numbers in {report.summary_path})")
@@ -38,7 +40,7 @@ def demo_command(
 def _print_step(console, result) -> None:
     mark = {"ok": "[green]ok[/green]"}.get(result.status, f"[yellow]{result.status}[/yellow]")
     timing = f" ({result.seconds:.1f} s)" if result.seconds else ""
-    console.print(f"  {result.title}: {mark}{timing}" + (f"\n      {result.detail}" if result.detail else ""))
+    console.print(f"      {mark}{timing}" + (f": {result.detail}" if result.detail else ""))
 
 
 def _evaluation_table(evals: dict):

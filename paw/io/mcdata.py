@@ -45,6 +45,7 @@ class Reader:
     detect: Callable[[Record], bool]
     parse: Callable[[Record], MCItem]
     help: str
+    keys: tuple[str, ...] = ()
 
 
 READERS: dict[str, Reader] = {}
@@ -57,7 +58,7 @@ def reader(name: str, *, keys: tuple[str, ...], help: str, extra: Callable[[Reco
         def detect(record: Record) -> bool:
             return all(k in record for k in keys) and (extra is None or extra(record))
 
-        READERS[name] = Reader(detect, parse, help)
+        READERS[name] = Reader(detect, parse, help, keys)
         return parse
 
     return register
@@ -312,6 +313,11 @@ def read_items(path: str | Path, format: str = "auto", limit: int | None = None)
 
 
 def _parse(entry: Reader, name: str, record: Record, path: Path, number: int) -> MCItem:
+    missing = [k for k in entry.keys if k not in record]
+    if missing:
+        found = detect_format(record)
+        hint = f" (it looks like {found})" if found else ""
+        raise PawError(f"line {number}: {name} item lacks field(s) {', '.join(missing)}{hint}", path=path)
     try:
         item = entry.parse(record)
     except KeyError as err:

@@ -107,7 +107,7 @@ def test_flat_and_hellaswag(tmp_path):
     (['{"question": "q", "choices": ["a", "b"], "answer": 0}', '{"question": "q", "choices": ["a"', "{}"],
      "line 2: not a JSON object"),
     (['{"question": "q", "choices": ["a", "b"], "answer": 0}', "", '{"question": "q", "choices": ["a", "b"]}'],
-     "line 3: mc item lacks field 'answer'"),
+     "line 3: mc item lacks field(s) answer"),
     (['{"question": "q", "choices": ["a", "b"], "answer": 5}'], "line 1: bad mc item (answer index 5 out of range"),
     (['{"foo": 1}'], "line 1: cannot tell the layout"),
     (['[1, 2]'], "line 1: expected a JSON object"),
@@ -134,6 +134,9 @@ def test_missing_and_empty_files(tmp_path):
         read_items(tmp_path / "nope.jsonl")
     with pytest.raises(PawError, match="no items"):
         read_items(write_lines(tmp_path / "empty.jsonl", [""]))
+    arc = write_lines(tmp_path / "arc.jsonl", ['{"question": "q", "choices": {"text": ["a", "b"]}, "answerKey": "A"}'])
+    with pytest.raises(PawError, match="line 1: piqa item lacks field.s. goal, sol1, sol2 .it looks like arc."):
+        read_items(arc, format="piqa")
     with pytest.raises(PawError, match="unknown data format 'csv'"):
         read_items(write_lines(tmp_path / "x.jsonl", ["{}"]), format="csv")
 
