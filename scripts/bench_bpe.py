@@ -50,7 +50,12 @@ def _docs() -> list[Path]:
 
 
 def _translations() -> list[Path]:
-    return sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo"))
+    """Round-robin over languages (one catalogue of each, then a second of each, ...)."""
+    by_lang: dict[str, list[Path]] = {}
+    for path in sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo")):
+        by_lang.setdefault(path.parts[-3], []).append(path)
+    depth = max(map(len, by_lang.values()), default=0)
+    return [paths[i] for i in range(depth) for paths in by_lang.values() if i < len(paths)]
 
 
 def _mo_text(path: Path) -> str:
