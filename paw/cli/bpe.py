@@ -132,11 +132,15 @@ def register(app: typer.Typer) -> None:
     ):
         """Tokens, bytes per token and tokens per word, per tokenizer and per file, with a bar chart.
 
-        Example: paw bpe compare english.txt chinese.txt --tokenizers my.model --tokenizers llama3/tokenizer.json
+        `--tokenizers T1 T2 ... FILES...` works too: arguments that name a tokenizer (`*.model`,
+        `*.tiktoken`, `tokenizer.json`, a folder with one) join the tokenizers, the rest are texts.
+
+        Example: paw bpe compare --tokenizers my.model llama3/tokenizer.json english.txt chinese.txt
         """
         from paw.bpe import compression
         from paw.io.bpe_files import read_text_files, write_bar_chart
 
+        tokenizers, files = _split_specs(tokenizers, files)
         texts = dict(zip([f.name for f in files], read_text_files(files), strict=True))
         names = _short_names(tokenizers)
         table = {}
@@ -167,6 +171,20 @@ def _write_trained(bpe, output: Path, export_hf: Path | None, *, overwrite: bool
         write_manifest(tmp, "paw_bpe.json", command=command_line(),
                        inputs={str(p): describe_input(p) for p in inputs},
                        vocab_size=len(bpe.mergeable_ranks) + len(bpe.special_tokens), merges=len(bpe.merges))
+
+
+def _split_specs(tokenizers: list[Path], args: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Move arguments that name tokenizer files (not text) from the text list to the tokenizers."""
+    from paw.errors import PawError
+
+    def is_tokenizer(p: Path) -> bool:
+        return p.suffix in (".model", ".tiktoken") or p.name == "tokenizer.json" or (p / "tokenizer.json").is_file()
+
+    specs = [*tokenizers, *(p for p in args if is_tokenizer(p))]
+    texts = [p for p in args if not is_tokenizer(p)]
+    if not texts:
+        raise PawError("no text files to compare on (give UTF-8 files after the tokenizers)")
+    return specs, texts
 
 
 def _short_names(paths: list[Path]) -> list[str]:

@@ -55,8 +55,8 @@ def test_encode_decode_round_trip(cli, trained):
 def test_compare_prints_table_and_plot(cli, corpus, trained, tmp_path):
     root, en, zh = corpus
     plot = tmp_path / "cmp.png"
-    out = cli("bpe", "compare", en, zh, "--tokenizers", f"{trained}.model", "--tokenizers",
-              trained.parent / "hf" / "tokenizer.json", "--plot", plot)
+    out = cli("bpe", "compare", "--tokenizers", f"{trained}.model", trained.parent / "hf" / "tokenizer.json",
+              en, zh, "--plot", plot)  # the issue's `--tokenizers T1 T2 FILES...` spelling
     assert out.exit_code == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()[1:5]]
     assert [r[:2] for r in rows] == [["tok", "english.txt"], ["tok", "chinese.txt"], ["hf", "english.txt"],
@@ -87,6 +87,8 @@ def test_errors_are_one_line_exit_2(cli, corpus, trained, tmp_path):
         (("bpe", "encode", "--tokenizer", tmp_path / "nope.model", "--text", "x"), "not found"),
         (("bpe", "decode", "--tokenizer", f"{trained}.model", "--ids", "1 x"), "must be integers"),
         (("bpe", "decode", "--tokenizer", f"{trained}.model", "--ids", "123456"), "not in this vocabulary"),
+        (("bpe", "compare", "--tokenizers", f"{trained}.model", f"{trained}.model"), "no text files"),
+        (("bpe", "compare", "--tokenizers", f"{trained}.model", bad), "not valid UTF-8"),
     ]
     for args, message in cases:
         out = cli(*args)
