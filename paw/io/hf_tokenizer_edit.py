@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from paw.errors import PawError
@@ -43,7 +44,7 @@ class HfTokenizerJson:
     def model(self) -> dict:
         return self.doc.get("model") or {}
 
-    @property
+    @cached_property
     def kind(self) -> str:
         """``'byte-bpe'``, ``'bpe'``, ``'wordpiece'``, ``'unigram'``, ``'wordlevel'``."""
         mtype = str(self.model.get("type", "")).lower()
@@ -196,6 +197,7 @@ def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *, sp
     than this becomes an added token instead (None: no limit).
     """
     old = tok.backend()
+    old_pieces = _OldPieces(old, tok)
     table = tok.byte_table()
     wanted = _dedupe(tokens)
     present = [_display(b) for b in wanted if b in table]
@@ -224,7 +226,7 @@ def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *, sp
             vocab[entry] = next_id
             b = symbols_to_bytes(entry)
             created.append(NewToken(_display(b), next_id, "bpe-intermediate" if entry in inter else "bpe",
-                                    _old_pieces(old, tok, b)))
+                                    old_pieces(b)))
             next_id += 1
         strings = isinstance((doc["model"].get("merges") or [["", ""]])[0], str)
         doc["model"]["merges"] = list(doc["model"].get("merges") or []) + [
@@ -240,7 +242,7 @@ def extend_tokenizer_json(tok: HfTokenizerJson, tokens: list[bytes | str], *, sp
             skipped.append(repr(b))
             continue
         doc.setdefault("added_tokens", []).append(_added_entry(next_id, text, special))
-        created.append(NewToken(text, next_id, "special" if special else "added", _old_pieces(old, tok, b)))
+        created.append(NewToken(text, next_id, "special" if special else "added", old_pieces(b)))
         next_id += 1
     return TokenizerExtension(doc, created, present, skipped, merges_added, tok.size(), new.size())
 
@@ -259,14 +261,27 @@ def _single_pretoken(backend, b: bytes) -> str | None:
     return pieces[0][0] if len(pieces) == 1 else None
 
 
-def _old_pieces(backend, tok: HfTokenizerJson, b: bytes) -> list[int]:
-    """Ids the old tokenizer splits ``b`` into (no BOS/EOS)."""
-    try:
-        return list(backend.encode(b.decode("utf-8"), add_special_tokens=False).ids)
-    except UnicodeDecodeError:
-        vocab = tok.vocab()
-        ranks = {pair: i for i, pair in enumerate(tok.merges())}
-        return [vocab[p] for p in bpe_pieces(bytes_to_symbols(b), ranks) if p in vocab]
+class _OldPieces:
+    """Ids the old tokenizer splits a token into (no BOS/EOS), for ``subtoken-mean``.
+
+    Text goes through the ``tokenizers`` backend; a fragment of a UTF-8 character cannot, and is
+    split with :func:`bpe_pieces` over the old merges (vocabulary and ranks built once, on demand).
+    """
+
+    def __init__(self, backend, tok: HfTokenizerJson):
+        self.backend, self.tok = backend, tok
+        self._vocab: dict[str, int] | None = None
+        self._ranks: dict[tuple[str, str], int] | None = None
+
+    def __call__(self, b: bytes) -> list[int]:
+        try:
+            return list(self.backend.encode(b.decode("utf-8"), add_special_tokens=False).ids)
+        except UnicodeDecodeError:
+            pass
+        if self._vocab is None:
+            self._vocab = self.tok.vocab()
+            self._ranks = {pair: i for i, pair in reversed(list(enumerate(self.tok.merges())))}
+        return [self._vocab[p] for p in bpe_pieces(bytes_to_symbols(b), self._ranks) if p in self._vocab]
 
 
 def _force_unproduced(new: HfTokenizerJson, created: list[NewToken]) -> None:

@@ -102,7 +102,9 @@ def plan_bpe_merges(words: Sequence[str], vocab: Mapping[str, int] | set[str],
     that would need more than ``max_intermediates`` intermediate tokens is not planned at all
     and listed in ``rejected`` (the caller can add it as an added token instead).
     """
-    ranks = {pair: i for i, pair in enumerate(merges)}
+    ranks: dict[tuple[str, str], int] = {}
+    for i, pair in enumerate(merges):
+        ranks.setdefault(pair, i)  # a duplicated merge keeps its first (winning) rank
     known = set(vocab)
     plan = BpePlan()
     for word in words:
