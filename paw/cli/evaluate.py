@@ -43,9 +43,10 @@ def eval_command(
     from paw.io.atomic import check_output
     from paw.io.lm import load_lm, quiet_transformers
     from paw.io.mcdata import read_items
-    from paw.io.tracking import make_tracker
+    from paw.io.tracking import check_kind, log_once
 
     quiet_transformers()
+    check_kind(track)  # before any heavy work
     if output is not None:
         check_output(output, overwrite=overwrite)
     items = read_items(data, format=format, limit=limit)
@@ -55,9 +56,8 @@ def eval_command(
     inputs = _inputs(model=model, adapter=adapter, data=data)
     if track != "none":
         run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
-        tracker = make_tracker(track, run_dir, {"command": command_line(), **{k: v["path"] for k, v in inputs.items()}})
-        tracker.log({f"test/{k}": v for k, v in metrics.items()}, step=0)
-        tracker.finish()
+        config = {"command": command_line(), **{k: v["path"] for k, v in inputs.items()}}
+        log_once(track, run_dir, config, {"test": metrics})
     if output is not None:
         from paw.io.lm import write_results
 

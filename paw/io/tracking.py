@@ -109,11 +109,16 @@ TRACKERS: dict[str, Callable[[Path, Mapping[str, Any]], Any]] = {
 }
 
 
-def make_tracker(kind: str, run_dir: str | Path, config: Mapping[str, Any] | None = None) -> Tracker:
-    """The tracker named ``kind`` (``none``, ``csv``, ``swanlab``) writing under ``run_dir``."""
+def check_kind(kind: str) -> str:
+    """Refuse an unknown ``--track`` value early, before any heavy work."""
     if kind not in TRACKERS:
         raise PawError(f"--track {kind!r}: choose one of {', '.join(TRACKERS)}")
-    return TRACKERS[kind](Path(run_dir), dict(config or {}))
+    return kind
+
+
+def make_tracker(kind: str, run_dir: str | Path, config: Mapping[str, Any] | None = None) -> Tracker:
+    """The tracker named ``kind`` (``none``, ``csv``, ``swanlab``) writing under ``run_dir``."""
+    return TRACKERS[check_kind(kind)](Path(run_dir), dict(config or {}))
 
 
 def _is_scalar(value: Any) -> bool:
@@ -127,3 +132,29 @@ def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _say(message: str) -> None:
     print(f"[paw] {message}", file=sys.stderr, flush=True)
+
+
+def log_once(kind: str, run_dir: str | Path, config: Mapping[str, Any], metrics: Mapping[str, Any],
+             *, step: int = 0) -> Path | None:
+    """For one-shot commands (transfer, merge, eval): log ``metrics`` once and finish.
+
+    Returns ``run_dir`` (``None`` for ``kind='none'``). Non-scalar values are left out; nested
+    dicts are flattened with ``/`` (``{"summary": {"similarity": 0.9}}`` -> ``summary/similarity``).
+    """
+    tracker = make_tracker(kind, run_dir, config)
+    try:
+        tracker.log(_flat(metrics), step=step)
+    finally:
+        tracker.finish()
+    return None if kind == "none" else Path(run_dir)
+
+
+def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(_flat(value, name))
+        else:
+            out[name] = value
+    return out

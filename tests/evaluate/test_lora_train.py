@@ -106,3 +106,32 @@ def test_cli_existing_output_refused(cli, tmp_path, fact_model):
     assert result.exit_code == 2 and "already exists" in result.stderr
     missing = cli("eval", "--model", tmp_path / "no-model", "--data", data)
     assert missing.exit_code == 2 and "no such file or folder" in missing.stderr
+
+
+def test_load_lm_errors(tmp_path, fact_model):
+    import shutil
+
+    from paw.errors import PawError
+    from paw.io.lm import load_lm
+
+    no_tok = tmp_path / "no-tokenizer"
+    shutil.copytree(fact_model, no_tok)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (no_tok / name).unlink()
+    with pytest.raises(PawError, match="cannot load a tokenizer"):
+        load_lm(no_tok)
+    with pytest.raises(PawError, match="not a PEFT adapter folder"):
+        load_lm(fact_model, adapter=tmp_path)
+    with pytest.raises(PawError, match="--dtype 'int8'"):
+        load_lm(fact_model, dtype="int8")
+
+
+def test_cli_eval_with_csv_tracking(cli, tmp_path, fact_model, colour_task):
+    data = tmp_path / "facts.jsonl"
+    data.write_text("".join(json.dumps({"question": i.question, "choices": [c.strip() for c in i.choices],
+                                        "answer": i.answer}) + "\n" for i in colour_task[:4]))
+    result = cli("eval", "--model", fact_model, "--data", data, "--output", tmp_path / "res.json", "--track", "csv")
+    assert result.exit_code == 0, result.stderr
+    assert "accuracy " in result.stdout and (tmp_path / "res-tracking" / "metrics.csv").is_file()
+    bad = cli("eval", "--model", fact_model, "--data", data, "--track", "tensorboard")
+    assert bad.exit_code == 2 and "--track 'tensorboard'" in bad.stderr

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from paw.errors import PawError
-from paw.io.tracking import make_tracker
+from paw.io.tracking import log_once, make_tracker
 
 
 def test_csv_tracker(tmp_path):
@@ -25,6 +25,14 @@ def test_none_tracker_writes_nothing(tmp_path):
     tracker.log({"a": 1.0}, step=1)
     tracker.finish()
     assert not (tmp_path / "run").exists()
+
+
+def test_log_once_flattens(tmp_path):
+    run = log_once("csv", tmp_path / "once", {"command": "paw merge"}, {"summary": {"similarity": 0.5}, "n": 3,
+                                                                      "name": "x"})
+    rows = list(csv.reader((run / "metrics.csv").open()))
+    assert rows == [["step", "metric", "value"], ["0", "summary/similarity", "0.5"], ["0", "n", "3.0"]]
+    assert log_once("none", tmp_path / "nothing", {}, {"n": 1}) is None and not (tmp_path / "nothing").exists()
 
 
 def test_unknown_tracker():
