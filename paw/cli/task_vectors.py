@@ -23,6 +23,8 @@ def register(app: typer.Typer) -> None:
         top_k: int = typer.Option(50, "--top-k", min=1, help="Rows in the top-k tables (names follow it)."),
         include: str = typer.Option(None, "--include", help="Only tensors whose name matches this regex."),
         exclude: str = typer.Option(None, "--exclude", help="Skip tensors whose name matches this regex."),
+        workers: int = typer.Option(0, "--workers", min=0,
+                                    help="CPU only: tensors processed in parallel (0: one per core, up to 4)."),
         overwrite: bool = OVERWRITE,
     ):
         """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot.
@@ -39,7 +41,7 @@ def register(app: typer.Typer) -> None:
         from paw.io.checkpoint import open_checkpoint
         from paw.io.manifest import describe_input
         from paw.progress import status
-        from paw.taskvec.compute import compute_task_vectors, unique_names
+        from paw.taskvec.compute import compute_task_vectors, cpu_workers, unique_names
         from paw.taskvec.report import check_report_outputs, write_report
 
         extra = [a for a in ctx.args]
@@ -50,11 +52,12 @@ def register(app: typer.Typer) -> None:
         model_ckpts = [open_checkpoint(m) for m in specs]
         check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite)
         primary = resolve_device(device)
-        devices = [primary]
+        devices = [primary] * (cpu_workers(workers) if primary.type == "cpu" else 1)
         if multi_gpu:
             devices = visible_devices(primary)
             if len(devices) < 2:
                 status(f"--multi-gpu: fewer than two GPUs visible; running on {primary} only")
+                devices = [primary] * (cpu_workers(workers) if primary.type == "cpu" else 1)
             else:
                 status(f"--multi-gpu: spreading tensors over {len(devices)} GPUs")
         results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include,

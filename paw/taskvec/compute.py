@@ -127,6 +127,20 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
         model_paths=[str(m.path) for m in models])
 
 
+def cpu_workers(requested: int = 0) -> int:
+    """Tensors processed in parallel on a CPU: ``requested`` if > 0, else one per core, at most 4.
+
+    Each worker holds one tensor of every model, so memory grows with the count; chunks inside a
+    tensor run on one intra-op thread (see ``paw.taskvec.threads``).
+    """
+    import os
+
+    if requested > 0:
+        return requested
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 4))
+
+
 def check_architectures(base: Checkpoint, models: Sequence[Checkpoint]) -> None:
     """Refuse models whose ``config.json`` names another architecture than the base's."""
     def arch(ckpt: Checkpoint):
