@@ -26,6 +26,14 @@ class TrainedBpe:
         return BpeEncoder(self.mergeable_ranks, self.pattern, self.special_tokens)
 
 
+def check_vocab_size(vocab_size: int, special_tokens: Sequence[str]) -> None:
+    """Refuse a size that cannot hold the 256 bytes and the special tokens."""
+    n = len(set(special_tokens))
+    if vocab_size < 256 + n:
+        raise PawError(f"--vocab-size {vocab_size} is too small: a byte-level BPE needs 256 byte tokens "
+                       f"+ {n} special tokens = {256 + n} at least")
+
+
 def train_tokenizer(texts: Sequence[str], vocab_size: int, *, pattern: str | None,
                     special_tokens: Sequence[str] = (), min_frequency: int = 0, processes: int | None = None,
                     track: Callable[[Iterable[int], int], Iterable[int]] | None = None) -> TrainedBpe:
@@ -35,9 +43,7 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, *, pattern: str | Non
     training, like Hugging Face's ``BpeTrainer``, which counts them in the vocabulary size too.
     """
     specials = list(dict.fromkeys(special_tokens))
-    if vocab_size < 256 + len(specials):
-        raise PawError(f"--vocab-size {vocab_size} is too small: a byte-level BPE needs 256 byte tokens "
-                       f"+ {len(specials)} special tokens = {256 + len(specials)} at least")
+    check_vocab_size(vocab_size, specials)
     counts = count_pretokens(texts, pattern, processes=processes)
     if not counts:
         raise PawError("the corpus is empty (no text to learn from)")

@@ -54,12 +54,14 @@ def register(app: typer.Typer) -> None:
         Example: paw bpe train corpus.txt --vocab-size 8000 --output my --pattern llama3 --export-hf my-hf
         """
         from paw.bpe import resolve_pattern, train_tokenizer
+        from paw.bpe.tokenizer import check_vocab_size
         from paw.errors import PawError
         from paw.io.atomic import check_output
         from paw.io.bpe_files import read_text_files
         from paw.progress import status, track
 
         regex = resolve_pattern(pattern)
+        check_vocab_size(vocab_size, special_tokens)
         check_output(f"{output}.model", overwrite=overwrite)
         if export_hf is not None:
             check_output(export_hf, overwrite=overwrite)
