@@ -153,3 +153,18 @@ def test_zero_task_vector_has_nan_cosines(tv_models):
     assert math.isnan(cos[0][0]) and math.isnan(cos[0][1]) and cos[1][1] == 1.0
     assert r.global_l2(0) == 0.0
     assert torch.isfinite(torch.tensor(r.global_l2(1)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(results, tv_models):
+    """Same order statistics bit for bit; sums agree to float64 rounding; several GPUs = one GPU."""
+    ckpts = [open_checkpoint(tv_models[k]) for k in ("base", "ft1", "ft2")]
+    gpu = compute_task_vectors(ckpts[0], ckpts[1:], device="cuda", chunk_size=4096)
+    for cpu_stats, gpu_stats in zip(results.stats, gpu.stats, strict=True):
+        for a, b in zip(cpu_stats, gpu_stats, strict=True):
+            assert a.quantiles == b.quantiles and a.maxabs == b.maxabs
+            assert b.l2 == pytest.approx(a.l2, rel=1e-12) and b.skew == pytest.approx(a.skew, rel=1e-9, abs=1e-12)
+    many = compute_task_vectors(ckpts[0], ckpts[1:], devices=[f"cuda:{i}" for i in range(torch.cuda.device_count())],
+                                chunk_size=4096)
+    assert many.stats == gpu.stats and many.gram == gpu.gram
