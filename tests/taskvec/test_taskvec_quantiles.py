@@ -133,3 +133,11 @@ def test_more_than_2_to_the_24_elements_where_torch_quantile_refuses():
     ref = np.quantile(x.numpy().astype(np.float64), QS)
     np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=0)
     assert ours[0] == float(x.min()) and ours[-1] == float(x.max())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_radix_select_on_cuda_matches_numpy():
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal(3_000_000, dtype=np.float32))
+    ours = exact_quantiles(x.cuda())
+    np.testing.assert_allclose(ours, np.quantile(x.numpy().astype(np.float64), QS), rtol=1e-12, atol=0)
