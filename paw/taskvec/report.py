@@ -70,16 +70,22 @@ def summary(results: TaskVectorResults, i: int, *, top_k: int) -> dict:
     }
 
 
-def group_l2_figure(groups: dict[str, dict], *, model: str, base: str):
-    """Bar chart of L2 per module group (left) and per layer (right); log scale for wide ranges."""
+def group_l2_figure(groups: dict[str, dict], *, model: str, base: str, notes: dict[str, str] | None = None):
+    """Bar chart of L2 per module group (left) and per layer (right); log scale for wide ranges.
+
+    ``notes`` replaces the value label of a bar, e.g. ``{"lm_head": "tied"}``.
+    """
     from matplotlib.figure import Figure
 
     modules = [g for g in GROUP_ORDER if g in groups]
     layers = [g for g in groups if g not in GROUP_ORDER]
-    fig = Figure(figsize=(11, 4.8) if layers else (6.5, 4.8), layout="constrained")
-    widths = [len(modules), max(len(layers), 4)] if layers else [1]
+    # the module panel keeps room for its six labels however many layers there are
+    fig = Figure(figsize=(min(6.5 + 0.3 * max(len(layers), 4), 18) if layers else 6.5, 4.8),
+                 layout="constrained")
+    widths = [6.0, 0.45 * max(len(layers), 4)] if layers else [1]
     axes = fig.subplots(1, len(widths), width_ratios=widths, squeeze=False)[0]
-    _bars(axes[0], modules, [groups[g]["l2"] for g in modules], "module group", "#4C72B0", annotate=True)
+    _bars(axes[0], modules, [groups[g]["l2"] for g in modules], "module group", "#4C72B0", annotate=True,
+          notes=notes)
     if layers:
         labels = [g.removeprefix("layer_") for g in layers]
         _bars(axes[1], labels, [groups[g]["l2"] for g in layers], "layer", "#55A868",
@@ -90,21 +96,22 @@ def group_l2_figure(groups: dict[str, dict], *, model: str, base: str):
 
 
 def _bars(ax, labels: Sequence[str], values: Sequence[float], xlabel: str, color: str, *,
-          annotate: bool) -> None:
+          annotate: bool, notes: dict[str, str] | None = None) -> None:
     positive = [v for v in values if v > 0]
     log = bool(positive) and max(positive) / min(positive) > 50
     shown = [v if v > 0 or not log else 0 for v in values]
     bars = ax.bar(range(len(labels)), shown, color=color)
     ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 12 else 0,
                   fontsize=8 if len(labels) > 24 else 9)
-    ax.set_xlim(-0.6, max(len(labels), 4) - 0.4)  # a few bars stay bar-shaped
+    pad = max(4 - len(labels), 0) / 2  # a few bars stay bar-shaped, centred
+    ax.set_xlim(-0.6 - pad, len(labels) - 0.4 + pad)
     ax.set_xlabel(xlabel + (" (log scale)" if log else ""))
     if log:
         ax.set_yscale("log")
     ax.grid(axis="y", alpha=0.3)
     if annotate:
-        for bar, value in zip(bars, values, strict=True):
-            text = f"{value:.3g}" if value > 0 else "0"
+        for label, bar, value in zip(labels, bars, values, strict=True):
+            text = (notes or {}).get(label) or (f"{value:.3g}" if value > 0 else "0")
             y = bar.get_height() if value > 0 else (min(positive) if log and positive else 0)
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")
@@ -140,7 +147,8 @@ def write_report(outdir: str | Path, results: TaskVectorResults, *, top_k: int =
             write_csv(tmp / f"top{top_k}_by_maxabs.csv", top_rows(rows, "maxabs", top_k), PER_PARAM_COLUMNS)
             info = summary(results, i, top_k=top_k)
             write_manifest(tmp, "summary.json", command=command, inputs=json_safe(inputs), **json_safe(info))
-            save_figure(group_l2_figure(info["groups"], model=name, base=results.base),
+            notes = {"lm_head": "tied (in embed)"} if results.tied_lm_head.get("tied") else None
+            save_figure(group_l2_figure(info["groups"], model=name, base=results.base, notes=notes),
                         tmp / "group_l2_bar.png")
         written.append(outdir / name)
     cos = results.cosines()
