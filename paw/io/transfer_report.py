@@ -65,6 +65,9 @@ def similarity_figure(report: dict):
         pts.sort()
         line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=kind)[0]
         ax.plot([p[0] for p in pts], [p[2] for p in pts], ls="--", lw=0.8, color=line.get_color())
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("source layer")
     ax.set_ylabel("‖U_sᵀU_t‖²_F / R")
     ax.set_ylim(-0.02, 1.02)

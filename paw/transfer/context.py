@@ -51,18 +51,23 @@ class Context:
     _units: dict = field(default_factory=dict, repr=False)
     facts: dict = field(default_factory=dict)
 
-    # ---- tensors ------------------------------------------------------------------------------
-    def weight(self, side: str, name: str):
-        ckpt = self.source if side == "s" else self.target
-        return ckpt[name].to(device=self.device, dtype=self.dtype)
-
-    dtype: Any = None
+    dtype: Any = None  # float32, set in __post_init__ (torch is imported lazily)
 
     def __post_init__(self):
         import torch
 
         self.dtype = torch.float32
         self.n_layers = (count_layers(self.source), count_layers(self.target))
+
+    # ---- tensors ------------------------------------------------------------------------------
+    def weight(self, side: str, name: str):
+        """One base tensor, read now, as float32 on the device (nothing big is kept)."""
+        ckpt = self.source if side == "s" else self.target
+        return ckpt[name].to(device=self.device, dtype=self.dtype)
+
+    def forget_bases(self) -> None:
+        """Drop memoised singular bases (each base weight belongs to one module, done by now)."""
+        self._svd.clear()
 
     def gain(self, side: str, norm_name: str | None, width: int):
         """RMSNorm gains (d,) as the module sees them (Gemma stores ``w`` and scales by ``1 + w``)."""

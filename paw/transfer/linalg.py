@@ -7,6 +7,7 @@ Shapes follow PyTorch's ``nn.Linear``: a weight ``W`` is (out, in); its singular
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 DEFAULT_SUBSPACE_RANK = 32
@@ -60,13 +61,41 @@ def top_singular(W, rank: int, *, seed: int = 0, power_iters: int = POWER_ITERS,
         return full_singular(W, rank)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     omega = torch.randn(in_dim, k, generator=gen).to(W.device)
-    Q = torch.linalg.qr(W @ omega).Q
+    Q = _qr(W @ omega)
     for _ in range(power_iters):
-        Q = torch.linalg.qr(W.T @ Q).Q
-        Q = torch.linalg.qr(W @ Q).Q
-    Ub, S, Vh = torch.linalg.svd(Q.T @ W, full_matrices=False)
-    U, V = canonical_signs(Q @ Ub[:, :rank], Vh[:rank].T)
-    return U, S[:rank], V
+        Q = _qr(W @ _qr(W.T @ Q))
+    B = Q.T @ W  # (k, in): W ≈ Q B
+    with serial(B.device):  # SVD of the small B through its (k, k) Gram: one tiny eigh
+        evals, Ub = torch.linalg.eigh(B @ B.T)
+    order = torch.argsort(evals, descending=True)[:rank]
+    S = evals[order].clamp_min(0).sqrt()
+    V = (B.T @ Ub[:, order]) / S.clamp_min(1e-30)
+    U, V = canonical_signs(Q @ Ub[:, order], V)
+    return U, S, V
+
+
+@contextlib.contextmanager
+def serial(device):
+    """Run small LAPACK calls on one CPU thread: on a busy machine OpenMP barriers make a 40x700 QR
+    take 100x longer with two threads than with one. Big matrix products keep every thread."""
+    import torch
+
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _qr(Y):
+    import torch
+
+    with serial(Y.device):
+        return torch.linalg.qr(Y).Q
 
 
 def full_singular(W, rank: int):

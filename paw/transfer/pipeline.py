@@ -74,6 +74,7 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
             lm = modules[module]
             record, mapped = _transfer_module(ctx, lm, placed[module], method, min_similarity, force)
             records.append(record)
+            ctx.forget_bases()
             if mapped is not None:
                 dtype = lm.A.dtype
                 tensors[adapter_key(record["target_module"], "A", lm.kind)] = mapped.A.to("cpu", dtype).contiguous()
