@@ -36,7 +36,8 @@ SHAPES = {  # name: hidden, layers, heads, kv heads, intermediate, vocab
     "small": dict(hidden=1024, layers=8, heads=16, kv=4, inter=4096, vocab=32000),
     "tiny": dict(hidden=256, layers=4, heads=8, kv=2, inter=1024, vocab=8000),
 }
-NOISE = (0.001, 0.002, 0.004)  # std of each fine-tune's task vector (base std is 0.02)
+NOISE = (0.001, 0.002, 0.004)
+SHARD_BYTES = 1_000_000_000  # both tools buffer one output shard in memory: give them the same size  # std of each fine-tune's task vector (base std is 0.02)
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
@@ -86,14 +87,18 @@ def generate(folder: Path, shape: dict, index: int | None) -> Path:
     return folder
 
 
-def run_measured(cmd: list[str], env=None) -> tuple[float, float, int, str]:
-    """(wall seconds, peak RSS in GiB, exit code, output tail) of one child process."""
+def run_measured(cmd: list[str], env=None) -> dict:
+    """Wall seconds, CPU seconds (user + sys), peak RSS in GiB, exit code and output tail of one child.
+
+    CPU seconds are reported beside wall time because on a shared machine wall time mostly measures
+    the other tenants; CPU time measures the work.
+    """
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     out = proc.stdout.read().decode(errors="replace")
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - start, usage.ru_maxrss / 1024**2, proc.returncode, out[-1500:]
+    return {"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime,
+            "gib": usage.ru_maxrss / 1024**2, "rc": os.waitstatus_to_exitcode(status), "tail": out[-1500:]}
 
 
 def warm(folders: list[Path]) -> None:
@@ -132,21 +137,40 @@ def ensure_mergekit(venv: Path, install: bool) -> tuple[Path | None, str]:
     return (exe, "installed") if exe.exists() else (None, "mergekit installed but mergekit-yaml missing")
 
 
-def max_abs_diff(a: Path, b: Path) -> tuple[float, float, int]:
-    """(max |a - b|, max |a|, entries that differ) over the tensors both outputs have."""
+def compare(a: Path, b: Path, inputs: list[Path] | None = None, density: float = 1.0) -> dict:
+    """Largest |a - b| and the count of differing entries over the tensors both outputs have.
+
+    With ``inputs`` (base, then models) for a TIES merge, also split the differing entries into those
+    where some model's |Δ| equals its own trim threshold (a magnitude tie: which of the tied entries
+    survive the trim is an arbitrary choice in mergekit's argsort, by index in PAW) and the rest.
+    """
+    import torch
 
     from paw.io.checkpoint import open_checkpoint
+    from paw.merge.methods import kth_largest
 
     ca, cb = open_checkpoint(a), open_checkpoint(b)
-    worst, scale, differ = 0.0, 0.0, 0
+    ins = [open_checkpoint(p) for p in inputs] if inputs else None
+    res = {"diff": 0.0, "diff_outside_ties": 0.0, "differ": 0, "differ_at_ties": 0}
     for name in ca:
         if name not in cb:
             continue
-        x, y = ca[name].float(), cb[name].float()
-        d = (x - y).abs()
-        worst, scale = max(worst, float(d.max())), max(scale, float(x.abs().max()))
-        differ += int((d > 0).sum())
-    return worst, scale, differ
+        d = (ca[name].float() - cb[name].float()).abs().reshape(-1)
+        res["diff"] = max(res["diff"], float(d.max()))
+        where = torch.nonzero(d > 0).reshape(-1)
+        res["differ"] += where.numel()
+        if ins is None or where.numel() == 0:
+            continue
+        base = ins[0][name].float().reshape(-1)
+        tied = torch.zeros(where.numel(), dtype=torch.bool)
+        for m in ins[1:]:
+            mag = (m[name].float().reshape(-1) - base).abs()
+            threshold = kth_largest(mag, max(1, int(density * mag.numel())))
+            tied |= mag[where] == threshold
+        res["differ_at_ties"] += int(tied.sum())
+        if (~tied).any():
+            res["diff_outside_ties"] = max(res["diff_outside_ties"], float(d[where[~tied]].max()))
+    return res
 
 
 def main() -> int:
@@ -161,6 +185,9 @@ def main() -> int:
                     choices=["task-arithmetic", "ties"])
     ap.add_argument("--density", type=float, default=0.2)
     ap.add_argument("--device", default="cpu", help="paw --device (mergekit runs with --no-cuda)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="OMP_NUM_THREADS for both tools (default: torch's own choice); on a shared, "
+                         "oversubscribed machine 1 is faster for both")
     ap.add_argument("--skip-mergekit", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the generated models and outputs")
     args = ap.parse_args()
@@ -183,33 +210,36 @@ def main() -> int:
     if mk_exe is None:
         print(f"MERGEKIT NOT RUN: {mk_status}. Only PAW's figures follow.")
     paw = [sys.executable, "-c", "import sys; from paw.cli import main; sys.exit(main())"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if args.threads:
+        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    print(f"threads: {args.threads or 'default'}; output shards of {SHARD_BYTES / 1e9:g} GB for both tools")
     rows = []
     for method in args.methods:
         out_paw, out_mk = args.workdir / f"out-paw-{method}", args.workdir / f"out-mergekit-{method}"
         cmd = [*paw, "merge", "--base", str(base), "--models", *map(str, models), "--output", str(out_paw),
                "--method", method, "--mode", "exp", "--l2-norms", *map(str, norms), "--density",
-               str(args.density), "--device", args.device, "--overwrite"]
+               str(args.density), "--device", args.device, "--overwrite", "--max-shard-size", str(SHARD_BYTES)]
         warm([base, *models])
-        wall, rss, rc, tail = run_measured(cmd)
-        if rc != 0:
-            print(f"paw merge failed ({rc}):\n{tail}")
+        p = run_measured(cmd, env=env)
+        if p["rc"] != 0:
+            print(f"paw merge failed ({p['rc']}):\n{p['tail']}")
             return 1
         weights = json.loads((out_paw / "paw_merge.json").read_text())["weights"]
-        row = {"method": method, "paw_s": wall, "paw_gib": rss}
+        row = {"method": method, "paw_s": p["wall"], "paw_cpu": p["cpu"], "paw_gib": p["gib"]}
         if mk_exe is not None:
             cfg = args.workdir / f"mergekit-{method}.yml"
             cfg.write_text(mergekit_config(method, base, models, weights, args.density))
             shutil.rmtree(out_mk, ignore_errors=True)
             warm([base, *models])
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-            mk_wall, mk_rss, mk_rc, mk_tail = run_measured(
+            k = run_measured(
                 [str(mk_exe), str(cfg), str(out_mk), "--no-cuda", "--quiet", "--no-copy-tokenizer",
-                 "--no-write-model-card", "--out-shard-size", "5B"], env=env)
-            if mk_rc != 0:
-                print(f"MERGEKIT FAILED on {method} (exit {mk_rc}); PAW's figures still follow:\n{mk_tail}")
+                 "--no-write-model-card", "--out-shard-size", str(SHARD_BYTES)], env=env)
+            if k["rc"] != 0:
+                print(f"MERGEKIT FAILED on {method} (exit {k['rc']}); PAW's figures still follow:\n{k['tail']}")
             else:
-                diff, scale, differ = max_abs_diff(out_paw, out_mk)
-                row.update(mk_s=mk_wall, mk_gib=mk_rss, diff=diff, scale=scale, differ=differ)
+                row.update(mk_s=k["wall"], mk_cpu=k["cpu"], mk_gib=k["gib"])
+                row.update(compare(out_paw, out_mk, [base, *models] if method == "ties" else None, args.density))
         rows.append(row)
         print(json.dumps(row))
     _report(rows, n_params)
@@ -227,15 +257,23 @@ def _numel(dims) -> int:
 
 
 def _report(rows: list[dict], n_params: int) -> None:
-    print(f"\n{'method':<16}{'paw s':>9}{'paw GiB':>9}{'mergekit s':>12}{'mergekit GiB':>14}"
-          f"{'speed-up':>10}{'max |diff|':>12}{'entries differing':>24}")
+    head = ("method", "paw wall s", "paw cpu s", "paw GiB", "mk wall s", "mk cpu s", "mk GiB",
+            "wall ratio", "cpu ratio", "max |diff|", "entries differing")
+    print("\n" + " | ".join(head))
     for r in rows:
-        cells = ["n/a"] * 5
+        cells = [r["method"], f"{r['paw_s']:.1f}", f"{r['paw_cpu']:.1f}", f"{r['paw_gib']:.2f}"]
         if "mk_s" in r:
-            cells = [f"{r['mk_s']:.1f}", f"{r['mk_gib']:.2f}", f"{r['mk_s'] / r['paw_s']:.2f}x",
-                     f"{r['diff']:.3g}", f"{r['differ']} / {n_params}"]
-        print(f"{r['method']:<16}{r['paw_s']:>9.1f}{r['paw_gib']:>9.2f}{cells[0]:>12}{cells[1]:>14}"
-              f"{cells[2]:>10}{cells[3]:>12}{cells[4]:>24}")
+            differing = f"{r['differ']} of {n_params}"
+            if r["method"] == "ties":
+                differing += (f" ({r['differ_at_ties']} at a trim-threshold tie; max |diff| elsewhere "
+                              f"{r['diff_outside_ties']:.3g})")
+            cells += [f"{r['mk_s']:.1f}", f"{r['mk_cpu']:.1f}", f"{r['mk_gib']:.2f}",
+                      f"{r['mk_s'] / r['paw_s']:.2f}x", f"{r['mk_cpu'] / r['paw_cpu']:.2f}x",
+                      f"{r['diff']:.3g}", differing]
+        else:
+            cells += ["n/a"] * 7
+        print(" | ".join(cells))
+    print("ratios are mergekit / paw: above 1 means paw is faster")
 
 
 if __name__ == "__main__":

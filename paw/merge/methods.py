@@ -7,6 +7,10 @@ Every method has the signature ``f(base, deltas, weights, **params) -> merged_de
 - ``weights``: N floats, one per model;
 - returns the merged task vector (shape ``S``); the caller writes ``base + scale * merged``.
 
+``deltas`` are scratch: methods work on them in place (and may return one of them), so that memory
+holds N + 2 tensors of shape S, not 2N. ``base`` is never written. The sparsifiers below likewise
+overwrite the tensor they are given and return it.
+
 TIES, DARE and Model Breadcrumbs are not separate code paths: they are parameter sets of one
 function, :func:`generalized_task_arithmetic`, which sparsifies each task vector (``sparsify``) and
 then either sums the weighted vectors or keeps only the entries that agree with an elected sign
@@ -93,13 +97,35 @@ def top_k_mask(magnitude, k: int):
     if k <= 0:
         return torch.zeros_like(magnitude, dtype=torch.bool)
     flat = magnitude.reshape(-1)
-    threshold = torch.kthvalue(flat, n - k + 1).values  # (n - k + 1)-th smallest = k-th largest
+    threshold = kth_largest(flat, k)
     mask = flat > threshold
     missing = k - int(mask.sum())
     if missing > 0:  # ties at the threshold: keep the first ones by index
         tied = torch.nonzero(flat == threshold).reshape(-1)[:missing]
         mask[tied] = True
     return mask.reshape(magnitude.shape)
+
+
+def kth_largest(flat, k: int):
+    """The k-th largest value of a 1-D tensor of non-negative floats (a 0-d tensor), in linear time.
+
+    Small tensors use ``kthvalue``. Large float32 ones use a radix step first: the bit patterns of
+    non-negative floats sort like the floats, so a histogram of their top 16 bits (65536 bins, one
+    ``bincount`` pass) tells which bin holds the k-th largest and how many entries lie above it; only
+    that bin's entries (typically well under 1%) go through ``kthvalue``. About twice as fast as
+    ``kthvalue`` on the whole tensor, and exact.
+    """
+    import torch
+
+    n = flat.numel()
+    if flat.dtype != torch.float32 or n < (1 << 20):
+        return torch.kthvalue(flat, n - k + 1).values  # (n - k + 1)-th smallest = k-th largest
+    top = flat.view(torch.int32) >> 16  # sign bit is 0: values 0 .. 2^15 - 1, ordered like the floats
+    at_least = torch.bincount(top, minlength=1 << 15).flip(0).cumsum(0).flip(0)  # [b] = #(top >= b)
+    b = int(torch.nonzero(at_least >= k).max())
+    above = int(at_least[b + 1]) if b + 1 < at_least.numel() else 0
+    candidates = flat[top == b]
+    return torch.kthvalue(candidates, candidates.numel() - (k - above) + 1).values
 
 
 def sparsify_magnitude(delta, *, density: float):
@@ -110,7 +136,7 @@ def sparsify_magnitude(delta, *, density: float):
     """
     if density >= 1.0:
         return delta
-    return delta * top_k_mask(delta.abs(), max(1, int(density * delta.numel())))
+    return delta.mul_(top_k_mask(delta.abs(), max(1, int(density * delta.numel()))))
 
 
 def sparsify_random(delta, *, drop_rate: float, generator):
@@ -125,7 +151,7 @@ def sparsify_random(delta, *, drop_rate: float, generator):
     if drop_rate <= 0.0:
         return delta
     keep = torch.rand(delta.shape, generator=generator, device=delta.device) >= drop_rate
-    return delta * keep / (1.0 - drop_rate)
+    return delta.mul_(keep).div_(1.0 - drop_rate)
 
 
 def sparsify_outliers(delta, *, density: float, gamma: float):
@@ -139,7 +165,7 @@ def sparsify_outliers(delta, *, density: float, gamma: float):
     n_top, n_keep = int(gamma * n), int(density * n)
     magnitude = delta.abs()
     keep = top_k_mask(magnitude, n_top + n_keep) & ~top_k_mask(magnitude, n_top)
-    return delta * keep
+    return delta.mul_(keep)
 
 
 def _sparsify(kind: str | None, delta, *, density, drop_rate, gamma, generator):
@@ -217,19 +243,15 @@ def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None =
     (random sparsification only). Returns shape S. ``base`` is not read: the methods act on Δ alone.
     """
 
-    trimmed = [
+    for i, (d, w) in enumerate(zip(deltas, weights, strict=True)):  # in place: w_i * sparsified Δ_i
         _sparsify(sparsify, d, density=density, drop_rate=drop_rate, gamma=gamma,
-                  generator=None if generators is None else generators[i])
-        for i, d in enumerate(deltas)
-    ]
-    if not consensus:
-        merged = trimmed[0] * weights[0]
-        for w, d in zip(weights[1:], trimmed[1:], strict=True):
-            merged.add_(d, alpha=w)
-        return merged
-    weighted = [d * w for d, w in zip(trimmed, weights, strict=True)]
-    del trimmed
-    return sign_consensus_mean(weighted, weights)
+                  generator=None if generators is None else generators[i]).mul_(w)
+    if consensus:
+        return sign_consensus_mean(deltas, weights)
+    merged = deltas[0]
+    for d in deltas[1:]:
+        merged.add_(d)
+    return merged
 
 
 @merge_method("linear", needs_base=False, normalise_weights=True,
@@ -243,7 +265,7 @@ def linear(base, deltas, weights):
     equals the average because the normalised weights sum to one, so no base is needed.
     """
     total = float(sum(weights))
-    merged = deltas[0] * (weights[0] / total)
+    merged = deltas[0].mul_(weights[0] / total)
     for w, d in zip(weights[1:], deltas[1:], strict=True):
         merged.add_(d, alpha=w / total)
     return merged

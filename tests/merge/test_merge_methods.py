@@ -71,25 +71,26 @@ def test_ties_matches_reference_on_random_tensors():
     gen = torch.Generator().manual_seed(1)
     deltas = [torch.randn(17, 9, generator=gen) for _ in range(3)]
     w = [0.5, 0.3, 0.2]
+    want = ref.ties([d.numpy() for d in deltas], w, 0.3)  # first: methods overwrite their deltas
     got = get_method("ties")(None, deltas, w, density=0.3).double().numpy()
-    want = ref.ties([d.numpy() for d in deltas], w, 0.3)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
 def test_breadcrumbs_drops_outliers_and_the_tail():
     d = torch.arange(1, 101, dtype=torch.float32)  # magnitudes 1..100
-    kept = sparsify_outliers(d, density=0.2, gamma=0.05)
+    kept = sparsify_outliers(d.clone(), density=0.2, gamma=0.05)
     # drop the 5 largest (96..100), keep the next 20 (76..95)
     assert torch.nonzero(kept).reshape(-1).tolist() == list(range(75, 95))
-    got = get_method("breadcrumbs")(None, [d, -d], [0.7, 0.3], density=0.2, gamma=0.05).double().numpy()
+    got = get_method("breadcrumbs")(None, [d.clone(), -d], [0.7, 0.3], density=0.2, gamma=0.05).double().numpy()
     np.testing.assert_allclose(got, ref.breadcrumbs([d.numpy(), -d.numpy()], [0.7, 0.3], 0.2, 0.05), rtol=1e-6)
 
 
 def test_dare_drops_at_the_rate_rescales_and_is_seeded():
     d = torch.ones(200_000)
-    a = sparsify_random(d, drop_rate=0.9, generator=torch.Generator().manual_seed(5))
-    b = sparsify_random(d, drop_rate=0.9, generator=torch.Generator().manual_seed(5))
-    c = sparsify_random(d, drop_rate=0.9, generator=torch.Generator().manual_seed(6))
+    a = sparsify_random(d.clone(), drop_rate=0.9, generator=torch.Generator().manual_seed(5))
+    b = sparsify_random(d.clone(), drop_rate=0.9, generator=torch.Generator().manual_seed(5))
+    c = sparsify_random(d.clone(), drop_rate=0.9, generator=torch.Generator().manual_seed(6))
+    assert torch.equal(d, torch.ones(200_000))
     assert torch.equal(a, b) and not torch.equal(a, c)
     kept = a != 0
     assert abs(kept.float().mean().item() - 0.1) < 0.005
@@ -105,11 +106,37 @@ def test_tensor_seed_is_stable_and_distinct():
     assert tensor_seed(0, "x", 0) == 731594208413708128
 
 
+def test_methods_work_in_place_on_deltas_and_never_touch_base():
+    gen = torch.Generator().manual_seed(4)
+    base = torch.randn(30, 20, generator=gen)
+    keep = base.clone()
+    for name in METHODS:
+        deltas = [torch.randn(30, 20, generator=gen) for _ in range(3)]
+        gens = [torch.Generator().manual_seed(i) for i in range(3)]
+        out = get_method(name)(base, deltas, [0.2, 0.3, 0.5], density=0.5, drop_rate=0.5, gamma=0.1, generators=gens)
+        assert out.shape == base.shape and torch.isfinite(out).all()
+        assert torch.equal(base, keep), name
+
+
 def test_linear_is_the_weighted_average_of_full_models():
     gen = torch.Generator().manual_seed(2)
     models = [torch.randn(5, 4, generator=gen) for _ in range(3)]
     reference_model = models[0]
     deltas = [m - reference_model for m in models]
     merged = reference_model + get_method("linear")(reference_model, deltas, [2.0, 1.0, 1.0])
+    assert merged.data_ptr() != reference_model.data_ptr()
     np.testing.assert_allclose(merged.numpy(), ref.soup([m.numpy() for m in models], [2, 1, 1]),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_kth_largest_radix_path_is_exact():
+    from paw.merge.methods import kth_largest
+
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(1 << 21, generator=gen) * 0.01).bfloat16().float().abs()  # many ties, > 2^20 entries
+    x[:5] = 0.0
+    for k in (1, 7, 1000, (1 << 21) // 5, (1 << 21) - 3, 1 << 21):
+        assert kth_largest(x, k).item() == torch.kthvalue(x, x.numel() - k + 1).values.item()
+    mask = top_k_mask(x, 12345)
+    assert int(mask.sum()) == 12345
+    assert np.array_equal(mask.numpy(), ref.rank_mask(x.numpy(), 0, 12345))
