@@ -14,6 +14,7 @@ added-token match can cut ``"other"`` into ``"o" + "the" + "r"``; BPE merges res
 pre-tokenizer), how many lines decode back to themselves, and the wall time of each route. Needs ../shared/data/commonsense (or --data).
 
     python scripts/bench_extend.py --base-vocab 2000 --new-vocab 4000 --hidden 256
+    python scripts/bench_extend.py --base-tokenizer llama3/tokenizer.json --new-tokenizer qwen3/tokenizer.json
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=1500, help="lines of each corpus to train on")
     ap.add_argument("--data", type=Path, default=DATA, help="folder with the formatted commonsense jsonl files")
     ap.add_argument("--work", type=Path, default=Path("/tmp/paw-bench-extend/bench"))
+    ap.add_argument("--base-tokenizer", type=Path, help="a real tokenizer.json to extend instead of a trained one")
+    ap.add_argument("--new-tokenizer", type=Path, help="with --base-tokenizer: the tokenizer whose tokens are added")
+    ap.add_argument("--held-out", type=Path, help="with --base-tokenizer: text file to measure on "
+                    "(default: PAW's multilingual sample text)")
     args = ap.parse_args()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -58,17 +63,29 @@ def main() -> None:
     from paw.cli.extend import run_extend
     from paw.io.hf_tokenizer_edit import read_token_list
 
-    old_domain = _lines(args.data / "arc-easy_train_formatted.jsonl", args.texts)
-    new_domain = _lines(args.data / "boolq_validation_formatted.jsonl", args.texts + 300)
-    train_new, held_out = new_domain[: args.texts], new_domain[args.texts:]
+    if not args.base_tokenizer:
+        old_domain = _lines(args.data / "arc-easy_train_formatted.jsonl", args.texts)
+        new_domain = _lines(args.data / "boolq_validation_formatted.jsonl", args.texts + 300)
+        train_new, held_out = new_domain[: args.texts], new_domain[args.texts:]
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
 
-    base_tok = zoo.train_tokenizer(old_domain, args.base_vocab)
+    if args.base_tokenizer:  # real tokenizers, e.g. Llama 3 extended with Qwen's vocabulary
+        from transformers import PreTrainedTokenizerFast
+
+        base_tok = PreTrainedTokenizerFast(tokenizer_file=str(args.base_tokenizer))
+        held_out = (args.held_out.read_text(encoding="utf-8").splitlines() if args.held_out
+                    else zoo.sample_texts("multi"))
+        held_out = [t for t in held_out if t.strip()]
+    else:
+        base_tok = zoo.train_tokenizer(old_domain, args.base_vocab)
     model = zoo.build_model("llama", vocab_size=len(base_tok), hidden_size=args.hidden,
                             num_layers=args.layers, num_heads=4, num_kv_heads=2)
     base = zoo.save_model(model, args.work / "base", tokenizer=base_tok)
-    zoo.train_tokenizer(train_new, args.new_vocab).save_pretrained(args.work / "t2")
+    if args.new_tokenizer:
+        PreTrainedTokenizerFast(tokenizer_file=str(args.new_tokenizer)).save_pretrained(args.work / "t2")
+    else:
+        zoo.train_tokenizer(train_new, args.new_vocab).save_pretrained(args.work / "t2")
 
     t0 = time.perf_counter()
     lines = run_extend(base, args.work / "paw", read_token_list(args.work / "t2"), device="cpu")

@@ -108,7 +108,7 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
     manifest = {"paw_version": __version__, "command": command_line(), "inputs": {"model": describe_input(model)},
                 "init": init, "special": special, "old_rows": rows, "rows": total, "tied": keys[1] is None,
                 "merges_added": ext.merges_added,
-                "new_tokens": [{"id": t.id, "text": t.text, "how": t.how} for t in ext.tokens]}
+                "new_tokens": _by_route(ext.tokens)}
     grown = extend_tensors(ckpt, new_ids=[t.id for t in ext.tokens], pieces=[t.pieces for t in ext.tokens],
                            total_rows=total, init=init, keys=keys, device=torch_device)
     with tempfile.TemporaryDirectory(prefix="paw-tok-") as scratch:
@@ -116,6 +116,15 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
         write_checkpoint(output, grown, config=config, copy_from=model, tokenizer_from=scratch,
                          overwrite=overwrite, extra_files={"paw_extend.json": manifest})
     return _report(ext, tok.kind, keys, rows, total, init, output)
+
+
+def _by_route(tokens) -> dict[str, dict[str, int]]:
+    """``{'bpe': {text: id}, 'bpe-intermediate': {...}, 'added': {...}, 'special': {...}}`` (flat, so that
+    a manifest of 40k tokens is quick to write)."""
+    out: dict[str, dict[str, int]] = {}
+    for t in tokens:
+        out.setdefault(t.how, {})[t.text] = t.id
+    return out
 
 
 def _report(ext, kind: str, keys, rows: int, total: int, init: str, output: Path) -> list[str]:

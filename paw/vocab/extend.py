@@ -59,7 +59,7 @@ def symbols_to_bytes(token: str) -> bytes | None:
     """``'Ġhi' -> b' hi'``; None when ``token`` has a character outside the byte-level alphabet."""
     table = unicode_to_byte()
     try:
-        return bytes(table[c] for c in token)
+        return bytes(map(table.__getitem__, token))
     except KeyError:
         return None
 
@@ -144,7 +144,8 @@ def _chain(word: str, pieces: list[str], ranks: dict, known: set, next_rank: int
         if merged not in known:
             known.add(merged)
             made.append(merged)
-        pieces = bpe_pieces(word, ranks)
+        # two pieces joined by the newest (last-ranked) merge can only give the word itself
+        pieces = [merged] if len(pieces) == 2 else bpe_pieces(word, ranks)
     return new_merges, made
 
 

@@ -24,7 +24,7 @@ def extended(tmp_path_factory, tiny_llama, tiny_qwen):
     for name, base in (("llama", tiny_llama), ("qwen", tiny_qwen)):
         run_extend(base, root / f"{name}-ext", WORDS, init="interpolate")
         manifest = json.loads((root / f"{name}-ext" / "paw_extend.json").read_text())
-        out[name] = (base, root / f"{name}-ext", [t["id"] for t in manifest["new_tokens"]])
+        out[name] = (base, root / f"{name}-ext", sorted(i for route in manifest["new_tokens"].values() for i in route.values()))
     return root, out
 
 

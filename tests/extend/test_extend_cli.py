@@ -43,7 +43,8 @@ def test_byte_level_extension_loads_encodes_and_keeps_logits(cli, request, tmp_p
     new_model, new_tok = load(out)
     old_size = len(old_tok)
     manifest = json.loads((out / "paw_extend.json").read_text())
-    ids = {t["text"]: t["id"] for t in manifest["new_tokens"]}
+    ids = {text: i for route in manifest["new_tokens"].values() for text, i in route.items()}
+    assert set(manifest["new_tokens"]) == {"bpe", "bpe-intermediate", "added"}
     for word in NEW_WORDS:
         assert new_tok.encode(word, add_special_tokens=False) == [ids[word]]
     # produced inside running text by BPE, not only as a literal match
@@ -71,11 +72,11 @@ def test_rows_follow_the_init(cli, tiny_llama, tmp_path, init):
         old_w = getattr(old_model, name)().weight.detach()
         new_w = getattr(new_model, name)().weight.detach()
         mean = old_w[old_w.norm(dim=1) > 0].mean(0)  # the pad row of nn.Embedding starts at zero
-        for tok in manifest["new_tokens"]:
-            pieces = old_tok.encode(tok["text"], add_special_tokens=False)
+        for text, new_id in (kv for route in manifest["new_tokens"].values() for kv in route.items()):
+            pieces = old_tok.encode(text, add_special_tokens=False)
             sub = old_w[pieces].mean(0)
             want = {"mean": mean, "subtoken-mean": sub, "interpolate": 0.5 * mean + 0.5 * sub}[init]
-            torch.testing.assert_close(new_w[tok["id"]], want, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(new_w[new_id], want, rtol=1e-6, atol=1e-6)
         assert torch.equal(new_w[: old_w.shape[0]], old_w)
 
 
