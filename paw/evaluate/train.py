@@ -83,6 +83,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     ``eval_items`` the :func:`~paw.evaluate.mc.evaluate` figures before (``base/...``) and after
     (``test/...``) training. ``tracker.log`` receives ``train/loss`` every ``log_every`` steps;
     ``on_step(step, peft_model)`` runs after every optimiser step (the CLI saves checkpoints there).
+    PEFT injects the LoRA layers into ``model`` itself: pass ``copy.deepcopy(model)`` to keep the base.
     """
     import torch
 
