@@ -157,6 +157,15 @@ def quicktok_table(name: str):
     return ranks
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process (all threads) and of its finished children (worker processes):
+    on a shared machine wall time measures the neighbours as much as the code."""
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def mb_per_s(fn, docs, n_bytes) -> float:
     start = time.perf_counter()
     for d in docs:
@@ -259,23 +268,24 @@ def main(argv=None) -> int:
         args.save_corpus.write_text("\n".join(docs), encoding="utf-8")
 
     print(f"\n== training {args.vocab_size} ids, pattern {args.pattern}, {os.cpu_count()} cores")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     paw = train_tokenizer(docs, args.vocab_size, pattern=pattern)
-    t_paw = time.perf_counter() - start
-    start = time.perf_counter()
+    t_paw, c_paw = time.perf_counter() - start, cpu_seconds() - cpu
+    start, cpu = time.perf_counter(), cpu_seconds()
     hf_merges = train_hf(docs, args.vocab_size, pattern)
-    t_hf = time.perf_counter() - start
+    t_hf, c_hf = time.perf_counter() - start, cpu_seconds() - cpu
     mine = [(token_to_str(a), token_to_str(b)) for a, b in paw.merges]
     same = mine == hf_merges
     first = next((i for i, (x, y) in enumerate(zip(mine, hf_merges)) if x != y), None)  # noqa: B905
-    print(f"PAW        {t_paw:8.1f} s   ({len(paw.merges)} merges)")
-    print(f"BpeTrainer {t_hf:8.1f} s   ({len(hf_merges)} merges)   merges identical: {same}"
+    print(f"PAW        {t_paw:8.1f} s wall {c_paw:8.1f} s CPU   ({len(paw.merges)} merges)")
+    print(f"BpeTrainer {t_hf:8.1f} s wall {c_hf:8.1f} s CPU   ({len(hf_merges)} merges)   merges identical: {same}"
           + ("" if same else f" (first difference at merge {first})"))
     t_slice, slice_mb = naive_train_seconds(docs, pattern, args.naive_mb, args.naive_merges)
     t_naive = t_slice / args.naive_merges * (args.vocab_size - 256) * corpus_mb / slice_mb
     print(f"minbpe-style {t_naive:8.0f} s   (extrapolated: {args.naive_merges} merges on {slice_mb:.2f} MB took "
           f"{t_slice:.1f} s)")
-    print(f"PAW / BpeTrainer time: {t_paw / t_hf:.2f}x;  minbpe-style / PAW: {t_naive / t_paw:.0f}x")
+    print(f"PAW / BpeTrainer: {t_paw / t_hf:.2f}x wall, {c_paw / c_hf:.2f}x CPU;  "
+          f"minbpe-style / PAW: {t_naive / t_paw:.0f}x")
 
     print("\n== encoding")
     enc_docs, size = [], 0

@@ -115,13 +115,14 @@ def _apply_merge(pair, new, words, counts, pair_counts, where) -> set[tuple[int,
     Returns the pairs that contain ``new`` (their counts rose, so they need a fresh heap entry).
     """
     a, b = pair
-    created = set()
+    created: set[tuple[int, int]] = set()
     for wi in where.pop(pair, ()):
         word, c = words[wi], counts[wi]
         n, i, merged, sites = len(word), 0, [], 0
+        find = word.index
         while True:
             try:
-                j = word.index(a, i)
+                j = find(a, i)
             except ValueError:
                 break
             if j + 1 == n or word[j + 1] != b:
@@ -132,15 +133,17 @@ def _apply_merge(pair, new, words, counts, pair_counts, where) -> set[tuple[int,
             if merged:
                 x = merged[-1]
                 pair_counts[x, a] -= c
-                pair_counts[x, new] += c
-                created.add((x, new))
-                where[x, new].add(wi)
+                left = (x, new)
+                pair_counts[left] += c
+                created.add(left)
+                where[left].add(wi)
             if j + 2 < n:
                 y = word[j + 2]
                 pair_counts[b, y] -= c
-                pair_counts[new, y] += c
-                created.add((new, y))
-                where[new, y].add(wi)
+                right = (new, y)
+                pair_counts[right] += c
+                created.add(right)
+                where[right].add(wi)
             merged.append(new)
             i, sites = j + 2, sites + 1
         if sites:  # a stale entry (an earlier merge consumed the pair here) has none
