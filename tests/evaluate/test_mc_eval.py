@@ -129,3 +129,21 @@ def test_summarize_by_hand():
     assert m["choice_logprobs"] == [[-1.0, -2.0], [-0.5, -3.0]]
     assert "correct" not in summarize(items, scores)
     assert m["loss"] == pytest.approx((2.0 + 0.5) / 3) and m["n_tokens"] == 3
+
+
+@pytest.mark.gpu
+def test_cuda_matches_cpu(fact_model, colour_task):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from paw.evaluate.train import train_lora
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    tok = AutoTokenizer.from_pretrained(fact_model)
+    cpu = evaluate(AutoModelForCausalLM.from_pretrained(fact_model), tok, colour_task, progress=False)
+    gpu = evaluate(AutoModelForCausalLM.from_pretrained(fact_model), tok, colour_task, device="cuda", progress=False)
+    assert gpu["accuracy"] == cpu["accuracy"] and gpu["loss"] == pytest.approx(cpu["loss"], rel=1e-3)
+    _, metrics = train_lora(AutoModelForCausalLM.from_pretrained(fact_model), tok, colour_task, rank=8, alpha=16,
+                            steps=120, batch_size=8, lr=3e-3, device="cuda", eval_items=colour_task, progress=False)
+    assert metrics["test/accuracy"] >= 0.9
