@@ -314,21 +314,18 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _pairwise_cosine(path: Path) -> float | None:
+def _pairwise_cosine(path: Path, first: str = "ft-colour", second: str = "ft-home") -> float | None:
+    """cos(Δ first, Δ second) from ``paw task-vectors``' ``pairwise_cosines.csv`` (a labelled matrix)."""
     import csv
 
     if not path.is_file():
         return None
     with path.open(encoding="utf-8") as handle:
-        for row in csv.reader(handle):
-            for cell in reversed(row):
-                try:
-                    value = float(cell)
-                except ValueError:
-                    continue
-                if -1.0 <= value < 0.9999:  # off-diagonal cosine
-                    return value
-    return None
+        rows = {row.get("model"): row for row in csv.DictReader(handle)}
+    try:
+        return float(rows[first][second])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # --------------------------------------------------------------------------- driver
