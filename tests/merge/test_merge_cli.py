@@ -165,3 +165,22 @@ def test_bad_config_is_one_line(cli, family, tmp_path, cfg_text, message):
     r = cli("merge", "--config", cfg, "--base", family.base, "--models", *family.models, "--output", tmp_path / "o")
     assert r.exit_code == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_norms_from_paw_task_vectors_equal_the_computed_ones(cli, family, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("paw.cli.task_vectors") is None:
+        pytest.skip("paw task-vectors is not in this checkout")
+    r = cli("task-vectors", "--base", family.base, "--models", *family.models, "--outdir", tmp_path / "tv",
+            "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    assert cli("merge", "--base", family.base, "--models", *family.models, "--output", tmp_path / "a",
+               "--stats-dir", tmp_path / "tv").exit_code == 0
+    assert cli("merge", "--base", family.base, "--models", *family.models, "--output", tmp_path / "b").exit_code == 0
+    a, b = (json.loads((tmp_path / x / "paw_merge.json").read_text()) for x in "ab")
+    assert a["norm_source"] == "stats-dir" and b["norm_source"] == "computed"
+    assert a["norms"] == pytest.approx(b["norms"], rel=1e-9)
+    merged_a, merged_b = load_numpy(tmp_path / "a"), load_numpy(tmp_path / "b")
+    for name in merged_a:
+        np.testing.assert_allclose(merged_a[name], merged_b[name], rtol=1e-6, atol=1e-7)
