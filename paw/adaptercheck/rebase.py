@@ -52,6 +52,8 @@ def rebase_tensors(base: Mapping[str, object], *, rows: int, keys: tuple[str, ..
 
     ``sources`` comes from :func:`vocab_sources`. Rows ``< V0`` keep the base's values.
     """
+    import torch
+
     for name in base:
         tensor = base[name]
         if name in keys:
@@ -63,7 +65,8 @@ def rebase_tensors(base: Mapping[str, object], *, rows: int, keys: tuple[str, ..
                 raise PawError(f"{name} has {old} rows, more than the {rows} the adapter expects; "
                                "use the base the adapter was trained on")
             values = _new_values(weight, sources.get(name), range(old, rows))
-            tensor = grow_rows(weight, values, rows).cpu()
+            stacked = torch.stack(list(values.values())) if values else None
+            tensor = grow_rows(weight, rows, ids=list(values), rows=stacked).cpu()
         yield name, tensor
 
 

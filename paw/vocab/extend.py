@@ -188,5 +188,5 @@ def extend_tensors(tensors: Mapping[str, object], *, new_ids: Sequence[int], pie
         if name in (embed_key, head_key):
             weight = tensor if device is None else tensor.to(device)
             rows = new_rows(weight, pieces, init=init)
-            tensor = grow_rows(weight, dict(zip(new_ids, rows, strict=True)), total_rows).cpu()
+            tensor = grow_rows(weight, total_rows, ids=new_ids, rows=rows).cpu()
         yield name, tensor

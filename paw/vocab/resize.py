@@ -103,8 +103,8 @@ def new_rows(weight, pieces: Sequence[Sequence[int]], *, init: str = "interpolat
     return INITS[init](weight, pieces, trained_rows(weight)).to(weight.dtype)
 
 
-def grow_rows(weight, rows: dict[int, object], total: int):
-    """(total, d): ``weight`` with ``rows[id]`` (d,) written at each ``id``; other added rows are zero.
+def grow_rows(weight, total: int, *, ids: Sequence[int] = (), rows=None):
+    """(total, d): ``weight`` (V, d) with ``rows[k]`` written at row ``ids[k]``; other added rows are zero.
 
     Rows past the old end that receive no value (padding to a multiple) stay all-zero, which also
     marks them as never trained for a later extension. An id inside the old matrix overwrites an
@@ -116,7 +116,7 @@ def grow_rows(weight, rows: dict[int, object], total: int):
         raise ValueError(f"cannot shrink {weight.shape[0]} rows to {total}")
     out = torch.zeros((total, weight.shape[1]), dtype=weight.dtype, device=weight.device)
     out[: weight.shape[0]] = weight
-    if rows:
-        ids = torch.tensor(list(rows), dtype=torch.long, device=weight.device)
-        out[ids] = torch.stack([torch.as_tensor(r) for r in rows.values()]).to(weight.device, weight.dtype)
+    if len(ids):
+        index = torch.as_tensor(list(ids), dtype=torch.long, device=weight.device)
+        out[index] = rows.to(weight.device, weight.dtype)
     return out

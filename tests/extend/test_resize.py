@@ -43,10 +43,10 @@ def test_dtype_kept_and_unknown_init():
 
 
 def test_grow_rows_writes_ids_and_zero_pads():
-    out = grow_rows(W, {5: torch.tensor([7.0, 7.0]), 3: torch.tensor([1.0, 1.0])}, 8)
+    out = grow_rows(W, 8, ids=[5, 3], rows=torch.tensor([[7.0, 7.0], [1.0, 1.0]]))
     assert out.shape == (8, 2)
     assert torch.equal(out[:3], W[:3]) and torch.equal(out[4], W[4])
     assert out[3].tolist() == [1.0, 1.0] and out[5].tolist() == [7.0, 7.0]  # id 3 reuses an unused row
     assert not out[6:].any()  # padding stays zero (= never trained)
     with pytest.raises(ValueError):
-        grow_rows(W, {}, 2)
+        grow_rows(W, 2)
