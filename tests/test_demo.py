@@ -26,6 +26,9 @@ def test_demo_steps_all_run(demo_run):
             assert status[name] == "ok", (name, status[name])
         else:
             assert status[name] == f"skipped: paw {entry.command} not available"
+    details = {r.name: r.detail for r in demo_run.steps}
+    if status["task-vectors"] == "ok":
+        assert "|Δ colour| = " in details["task-vectors"] and "cosine " in details["task-vectors"]
 
 
 def test_demo_accuracies(demo_run):
