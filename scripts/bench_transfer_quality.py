@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="pool finished result folders of other --seeds/--tasks runs instead of running")
     args = parser.parse_args(argv)
+    if args.merge:
+        return _merge(args)
 
     import torch
 
@@ -79,6 +83,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"time: {seconds['total']:.0f} s in all ("
           + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items() if k != "total") + ")")
     print(f"wrote {args.output}/results.json, results.md, recovered.png")
+    return 0
+
+
+def _merge(args) -> int:
+    from paw.bench.quality import merge_results
+    from paw.bench.report import markdown, write_results
+    from paw.errors import PawError
+    from paw.io.atomic import check_output
+    from paw.io.checkpoint import read_json
+
+    try:
+        check_output(args.output, overwrite=args.overwrite)
+        results = merge_results([read_json(folder / "results.json") for folder in args.merge])
+        write_results(args.output, results, overwrite=args.overwrite, command=" ".join(["python", *sys.argv]))
+    except PawError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(markdown(results))
     return 0
 
 

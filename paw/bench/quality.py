@@ -61,13 +61,14 @@ class BenchOptions:
     lr: float = 3e-3
     lora_rank: int = 8
     lora_alpha: float = 16.0
-    lora_steps: int = 150
+    lora_steps: int = 300
     lora_batch: int = 16
     lora_lr: float = 3e-3
     model_seed: int = 0                         # initialisation / corpus-order seed of the models
     n_boot: int = 1000                          # bootstrap replicates for the recovered fraction
     commonsense: str | None = None              # folder of *_formatted.jsonl; None = embedded fallback
     device: str = "cpu"
+    threads: int = 1                            # torch CPU threads: tiny models run best on one
 
     def check(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS] + [t for t in self.targets if t not in TARGETS]
@@ -334,6 +335,15 @@ def run_benchmark(opts: BenchOptions, workdir: str | Path, *, progress: bool = T
     methods = _methods(opts)
     workdir = Path(workdir)
     torch.manual_seed(opts.model_seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(opts.threads)
+    try:
+        return _run(opts, methods, workdir, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) -> dict:
     t0 = time.perf_counter()
     bases, notes = build_bases(opts, workdir, progress=progress)
     source = bases[0]
@@ -359,7 +369,7 @@ def run_benchmark(opts: BenchOptions, workdir: str | Path, *, progress: bool = T
                 raw.setdefault(task_name, {}).setdefault(base.name, {})[seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
-    return summarize(raw, opts, methods, notes, lora_notes)
+    return summarize(raw, asdict(opts) | {"methods": methods}, notes, lora_notes)
 
 
 def _embedded() -> list[str]:
@@ -368,8 +378,14 @@ def _embedded() -> list[str]:
     return sample_texts("en")
 
 
-def summarize(raw: dict, opts: BenchOptions, methods: list[str], notes: dict, lora_notes: dict) -> dict:
-    """Accuracy ± stderr and recovered fraction per task, base and condition."""
+def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
+    """Accuracy ± stderr and recovered fraction per task, base and condition; keeps the raw outcomes.
+
+    ``raw[task][base][seed]`` holds ``outcomes`` (condition -> 0/1 per item), ``status`` and
+    ``summaries`` (per transfer method). The raw part is kept in the output (outcomes as ``'0110…'``
+    strings) so that runs of other seeds can be pooled later with :func:`merge_results`.
+    """
+    methods = settings["methods"]
     rows = []
     for task, per_base in raw.items():
         for base, per_seed in per_base.items():
@@ -383,14 +399,46 @@ def summarize(raw: dict, opts: BenchOptions, methods: list[str], notes: dict, lo
                     t = [outcome[s][condition] for s in seeds]
                     row["accuracy"] = accuracy(t)
                     if condition not in ("base", "direct"):
-                        row["recovered"] = recovered(t, b, d, n_boot=opts.n_boot, seed=len(rows))
+                        row["recovered"] = recovered(t, b, d, n_boot=settings["n_boot"], seed=len(rows))
                     if condition in methods:
-                        row["transfer_summary"] = {s: per_seed[s]["summaries"].get(condition) for s in seeds}
+                        row["transfer_summary"] = {str(s): per_seed[s]["summaries"].get(condition) for s in seeds}
                 rows.append(row)
-    settings = asdict(opts)
-    settings["methods"] = methods
+    packed = {task: {base: {str(seed): {**r, "outcomes": {c: "".join(map(str, o)) for c, o in r["outcomes"].items()}}
+                            for seed, r in per_seed.items()} for base, per_seed in per_base.items()}
+              for task, per_base in raw.items()}
     return {"format": "paw-transfer-quality", "version": 1, "settings": settings, "notes": notes,
-            "lora": lora_notes, "rows": rows}
+            "lora": lora_notes, "rows": rows, "raw": packed}
+
+
+def merge_results(runs: list[dict]) -> dict:
+    """Pool runs made with other ``--seeds`` or ``--tasks`` but otherwise the same settings into one result.
+
+    The models are rebuilt identically in every run (same ``model_seed``), so the runs describe the
+    same bases; their times add up in ``notes.seconds`` (CPU work, not wall time when run in parallel).
+    """
+    if not runs:
+        raise PawError("nothing to merge")
+    free = ("seeds", "tasks")
+
+    def fixed(run: dict) -> dict:
+        return {k: v for k, v in run["settings"].items() if k not in free}
+
+    raw: dict = {}
+    for run in runs:
+        if fixed(run) != fixed(runs[0]):
+            raise PawError("runs differ in more than their seeds and tasks; they cannot be pooled")
+        for task, per_base in run["raw"].items():
+            for base, per_seed in per_base.items():
+                for seed, r in per_seed.items():
+                    outcomes = {c: [int(ch) for ch in o] for c, o in r["outcomes"].items()}
+                    raw.setdefault(task, {}).setdefault(base, {})[int(seed)] = {**r, "outcomes": outcomes}
+    seeds = sorted({int(s) for run in runs for s in run["settings"]["seeds"]})
+    tasks = list(dict.fromkeys(t for run in runs for t in run["settings"]["tasks"]))
+    seconds = [run["notes"]["seconds"] for run in runs]
+    notes = dict(runs[0]["notes"], seconds={k: sum(s.get(k, 0.0) for s in seconds) for k in seconds[0]},
+                 merged_runs=len(runs))
+    lora = {k: v for run in runs for k, v in run["lora"].items()}
+    return summarize(raw, dict(runs[0]["settings"], seeds=seeds, tasks=tasks), notes, lora)
 
 
 def quick_options(**overrides: Any) -> BenchOptions:

@@ -7,14 +7,14 @@ version upgrade is trained on), else the embedded ``paw/data`` samples plus temp
 
 Tasks (registry :data:`TASKS`), each near chance for any base and learned well by a LoRA:
 
-- ``facts``: recall of invented facts. ``N`` made-up people, each with a favourite colour out of
+- ``facts``: recall of invented facts. ``N / 2`` made-up people, each with a favourite colour out of
   twelve: ``"Kavo Milret likes the colour"`` -> ``" teal"``. The LoRA is trained on the fact
-  statements; the held-out items ask every fact once with three fresh distractors in a fresh order.
-  No base can know them (chance 1/4).
-- ``rule``: apply a rule to unseen inputs. ``"List: cat sun road milk. Second:"`` -> ``" sun"``, the
-  choices being the four listed words in a shuffled order. Training and evaluation lists use disjoint
-  words, so only the rule (copy the second item) carries over. A base picks among words it has just
-  read, so it sits near chance too.
+  statements; the ``N`` held-out items ask every fact twice, each time against three random other
+  colours in a random order. No base can know them (chance 1/4).
+- ``rule``: apply a rule to unseen inputs. ``"Word: road. Again:"`` -> ``" road"`` against three other
+  words. Training and evaluation use disjoint words, so only the rule (repeat the word shown)
+  carries over. The small bases have no such habit (chance 1/4); the rule needs attention to
+  copy, which is what a transfer must carry.
 """
 
 from __future__ import annotations
@@ -111,25 +111,31 @@ def _choices(rng: random.Random, answer: str, pool: list[str], k: int) -> tuple[
 
 
 def facts_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
-    """``n_test`` invented people with a favourite colour; train on the statements, test every fact."""
+    """``n_test // 2`` invented people with a favourite colour; train on the statements, ask each fact twice.
+
+    The two questions of a fact have independent distractors and orders, so an item is only right
+    when the adapted model prefers the right colour over three others it was never contrasted with.
+    """
     rng = random.Random(f"facts-{seed}")
+    n_facts = max(1, (n_test + 1) // 2)
     names: list[str] = []
-    while len(names) < n_test:
+    while len(names) < n_facts:
         name = _name(rng)
         if name not in names:
             names.append(name)
-    train, test = [], []
-    for i, name in enumerate(names):
-        colour = rng.choice(COLOURS)
-        question = f"{name} likes the colour"
-        train.append(MCItem(question, (f" {colour}",), 0, id=f"facts-train-{i}"))
+    facts = [(name, rng.choice(COLOURS)) for name in names]
+    train = [MCItem(f"{name} likes the colour", (f" {colour}",), 0, id=f"facts-train-{i}")
+             for i, (name, colour) in enumerate(facts)]
+    test = []
+    for k in range(n_test):
+        name, colour = facts[k % n_facts]
         choices, answer = _choices(rng, colour, COLOURS, 4)
-        test.append(MCItem(question, choices, answer, id=f"facts-{i}"))
+        test.append(MCItem(f"{name} likes the colour", choices, answer, id=f"facts-{k}"))
     return TaskData("facts", train, test)
 
 
 def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None = None) -> TaskData:
-    """Pick the second of four listed words; training and test lists use disjoint words."""
+    """Repeat the word: ``"Word: road. Again:"`` -> ``" road"`` among four; train and test words are disjoint."""
     rng = random.Random(f"rule-{seed}")
     pool = sorted(set(words))
     rng.shuffle(pool)
@@ -137,9 +143,9 @@ def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None =
     train_words, test_words = pool[:split], pool[split:]
 
     def item(vocab: list[str], i: int, prefix: str) -> MCItem:
-        listed = rng.sample(vocab, 4)
-        choices, answer = _choices(rng, listed[1], listed, 4)
-        return MCItem(f"List: {' '.join(listed)}. Second:", choices, answer, id=f"{prefix}-{i}")
+        shown, *others = rng.sample(vocab, 4)
+        choices, answer = _choices(rng, shown, [shown, *others], 4)
+        return MCItem(f"Word: {shown}. Again:", choices, answer, id=f"{prefix}-{i}")
 
     train = [item(train_words, i, "rule-train") for i in range(n_train or 2 * n_test)]
     train = [MCItem(t.question, (t.choices[t.answer],), 0, id=t.id) for t in train]

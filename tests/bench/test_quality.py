@@ -42,22 +42,23 @@ def test_recovered_flags_a_ceiling_at_base():
 
 def test_tasks_are_balanced_held_out_and_deterministic():
     facts = facts_task(300, seed=3, words=[])
-    assert len(facts.test) == 300 and len(facts.train) == 300
+    assert len(facts.test) == 300 and len(facts.train) == 150
     assert facts.test == facts_task(300, seed=3, words=[]).test
     answers = np.bincount([i.answer for i in facts.test], minlength=4) / 300
     assert answers.min() > 0.17  # the right answer is not always in one slot
     assert all(i.choices[i.answer].strip() in COLOURS and len(set(i.choices)) == 4 for i in facts.test)
-    # training text states each tested fact
+    # training text states each tested fact; each fact is asked twice with other distractors
     assert {(t.question, t.choices[0]) for t in facts.train} == {(i.question, i.choices[i.answer]) for i in facts.test}
+    assert facts.test[0].question == facts.test[150].question and facts.test[0].choices != facts.test[150].choices
 
     words = sorted({w for s in synthetic_sentences(200, seed=0) for w in s.lower().strip(".").split()})
     rule = rule_task(50, seed=1, words=words + [f"w{i}" for i in range(60)])
-    train_words = {w for t in rule.train for w in t.question[len("List: "):-len(". Second:")].split()}
+    train_words = {t.choices[0].strip() for t in rule.train}
     test_words = {c.strip() for i in rule.test for c in i.choices}
-    assert not train_words & test_words
+    assert not train_words & test_words and len(rule.train) == 100
     for item in rule.test:
-        listed = item.question[len("List: "):-len(". Second:")].split()
-        assert item.choices[item.answer] == f" {listed[1]}" and sorted(c.strip() for c in item.choices) == sorted(listed)
+        shown = item.question[len("Word: "):-len(". Again:")]
+        assert item.choices[item.answer] == f" {shown}" and len(set(item.choices)) == 4
 
 
 def test_applied_adds_and_restores_exactly(tiny_llama):
