@@ -114,7 +114,7 @@ def run_resize_base(adapter: Path, base: Path, output: Path, *, tokenizer: Path 
     ckpt = open_checkpoint(base)
     keys = tuple(k for k in find_vocab_tensors(list(ckpt)) if k)
     report = check_fit(header.config, header.shapes, {n: ckpt.shape(n) for n in ckpt}, tied=ckpt.tied_embeddings)
-    tok_source = tokenizer or (header.path if any((header.path / f).exists() for f in TOKENIZER_FILES) else base)
+    tok_source = tokenizer or (header.path if any((header.path / f).exists() for f in TOKENIZER_FILES) else ckpt.path)
     rows = vocab_size or report.expected_vocab
     if rows is not None and report.vocab_is_lower_bound and not vocab_size:
         rows = max(rows, _tokenizer_size(tok_source) or 0)  # trainable tokens only bound it from below
@@ -130,13 +130,13 @@ def run_resize_base(adapter: Path, base: Path, output: Path, *, tokenizer: Path 
                 "rows_from_adapter": sorted(sources)}
     write_checkpoint(output, rebase_tensors(ckpt, rows=rows, keys=keys, sources=sources,
                                             device=resolve_device(device)),
-                     config=with_vocab_size(ckpt.config, rows), copy_from=base, tokenizer_from=tok_source,
+                     config=with_vocab_size(ckpt.config, rows), copy_from=ckpt.path, tokenizer_from=tok_source,
                      overwrite=overwrite, extra_files={"paw_resize_base.json": manifest})
     carried = ", ".join(sources) or "none (mean of trained rows)"
     lines = [f"resized {' and '.join(keys)}: {old} -> {rows} rows",
              f"new rows from the adapter's saved tensors: {carried}",
              f"tokenizer from {tok_source}"]
-    if tok_source == base:
+    if tok_source == ckpt.path:
         lines.append("  note: the base's tokenizer does not know the new tokens; pass --tokenizer with the "
                      "extended one")
     lines.append(f"wrote {output}; load with PeftModel.from_pretrained(<model from {output}>, '{adapter}')")

@@ -101,8 +101,9 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
         raise PawError(f"tokenizer has {tok.size()} ids but {keys[0]} has only {rows} rows", path=model)
     ext = extend_tokenizer_json(tok, tokens, special=special, max_intermediates=max_intermediates)
     if not ext.tokens:
-        raise PawError(f"nothing to add: all {len(ext.present)} token(s) are already in the tokenizer"
-                       + (f" ({len(ext.skipped)} not valid UTF-8 for added tokens)" if ext.skipped else ""))
+        why = [f"{len(ext.present)} already in the tokenizer"] if ext.present else []
+        why += [f"{len(ext.skipped)} not valid UTF-8 (added tokens must be text)"] if ext.skipped else []
+        raise PawError(f"nothing to add: {', '.join(why) or 'no tokens given'}")
     total = padded(max(rows, ext.size), pad_to_multiple)
     config = with_vocab_size(ckpt.config, total)
     manifest = {"paw_version": __version__, "command": command_line(), "inputs": {"model": describe_input(model)},
@@ -113,7 +114,7 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
                            total_rows=total, init=init, keys=keys, device=torch_device)
     with tempfile.TemporaryDirectory(prefix="paw-tok-") as scratch:
         save_tokenizer_folder(ext.doc, tok.path, scratch, new_tokens=ext.tokens)
-        write_checkpoint(output, grown, config=config, copy_from=model, tokenizer_from=scratch,
+        write_checkpoint(output, grown, config=config, copy_from=ckpt.path, tokenizer_from=scratch,
                          overwrite=overwrite, extra_files={"paw_extend.json": manifest})
     return _report(ext, tok.kind, keys, rows, total, init, output)
 

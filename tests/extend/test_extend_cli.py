@@ -203,3 +203,16 @@ def test_same_inputs_give_byte_identical_folders(cli, tiny_qwen, tmp_path):
     for f in files:
         if f != "paw_extend.json":  # it records the output path of the command line
             assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_tokens_file_keeps_spaces_and_json_lists(cli, tiny_qwen, tmp_path):
+    (tmp_path / "w.txt").write_text(" zebra\nPAW\n\n", encoding="utf-8")
+    (tmp_path / "w.json").write_text(json.dumps([" zebra", "PAW"]), encoding="utf-8")
+    for name in ("w.txt", "w.json"):
+        _extend(cli, tiny_qwen, tmp_path / f"o-{name}", "--tokens-file", tmp_path / name)
+        _, tok = load(tmp_path / f"o-{name}")
+        assert len(tok.encode(" zebra", add_special_tokens=False)) == 1
+        assert len(tok.encode("zebra", add_special_tokens=False)) > 1  # the space belongs to the token
+    (tmp_path / "bad.json").write_text('{"a": 1}', encoding="utf-8")
+    res = cli("extend-tokenizer", "--model", tiny_qwen, "--output", tmp_path / "x", "--tokens-file", tmp_path / "bad.json")
+    assert res.exit_code == 2 and "expected a JSON list of strings" in res.stderr
