@@ -5,7 +5,7 @@ L2 norms (given, read from ``paw task-vectors`` summaries, or computed in a firs
 the weights; it reads no tensor unless norms must be computed. :func:`execute` then walks the base's
 tensors in order, holding one tensor of the base and of each model at a time (plus the result), and
 hands them to the atomic sharded writer. Peak memory is near (N + 2) copies of the largest tensor in
-float32, whatever the model size.
+float32 plus the output shard being filled (``max_shard_size``), whatever the model size.
 """
 
 from __future__ import annotations

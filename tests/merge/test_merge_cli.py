@@ -184,3 +184,14 @@ def test_norms_from_paw_task_vectors_equal_the_computed_ones(cli, family, tmp_pa
     merged_a, merged_b = load_numpy(tmp_path / "a"), load_numpy(tmp_path / "b")
     for name in merged_a:
         np.testing.assert_allclose(merged_a[name], merged_b[name], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["task-arithmetic", "ties", "breadcrumbs"])
+def test_cuda_gives_the_cpu_result(cli, family, tmp_path, method):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    cpu = _merge(cli, family, tmp_path / "cpu", "--method", method, "--device", "cpu")
+    gpu = _merge(cli, family, tmp_path / "gpu", "--method", method, "--device", "cuda")
+    for name in cpu:
+        np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-5, atol=1e-6)
