@@ -155,7 +155,11 @@ def child(phase: str, base: str, ft: str, out: str, include: str | None, workers
         else:
             naive(b, m, names)
         wall = time.perf_counter() - start
-    return {"phase": phase, "wall_s": wall, "params": params, "peak_anon_bytes": mem.peak,
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return {"phase": phase, "wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime, "params": params,
+            "peak_anon_bytes": mem.peak,
             "vm_hwm_bytes": PeakMemory.read("VmHWM")}
 
 
@@ -246,15 +250,17 @@ def main() -> None:
             est = nv["wall_s"] * total / nv["params"]
             note = "" if sl is None else (f" (ran on {nv['params'] / 1e6:.0f}M params matching {sl!r}, "
                                           f"{nv['wall_s']:.1f}s; time extrapolated to the whole model)")
-            _report("naive", {**nv, "wall_s": est}, total, extra=note)
+            _report("naive", {**nv, "wall_s": est, "cpu_s": nv["cpu_s"] * total / nv["params"]}, total, extra=note)
             print(f"  naive / paw: {est / paw['wall_s']:.2f}x")
+        print(f"  load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _report(label: str, r: dict, total: int, extra: str = "") -> None:
-    print(f"{label:>10}: {r['wall_s']:7.1f} s   {total / r['wall_s'] / 1e6:8.1f} M params/s   "
+    print(f"{label:>10}: {r['wall_s']:7.1f} s wall, {r['cpu_s']:7.1f} s CPU (process, all threads)   "
+          f"{total / r['wall_s'] / 1e6:8.1f} M params/s   "
           f"peak anon RSS {r['peak_anon_bytes'] / 2**30:5.2f} GiB (VmHWM incl. mapped files "
           f"{r['vm_hwm_bytes'] / 2**30:5.2f} GiB) {extra}")
 
