@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,11 @@ def _rec(row: dict | None) -> str:
     if row is None or "recovered" not in row:
         return "–" if row is None else ("n/a" if row["status"].startswith("n/a") else "–")
     r = row["recovered"]
+    if not r["ceiling_ok"] or not math.isfinite(r["value"]):
+        return "†"
     if r["stderr"] is None:
         return f"{r['value']:.2f}"
-    mark = "" if r["ceiling_ok"] else " †"
-    return f"{r['value']:.2f} ± {r['stderr']:.2f}{mark}"
+    return f"{r['value']:.2f} ± {r['stderr']:.2f}"
 
 
 def _index(results: dict) -> dict[tuple[str, str, str], dict]:
@@ -61,7 +63,7 @@ def markdown(results: dict) -> str:
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         lines.append(f"Target `{name}`: {why}.")
-    lines.append("† the direct LoRA is not two standard errors above the base: the fraction is not meaningful.")
+    lines.append("† the direct LoRA is not two standard errors above the base, so the fraction is not meaningful.")
     return "\n".join(lines) + "\n"
 
 

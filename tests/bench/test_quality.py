@@ -142,3 +142,21 @@ def test_cli_refuses_existing_output(cli, tmp_path):
     (tmp_path / "out" / "x").write_text("x")
     result = cli("bench", "transfer", "--output", tmp_path / "out", "--quick")
     assert result.exit_code == 2 and "exists" in result.stderr
+
+
+@pytest.mark.slow
+def test_quick_benchmark_end_to_end(tmp_path):
+    """The whole pipeline on tiny settings: every target kind, every method, outputs written."""
+    from paw.bench.quality import merge_results, quick_options, run_benchmark
+    from paw.bench.report import write_results
+
+    opts = quick_options(targets=("upgrade", "pruned", "unrelated"), methods=("auto", "copy", "structural"))
+    results = run_benchmark(opts, tmp_path / "work", progress=False)
+    rows = {(r["task"], r["target"], r["condition"]): r for r in results["rows"]}
+    assert rows[("facts", "pruned", "copy")]["status"].startswith("n/a")  # shapes differ: copy cannot apply
+    assert rows[("facts", "source", "copy")]["accuracy"] == rows[("facts", "source", "direct")]["accuracy"]
+    assert rows[("rule", "unrelated", "base")]["accuracy"]["n"] == 20
+    merged = merge_results([results])
+    assert merged["rows"] == results["rows"]
+    out = write_results(tmp_path / "out", results)
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "recovered.png"}
