@@ -194,17 +194,14 @@ def _read_hf(path: Path) -> BpeFile:
     model = data.get("model") or {}
     if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         raise PawError(f"tokenizer.json model is {model.get('type')!r}, not a byte-level BPE", path=path)
+    # added tokens are special tokens; many files (GPT-2, PAW's) also list them in the model vocabulary
+    specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
     try:
-        ranks = {str_to_token(tok): int(i) for tok, i in model["vocab"].items()}
+        ranks = {str_to_token(tok): int(i) for tok, i in model["vocab"].items() if specials.get(tok) != i}
     except KeyError:
         raise PawError("tokenizer.json vocabulary is not byte-level (a character is outside the GPT-2 "
                        "byte alphabet; SentencePiece-style BPE is not supported)", path=path) from None
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
-    # added tokens are special tokens; some files (GPT-2) also list them in the model vocabulary
-    specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
-    for content, tid in specials.items():
-        if model["vocab"].get(content) == tid:
-            del ranks[str_to_token(content)]
     try:
         merges_b = [(str_to_token(a), str_to_token(b)) for a, b in merges]
     except (KeyError, ValueError):
@@ -238,6 +235,13 @@ def write_hf_tokenizer_json(path: str | Path, *, mergeable_ranks: dict[bytes, in
     ``ignore_merges`` is on, so a piece that is itself a token stays whole, as in tiktoken.
     """
     vocab = {token_to_str(tok): rank for tok, rank in sorted(mergeable_ranks.items(), key=lambda kv: kv[1])}
+    # `tokenizers` ignores the ids in "added_tokens" and numbers added tokens after the vocabulary,
+    # unless the content is in the model vocabulary: list special tokens there, under their own ids
+    for content, tid in special_tokens.items():
+        if vocab.get(content, tid) != tid:
+            raise PawError(f"special token {content!r} is spelled like the ordinary token {vocab[content]}",
+                           path=path)
+        vocab[content] = tid
     merges = [[token_to_str(a), token_to_str(b)] for a, b in all_merges(mergeable_ranks)]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     split = {"type": "Split", "pattern": {"Regex": pattern and to_oniguruma(pattern)}, "behavior": "Isolated", "invert": False}

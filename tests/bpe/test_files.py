@@ -81,6 +81,21 @@ def test_hf_export_loads_and_encodes_identically(trained, tmp_path):
         "hf", trained.mergeable_ranks, trained.pattern, trained.special_tokens)
 
 
+def test_hf_export_keeps_special_ids_with_gaps(trained, tmp_path):
+    """``tokenizers`` renumbers added tokens unless they are in the model vocabulary (cl100k has a gap)."""
+    from tokenizers import Tokenizer
+
+    specials = {"<|end of text|>": 400, "<|中|>": 1000}
+    path = write_hf_tokenizer_json(tmp_path / "tokenizer.json", mergeable_ranks=trained.mergeable_ranks,
+                                   pattern=trained.pattern, special_tokens=specials)
+    text = "low <|end of text|> lower<|中|>"
+    ids = BpeEncoder(trained.mergeable_ranks, trained.pattern, specials).encode(text, allowed_special="all")
+    assert 400 in ids and ids[-1] == 1000
+    assert Tokenizer.from_file(str(path)).encode(text).ids == ids
+    back = read_bpe(path)
+    assert back.special_tokens == specials and back.mergeable_ranks == trained.mergeable_ranks
+
+
 def test_read_gpt2_style_tokenizer_json(tmp_path):
     """A tokenizer.json trained by ``tokenizers`` itself (ByteLevel pre-tokenizer, special in vocab)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
