@@ -243,14 +243,16 @@ def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None =
     (random sparsification only). Returns shape S. ``base`` is not read: the methods act on Δ alone.
     """
 
-    for i, (d, w) in enumerate(zip(deltas, weights, strict=True)):  # in place: w_i * sparsified Δ_i
+    for i, d in enumerate(deltas):  # in place
         _sparsify(sparsify, d, density=density, drop_rate=drop_rate, gamma=gamma,
-                  generator=None if generators is None else generators[i]).mul_(w)
+                  generator=None if generators is None else generators[i])
     if consensus:
+        for d, w in zip(deltas, weights, strict=True):
+            d.mul_(w)
         return sign_consensus_mean(deltas, weights)
-    merged = deltas[0]
-    for d in deltas[1:]:
-        merged.add_(d)
+    merged = deltas[0].mul_(weights[0])
+    for d, w in zip(deltas[1:], weights[1:], strict=True):
+        merged.add_(d, alpha=w)  # weight folded into the sum: one pass per model
     return merged
 
 
