@@ -152,6 +152,8 @@ def register(app: typer.Typer) -> None:
         method: list[str] = typer.Option(None, "--method", help=METHOD_HELP),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="Use this paw-vocab-map file instead of aligning."),
         init: str = typer.Option("mean", "--init", help="Rows no method maps: mean (of the source rows) or zero."),
+        head: str = typer.Option("mapping", "--head", help="Untied lm_head rows: 'mapping' (same weights as the "
+                                 "input rows) or 'first' (first piece of each decomposition)."),
         corpus: list[Path] = typer.Option(None, "--corpus", help="Texts for 'frequency' and the semantic check "
                                           "(default: the embedded multilingual sample)."),
         check: bool = typer.Option(True, "--check/--no-check", help="Run the hidden-state semantic check."),
@@ -165,7 +167,7 @@ def register(app: typer.Typer) -> None:
         Example: paw transplant-tokenizer --model ./tiny/base --tokenizer ./other-tok --output ./tiny-t2
         """
         summary = _run_transplant(model=model, tokenizer=tokenizer, output=output, methods=_methods(method),
-                                 vocab_map=vocab_map, init=init, corpus=corpus, check=check,
+                                 vocab_map=vocab_map, init=init, head=head, corpus=corpus, check=check,
                                  check_texts=check_texts, anchors=anchors, device=device, overwrite=overwrite)
         from rich.console import Console
 
@@ -214,7 +216,7 @@ def _print_analysis(report: dict) -> None:
     console.print(sp)
 
 
-def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, corpus, check, check_texts, anchors,
+def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, head, corpus, check, check_texts, anchors,
                     device, overwrite) -> dict:
     """Read model and tokenizers, align (or read the mapping), write the new model, run the check."""
     import json
@@ -237,6 +239,8 @@ def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, corpu
     check_output(output, overwrite=overwrite)
     if init not in FALLBACKS:
         raise PawError(f"unknown --init {init!r}; choose from {', '.join(FALLBACKS)}")
+    if head not in T.HEAD_POLICIES:
+        raise PawError(f"unknown --head {head!r}; choose from {', '.join(T.HEAD_POLICIES)}")
     dev = resolve_device(device)
     ckpt = open_checkpoint(model)
     if not ckpt.config:
@@ -259,9 +263,10 @@ def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, corpu
             if "semantic" in methods else None
         mapping = align(_context(src, tgt, methods, embeddings=emb, corpus=corpus, anchors=anchors), methods)
     config = T.new_config(ckpt.config, tgt, tgt.size)
+    tied = bool(ckpt.tied_embeddings or config.get("tie_word_embeddings"))
     record = {"paw_version": __version__, "command": command_line(),
               "inputs": {"model": describe_input(model), "tokenizer": describe_input(tokenizer)},
-              "methods": methods, "init": init, "embedding_tensors": names, "rows": {"before": rows, "after": tgt.size},
+              "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names, "rows": {"before": rows, "after": tgt.size},
               "coverage": mapping.coverage(), "target_size": mapping.target_size}
     extra = {"paw_vocab_map.json": mapping_to_json(mapping)}
     with tempfile.TemporaryDirectory() as empty:
@@ -272,7 +277,8 @@ def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, corpu
         gen = ckpt.path / "generation_config.json" if ckpt.path.is_dir() else None
         if gen is not None and gen.is_file():
             extra["generation_config.json"] = _generation_config(gen, config)
-        tensors = T.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, device=dev)
+        tensors = T.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, head=head, tied=tied,
+                                         device=dev)
         write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=overwrite,
                          extra_files={**extra, "paw_transplant.json": record})
     if check:

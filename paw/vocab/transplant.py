@@ -53,18 +53,43 @@ def new_config(config: dict, target: TokenizerInfo, rows: int) -> dict:
     return out
 
 
+HEAD_POLICIES = ("mapping", "first")
+
+
+def first_piece(mapping: VocabMapping) -> VocabMapping:
+    """Every multi-piece entry reduced to its first source token (weight 1).
+
+    For an output row this is the better guess: ``p(' token'+'izer' | h)`` is at most
+    ``p(' token' | h)``, while the mean of the two rows scores ``'izer'`` *in place of* the first
+    piece, which the context rarely predicts.
+    """
+    entries = {t: (m, src[:1], [1.0]) for t, (m, src, _) in mapping.entries.items()}
+    return VocabMapping(mapping.source_size, mapping.target_size, entries, mapping.source, mapping.target)
+
+
+def is_output_name(name: str) -> bool:
+    return "lm_head" in name or name.endswith("embed_out.weight") or name == "output.weight"
+
+
 def transplanted_tensors(tensors: Mapping[str, Any], names: list[str], mapping: VocabMapping, *,
-                         rows: int, fallback: str = "mean", device: Any = "cpu") -> Iterator[tuple[str, Any]]:
+                         rows: int, fallback: str = "mean", head: str = "mapping", tied: bool = False,
+                         device: Any = "cpu") -> Iterator[tuple[str, Any]]:
     """Stream ``(name, tensor)``: vocabulary tensors remapped to ``rows`` rows, the rest unchanged.
 
+    ``head='first'`` builds untied output rows (``lm_head``) from the first piece of each
+    decomposition (:func:`first_piece`); tied models keep one matrix, built from ``mapping``.
     Rows beyond the target vocabulary (``rows > mapping.target_size``, padding) get the fallback.
     """
     import torch
 
+    if head not in HEAD_POLICIES:
+        raise PawError(f"unknown head policy {head!r}; choose from {', '.join(HEAD_POLICIES)}")
+    out_mapping = first_piece(mapping) if head == "first" else mapping
     for name in tensors:
         t = tensors[name]
         if name in names:
-            new = apply_mapping(t.to(device), mapping, fallback=fallback)  # (Nt, d)
+            m = out_mapping if is_output_name(name) and not tied else mapping
+            new = apply_mapping(t.to(device), m, fallback=fallback)  # (Nt, d)
             if rows > new.shape[0]:
                 pad = new.float().mean(0, keepdim=True).expand(rows - new.shape[0], -1).to(new.dtype)
                 new = torch.cat([new, pad])

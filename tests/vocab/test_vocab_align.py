@@ -140,3 +140,22 @@ def test_vocab_map_round_trip_and_errors(tmp_path):
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(PawError, match=msg):
             read_vocab_map(tmp_path / "bad.json")
+
+
+def test_head_first_uses_first_piece_for_untied_output_only():
+    from paw.vocab.transplant import transplanted_tensors
+
+    E = torch.arange(12.0).reshape(4, 3)
+    H = -E
+    m = VocabMapping(4, 2, {0: ("exact", [3], [1.0]), 1: ("decompose", [1, 2], [0.5, 0.5])})
+    tensors = {"model.embed_tokens.weight": E, "lm_head.weight": H, "model.norm.weight": torch.ones(3)}
+    names = ["lm_head.weight", "model.embed_tokens.weight"]
+    out = dict(transplanted_tensors(tensors, names, m, rows=2, head="first"))
+    assert torch.allclose(out["model.embed_tokens.weight"][1], (E[1] + E[2]) / 2)
+    assert torch.equal(out["lm_head.weight"][1], H[1]) and torch.equal(out["lm_head.weight"][0], H[3])
+    assert torch.equal(out["model.norm.weight"], torch.ones(3))
+    tied = dict(transplanted_tensors(tensors, names, m, rows=3, head="first", tied=True))
+    assert torch.allclose(tied["lm_head.weight"][1], (H[1] + H[2]) / 2)
+    assert tied["lm_head.weight"].shape == (3, 3)  # padded row: the mean of the new rows
+    with pytest.raises(PawError, match="head policy"):
+        list(transplanted_tensors(tensors, names, m, rows=2, head="last"))
