@@ -239,8 +239,11 @@ def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None =
     breadcrumbs         outliers        no         Davari & Belilovsky 2024 (Model Breadcrumbs)
     ==================  ==============  =========  ===============================================
 
-    ``deltas``: N tensors of shape S (float32); ``generators``: one ``torch.Generator`` per model
-    (random sparsification only). Returns shape S. ``base`` is not read: the methods act on Δ alone.
+    ``deltas``: N tensors of shape S (float32, overwritten); ``generators``: one ``torch.Generator``
+    per model (random sparsification only). Returns shape S. ``base`` is not read: the methods act on
+    Δ alone. Compared with mergekit: ``task-arithmetic`` and ``ties`` compute the same numbers
+    (``ties`` there also divides by Σ m_i w_i); mergekit's ``dare_ties`` skips that division by
+    default, PAW's ``dare-ties`` keeps it, as TIES does.
     """
 
     for i, d in enumerate(deltas):  # in place

@@ -195,3 +195,11 @@ def test_cuda_gives_the_cpu_result(cli, family, tmp_path, method):
     gpu = _merge(cli, family, tmp_path / "gpu", "--method", method, "--device", "cuda")
     for name in cpu:
         np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-5, atol=1e-6)
+
+
+def test_space_separated_lists_after_one_flag():
+    from paw.cli.merge import _expand_multi
+
+    args = ["--models", "a", "b", "--weights", "0.5", "-0.2", "--seed", "3", "--l2-norms=1", "2"]
+    assert _expand_multi(args) == ["--models", "a", "--models", "b", "--weights", "0.5", "--weights", "-0.2",
+                                   "--seed", "3", "--l2-norms=1", "--l2-norms", "2"]
