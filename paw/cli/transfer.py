@@ -88,5 +88,8 @@ def register(app: typer.Typer) -> None:
         if lay["source_without_partner"] or lay["target_without_partner"]:
             typer.echo(f"layers without partner: source {lay['source_without_partner']}, "
                        f"target {lay['target_without_partner']}")
+        if lay["source"] != lay["target"] and lay["how"] == "name":
+            typer.echo(f"depths differ ({lay['source']} vs {lay['target']} layers): consider --layer-map "
+                       "similarity (pruned/grown targets) or relative-depth")
         if s["not_transferred"]:
             typer.echo(f"{s['not_transferred']} module(s) not transferred; reasons in {output / REPORT_JSON}")

@@ -128,14 +128,12 @@ def scaled_residual(W_t, W_hat) -> float:
     0 for a target that is the source (up to scale) in the same coordinates, about 0.17 after 17%
     drift, 1 for independent weights (then the best c is 0).
     """
-    W_t, W_hat = W_t.float(), W_hat.float()
-    nt = float(W_t.pow(2).sum())
-    nh = float(W_hat.pow(2).sum())
+    t, h = W_t.float().reshape(-1), W_hat.float().reshape(-1)
+    nt, nh, dot = float(t @ t), float(h @ h), float(t @ h)  # BLAS dots: one pass each, no temporaries
     if nt == 0.0:
         return 0.0 if nh == 0.0 else 1.0
     if nh == 0.0:
         return 1.0
-    dot = float((W_t * W_hat).sum())
     c = max(dot / nh, 0.0)
     return math.sqrt(max(nt - 2 * c * dot + c * c * nh, 0.0) / nt)
 
