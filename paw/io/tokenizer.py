@@ -102,6 +102,8 @@ class TokenizerInfo:
     unk_id: int | None = None
     backend: Any = field(default=None, repr=False)  # tokenizers.Tokenizer or tiktoken.Encoding
     config: dict | None = field(default=None, repr=False)  # the model config.json, when at hand
+    # a tiktoken encoder giving the same ids as ``backend`` (byte-level BPE only; 2-3x faster)
+    fast: Any = field(default=None, repr=False)
 
     # ----- sizes and lookups -------------------------------------------------------------------
     @property
@@ -158,6 +160,8 @@ class TokenizerInfo:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         if self.kind in _RANK_KINDS:
             return self.backend.encode_ordinary_batch(list(texts), num_threads=2)
+        if self.fast is not None:
+            return self.fast.encode_ordinary_batch(list(texts), num_threads=2)
         return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
     def encode_with_ends(self, texts: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
@@ -167,7 +171,7 @@ class TokenizerInfo:
         compared at character granularity for every tokenizer kind.
         """
         texts = list(texts)
-        if self.kind in _RANK_KINDS:
+        if self.kind in _RANK_KINDS or self.fast is not None:
             ids = self.encode_batch(texts)
             return ids, [_char_ends(t, [len(self.vocab[i] or b"") for i in row]) for t, row in zip(texts, ids, strict=True)]
         encs = self.backend.encode_batch(texts, add_special_tokens=False)
@@ -201,30 +205,33 @@ def _char_ends(text: str, byte_lens: list[int]) -> list[int]:
 
 
 # ----- opening ----------------------------------------------------------------------------------
-def open_tokenizer(spec: str | Path, *, pattern: str | None = None) -> TokenizerInfo:
+def open_tokenizer(spec: str | Path, *, pattern: str | None = None, fast: bool = True) -> TokenizerInfo:
     """Open a tokenizer folder, ``tokenizer.json``, tiktoken rank file or PAW BPE ``.model`` file.
 
     ``pattern`` is the pre-tokenizer regex for tiktoken rank files, which do not store one
     (default: cl100k / Llama-3's). Anything unreadable is a :class:`PawError` naming the file.
+    With ``fast``, a byte-level BPE ``tokenizer.json`` whose merges follow its token ids (GPT-2,
+    Llama-3, Qwen2 and the zoo's do) is encoded by tiktoken, after a parity check on the embedded
+    samples; otherwise the ``tokenizers`` library encodes.
     """
     from paw.io.hub import resolve_path
 
     path = resolve_path(spec, what="tokenizer")
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
-            return _open_hf(path / "tokenizer.json", str(spec))
+            return _open_hf(path / "tokenizer.json", str(spec), fast)
         for name in sorted(path.iterdir()):
             if name.suffix in (".tiktoken", ".model") and name.is_file():
                 return _open_file(name, str(spec), pattern)
         raise PawError("folder has no tokenizer.json, *.tiktoken or *.model file", path=path)
-    return _open_file(path, str(spec), pattern)
+    return _open_file(path, str(spec), pattern, fast)
 
 
-def _open_file(path: Path, spec: str, pattern: str | None) -> TokenizerInfo:
+def _open_file(path: Path, spec: str, pattern: str | None, fast: bool = True) -> TokenizerInfo:
     with open(path, "rb") as f:
         head = f.read(4096)
     if head.lstrip().startswith(b"{"):
-        return _open_hf(path, spec)
+        return _open_hf(path, spec, fast)
     first = head.split(b"\n", 1)[0]
     if _TIKTOKEN_LINE.match(first):
         return _open_tiktoken(path, spec, pattern)
@@ -282,7 +289,7 @@ def _from_ranks(spec: str, kind: str, ranks: dict[bytes, int], pattern: str, spe
                          folder=folder, backend=enc, config=config)
 
 
-def _open_hf(path: Path, spec: str) -> TokenizerInfo:
+def _open_hf(path: Path, spec: str, fast: bool = True) -> TokenizerInfo:
     from tokenizers import Tokenizer
 
     data = _read_json_or_none(path)
@@ -324,8 +331,65 @@ def _open_hf(path: Path, spec: str) -> TokenizerInfo:
         vocab[i] = None if special else content.encode("utf-8")
     unk = model.get("unk_token")
     unk_id = backend.token_to_id(unk) if unk else None
-    return TokenizerInfo(spec, kind, vocab, specials, embedding_rows=_embedding_rows(config), folder=folder,
+    info = TokenizerInfo(spec, kind, vocab, specials, embedding_rows=_embedding_rows(config), folder=folder,
                          byte_fallback_ids=frozenset(fallback), unk_id=unk_id, backend=backend, config=config)
+    if fast and kind == "byte-level":
+        info.fast = _tiktoken_twin(data, pieces, info)
+    return info
+
+
+_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def _split_pattern(pre: Any) -> str | None:
+    """The regex of a ``Split(regex) + ByteLevel(use_regex=False)`` or ``ByteLevel(use_regex=True)``."""
+    if not isinstance(pre, dict):
+        return None
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
+    if len(steps) == 1 and steps[0].get("type") == "ByteLevel" and steps[0].get("use_regex", True) \
+            and not steps[0].get("add_prefix_space"):
+        return _GPT2_PATTERN
+    if len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel" \
+            and not steps[1].get("use_regex") and not steps[1].get("add_prefix_space") \
+            and str(steps[0].get("behavior", "")).lower() == "isolated" and not steps[0].get("invert") \
+            and "Regex" in (steps[0].get("pattern") or {}):
+        return steps[0]["pattern"]["Regex"]
+    return None
+
+
+def _tiktoken_twin(data: dict, pieces: dict[str, int], info: TokenizerInfo):
+    """A tiktoken Encoding with the same output as the tokenizers BPE, or None if not provably so.
+
+    tiktoken merges the adjacent pair whose concatenation has the lowest rank; tokenizers merges
+    the pair listed first. With ranks = ids the two agree when merge order follows the ids of the
+    merged tokens, which is checked here, and then confirmed on the embedded sample texts.
+    """
+    import tiktoken
+
+    model = data["model"]
+    pattern = _split_pattern(data.get("pre_tokenizer"))
+    if (pattern is None or data.get("normalizer") or model.get("dropout") or model.get("byte_fallback")
+            or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix")):
+        return None
+    last = -1
+    for m in model.get("merges") or []:
+        a, b = m.split(" ", 1) if isinstance(m, str) else m
+        rank = pieces.get(a + b)
+        if rank is None or rank <= last:
+            return None
+        last = rank
+    ranks = {info.vocab[i]: i for i in pieces.values() if i not in info.specials}
+    if len(ranks) != len(pieces) - len(set(pieces.values()) & set(info.specials)):
+        return None
+    try:
+        enc = tiktoken.Encoding(info.spec, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    except Exception:  # a pattern tiktoken's regex engine rejects
+        return None
+    from paw.zoo import sample_texts
+
+    probe = sample_texts("multi") + sample_texts("en")
+    slow = [e.ids for e in info.backend.encode_batch(probe, add_special_tokens=False)]
+    return enc if enc.encode_ordinary_batch(probe) == slow else None
 
 
 def _walk_types(node: Any) -> list[str]:

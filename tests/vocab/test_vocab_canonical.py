@@ -36,6 +36,15 @@ def test_byte_level_round_trip_any_text(trained, text):
     assert b"".join(tok.token_bytes(i) for i in tok.encode(text)) == text.encode("utf-8")
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=60), min_size=1, max_size=4))
+def test_tiktoken_fast_path_matches_tokenizers(trained, texts):
+    fast, slow = open_tokenizer(trained["byte-bpe"]), open_tokenizer(trained["byte-bpe"], fast=False)
+    assert fast.fast is not None and slow.fast is None
+    assert fast.encode_batch(texts) == slow.encode_batch(texts)
+    assert fast.encode_with_ends(texts) == slow.encode_with_ends(texts)
+
+
 def test_sentencepiece_space_and_byte_fallback(trained):
     tok = open_tokenizer(trained["sentencepiece-bpe"])
     assert tok.kind == "sentencepiece"
