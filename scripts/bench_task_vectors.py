@@ -254,6 +254,7 @@ def main() -> None:
             print(f"  naive / paw: {est / paw['wall_s']:.2f}x")
         print(f"  load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     finally:
+        shutil.rmtree(Path(args.workdir) / "out", ignore_errors=True)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 

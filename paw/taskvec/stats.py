@@ -69,78 +69,87 @@ def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> Ten
     >>> r.stats[0].l2, r.stats[0].mean, r.stats[0].quantiles[5]
     (3.1622776601683795, 1.0, 1.5)
     """
-    torch = _torch()
     n = base.numel()
     if n == 0:
         raise ValueError("empty tensor")
     chunk = chunk_size or default_chunk(base.device, len(models))
-    flat_base = base.reshape(-1)
-    flats = [m.reshape(-1) for m in models]
-    starts = range(0, n, chunk)
-    k = len(flats)
-    dev = base.device
-    f64 = torch.float64
+    flat_base, flats = base.reshape(-1), [m.reshape(-1) for m in models]
 
-    def deltas(start: int):
-        b32 = flat_base[start:start + chunk].to(torch.float32)
-        return [m[start:start + chunk].to(torch.float32) - b32 for m in flats]
+    def deltas():  # Δ of every model, chunk by chunk, float32: [(c,)] * k
+        for start in range(0, n, chunk):
+            b32 = flat_base[start:start + chunk].to(_torch().float32)
+            yield [m[start:start + chunk].to(_torch().float32) - b32 for m in flats]
 
-    def rows64(ds):  # (k, c) float64; no stacking copy for the common single model
-        return ds[0].to(f64).unsqueeze(0) if k == 1 else torch.stack(ds).to(f64)
-
-    def rowdot(a, b):  # (k,) Σ_j a[i, j] b[i, j], one BLAS dot per row, no (k, c) temporary
-        return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(k)
-
-    # pass 1: first moments, Gram matrix, high-bit histograms
-    total = torch.zeros(k, dtype=f64, device=dev)
-    total_abs = torch.zeros(k, dtype=f64, device=dev)
-    maxabs = torch.zeros(k, dtype=f64, device=dev)
-    gram = torch.zeros(k, k, dtype=f64, device=dev)
-    ranks = wanted_ranks(n)
-    selects = [order_statistics_selector(n, ranks, device=dev) for _ in range(k)]
-    for start in starts:
-        ds = deltas(start)
-        d64 = rows64(ds)  # (k, c)
-        total += d64.sum(1)
-        a = d64.abs()
-        total_abs += a.sum(1)
-        maxabs = torch.maximum(maxabs, a.amax(1))
-        gram += d64 @ d64.T
+    acc = _Moments(len(flats), base.device)
+    selects = [order_statistics_selector(n, wanted_ranks(n), device=base.device) for _ in flats]
+    for ds in deltas():
+        acc.first_pass(ds)
         for sel, d in zip(selects, ds, strict=True):
             sel.first_pass(d)
-    mean = total / n
-    check_nan = [not math.isfinite(v) for v in total.tolist()]
-    has_nan = [False] * k
-
-    # pass 2: central moments about the exact mean, low-bit histograms
-    m2 = torch.zeros(k, dtype=f64, device=dev)
-    m3 = torch.zeros(k, dtype=f64, device=dev)
-    m4 = torch.zeros(k, dtype=f64, device=dev)
+    acc.end_first_pass(n)
     for sel in selects:
         sel.plan()
-    for start in starts:
-        ds = deltas(start)
-        c = rows64(ds).sub_(mean[:, None])
-        c2 = c * c
-        m2 += c2.sum(1)
-        m3 += rowdot(c2, c)
-        m4 += rowdot(c2, c2)
-        for i, (sel, d) in enumerate(zip(selects, ds, strict=True)):
+    for ds in deltas():
+        acc.second_pass(ds)
+        for sel, d in zip(selects, ds, strict=True):
             sel.second_pass(d)
-            if check_nan[i] and not has_nan[i]:
-                has_nan[i] = bool(torch.isnan(d).any())
+    quantiles = [(math.nan,) * len(QUANTILES) if nan else
+                 tuple(quantiles_from_order_stats(n, sel.values()))
+                 for sel, nan in zip(selects, acc.has_nan, strict=True)]
+    return acc.finish(n, quantiles)
 
-    gram_list = gram.tolist()
-    stats = []
-    for i, (_s, s_abs, mx, mu, c2_, c3_, c4_) in enumerate(zip(
-            total.tolist(), total_abs.tolist(), maxabs.tolist(), mean.tolist(),
-            m2.tolist(), m3.tolist(), m4.tolist(), strict=True)):
-        if has_nan[i]:
-            quantiles = (math.nan,) * len(QUANTILES)
-        else:
-            quantiles = tuple(quantiles_from_order_stats(n, selects[i].values()))
-        stats.append(_finish(n, gram_list[i][i], s_abs, mx, mu, c2_, c3_, c4_, quantiles))
-    return TensorResult(stats, gram_list)
+
+class _Moments:
+    """float64 accumulators for k task vectors over the chunks of one tensor (two passes)."""
+
+    def __init__(self, k: int, device):
+        torch = _torch()
+        self.k = k
+        zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=device)  # noqa: E731
+        self.total, self.total_abs, self.maxabs = zeros(k), zeros(k), zeros(k)
+        self.gram = zeros(k, k)
+        self.m2, self.m3, self.m4 = zeros(k), zeros(k), zeros(k)
+        self.mean = None
+        self._check_nan: list[bool] = []
+        self.has_nan = [False] * k
+
+    def _rows64(self, ds):  # (k, c) float64; no stacking copy for the common single model
+        torch = _torch()
+        return ds[0].to(torch.float64).unsqueeze(0) if self.k == 1 else torch.stack(ds).to(torch.float64)
+
+    def first_pass(self, ds) -> None:
+        """Σ Δ, Σ |Δ|, max |Δ| and the Gram matrix Σ Δ_i·Δ_j."""
+        d64 = self._rows64(ds)  # (k, c)
+        a = d64.abs()
+        self.total += d64.sum(1)
+        self.total_abs += a.sum(1)
+        self.maxabs = _torch().maximum(self.maxabs, a.amax(1))
+        self.gram += d64 @ d64.T
+
+    def end_first_pass(self, n: int) -> None:
+        self.mean = self.total / n
+        self._check_nan = [not math.isfinite(v) for v in self.total.tolist()]  # NaN or ±inf
+
+    def second_pass(self, ds) -> None:
+        """Σ (Δ − mean)^p for p = 2, 3, 4, about the exact mean (stable two-pass moments)."""
+        c = self._rows64(ds).sub_(self.mean[:, None])
+        c2 = c * c
+        self.m2 += c2.sum(1)
+        self.m3 += self._rowdot(c2, c)
+        self.m4 += self._rowdot(c2, c2)
+        for i, d in enumerate(ds):
+            if self._check_nan[i] and not self.has_nan[i]:
+                self.has_nan[i] = bool(_torch().isnan(d).any())
+
+    def _rowdot(self, a, b):  # (k,) Σ_j a[i, j] b[i, j]: a BLAS dot per row, no (k, c) temporary
+        return _torch().bmm(a.unsqueeze(1), b.unsqueeze(2)).reshape(self.k)
+
+    def finish(self, n: int, quantiles: list[tuple[float, ...]]) -> TensorResult:
+        gram = self.gram.tolist()
+        columns = zip(self.total_abs.tolist(), self.maxabs.tolist(), self.mean.tolist(), self.m2.tolist(),
+                      self.m3.tolist(), self.m4.tolist(), quantiles, strict=True)
+        stats = [_finish(n, gram[i][i], *col) for i, col in enumerate(columns)]
+        return TensorResult(stats, gram)
 
 
 def _finish(n: int, sumsq: float, s_abs: float, maxabs: float, mean: float, m2: float, m3: float,
