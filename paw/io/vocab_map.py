@@ -83,14 +83,21 @@ def mapping_to_json(mapping: VocabMapping) -> dict[str, Any]:
 def write_vocab_map(path: str | Path, mapping: VocabMapping) -> Path:
     """Write the mapping JSON atomically (one entry per line, so that diffs and ``grep`` work)."""
     mapping.validate()
-    data = mapping_to_json(mapping)
-    entries = data.pop("entries")
-    head = dumps(data).rstrip().rstrip("}").rstrip()
-    lines = ",\n".join("    " + json.dumps(e, ensure_ascii=False) for e in entries)
-    text = f'{head},\n  "entries": [\n{lines}\n  ]\n}}\n' if entries else f'{head},\n  "entries": []\n}}\n'
+    head = {"format": FORMAT, "version": VERSION, "source": mapping.source, "target": mapping.target,
+            "source_size": mapping.source_size, "target_size": mapping.target_size,
+            "coverage": mapping.coverage(), **mapping.extra}
+    head_text = dumps(head).rstrip().rstrip("}").rstrip()
+    lines = ",\n".join(_entry_line(t, *mapping.entries[t]) for t in sorted(mapping.entries))
+    body = f'"entries": [\n{lines}\n  ]' if lines else '"entries": []'
     with atomic_file(path, "w", encoding="utf-8") as f:
-        f.write(text)
+        f.write(f"{head_text},\n  {body}\n}}\n")
     return Path(path)
+
+
+def _entry_line(t: int, method: str, src: list[int], w: list[float]) -> str:
+    ids = ", ".join(str(int(s)) for s in src)
+    weights = ", ".join(repr(round(float(x), 8)) for x in w)
+    return f"    [{int(t)}, {json.dumps(method)}, [{ids}], [{weights}]]"
 
 
 def read_vocab_map(path: str | Path) -> VocabMapping:
