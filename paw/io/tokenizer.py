@@ -154,7 +154,11 @@ class TokenizerInfo:
 
     # ----- encoding -----------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without added BOS/EOS (specials in the text are not parsed)."""
+        """Token ids of ``text`` without added BOS/EOS.
+
+        Special-token strings written in the text (``<|endoftext|>``) are encoded as plain text by
+        rank files and the tiktoken path, and as the special token by the ``tokenizers`` path.
+        """
         return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
