@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import merge_reference as ref
+from tests.merge import merge_reference as ref
 import numpy as np
 import pytest
 import torch
-from conftest import load_numpy
+from tests.merge.conftest import load_numpy
 
 from paw.merge.methods import tensor_seed
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import load_numpy
+from tests.merge.conftest import load_numpy
 
 from paw.io.checkpoint import open_checkpoint
 from paw.io.writer import write_checkpoint

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import merge_reference as ref
+from tests.merge import merge_reference as ref
 import numpy as np
 import pytest
 import torch
