@@ -63,8 +63,11 @@ def register(app: typer.Typer) -> None:
         results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include,
                                        exclude=exclude)
         inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}
-        write_report(outdir, results, top_k=top_k, command=command_line(), inputs=inputs,
-                     overwrite=overwrite)
+        try:
+            write_report(outdir, results, top_k=top_k, command=command_line(), inputs=inputs,
+                         overwrite=overwrite)
+        except OSError as err:  # e.g. --outdir is a file, or the disk is full
+            raise PawError(f"cannot write the report: {err.strerror or err}", path=outdir) from None
         for i, name in enumerate(results.models):
             typer.echo(f"{name}: global L2 {results.global_l2(i):.6g}, L1 {results.global_l1(i):.6g} "
                        f"over {results.n_params():,} parameters in {len(results.names)} tensors "

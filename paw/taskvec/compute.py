@@ -100,6 +100,9 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
     alignment = align(base, models, include=_regex(include, "--include"),
                       exclude=_regex(exclude, "--exclude"))
     names, skipped = list(alignment.names), dict(alignment.skipped)
+    for name in [n for n in names if base.numel(n) == 0]:
+        names.remove(name)
+        skipped[name] = "empty tensor (no elements)"
     tied = _tied_lm_head(base, models, names, skipped)
     if not names:
         reasons = "; ".join(f"{k}: {v}" for k, v in list(skipped.items())[:3]) or "the filters kept none"

@@ -125,6 +125,10 @@ def output_paths(outdir: str | Path, model_names: Sequence[str]) -> list[Path]:
 
 def check_report_outputs(outdir: str | Path, model_names: Sequence[str], *, overwrite: bool) -> None:
     """Refuse (before any heavy work) to replace an earlier report unless ``overwrite``."""
+    from paw.errors import PawError
+
+    if Path(outdir).exists() and not Path(outdir).is_dir():
+        raise PawError("--outdir exists and is not a folder", path=outdir)
     for path in output_paths(outdir, model_names):
         check_output(path, overwrite=overwrite)
 

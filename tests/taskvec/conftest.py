@@ -28,6 +28,7 @@ def odd_pair(zoo_root, tv_models) -> dict:
     - ``model.norm.weight``: shape mismatch (the fine-tune's is shorter)
     - ``step_counter``: int64 in both (non-float)
     - ``extra.only_in_ft``: only in the fine-tune (missing in base)
+    - ``empty.bias``: no elements
     """
     from paw.io.checkpoint import open_checkpoint
     from paw.io.writer import write_checkpoint
@@ -40,6 +41,7 @@ def odd_pair(zoo_root, tv_models) -> dict:
     del ft["model.layers.1.mlp.up_proj.weight"]
     ft["model.norm.weight"] = ft["model.norm.weight"][:-2].clone()
     ft["extra.only_in_ft"] = torch.ones(3)
+    base["empty.bias"], ft["empty.bias"] = torch.zeros(0), torch.zeros(0)
     write_checkpoint(root / "base", base, copy_from=tv_models["base"])
     write_checkpoint(root / "oddft", ft, copy_from=tv_models["ft1"])
     return {"base": root / "base", "ft": root / "oddft"}

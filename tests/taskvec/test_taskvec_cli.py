@@ -105,7 +105,8 @@ def test_multi_gpu_without_gpus_says_so(cli, tmp_path, tv_models):
     assert "ft1: global L2" in result.stdout
 
 
-@pytest.mark.parametrize("case", ["missing", "arch", "none_in_common", "exists", "bad_regex", "unknown_option"])
+@pytest.mark.parametrize("case", ["missing", "arch", "none_in_common", "exists", "bad_regex", "unknown_option",
+                                  "outdir_is_file"])
 def test_bad_input_exits_2_with_one_line(cli, tmp_path, tv_models, tiny_qwen, case):
     base, ft = tv_models["base"], tv_models["ft1"]
     out = tmp_path / "out"
@@ -114,14 +115,17 @@ def test_bad_input_exits_2_with_one_line(cli, tmp_path, tv_models, tiny_qwen, ca
             "none_in_common": ["--base", base, "--models", ft, "--include", "^nothing$"],
             "exists": ["--base", base, "--models", ft],
             "bad_regex": ["--base", base, "--models", ft, "--exclude", "(("],
-            "unknown_option": ["--base", base, "--models", ft, "--bogus"]}[case]
+            "unknown_option": ["--base", base, "--models", ft, "--bogus"],
+            "outdir_is_file": ["--base", base, "--models", ft, "--include", "norm"]}[case]
     if case == "exists":
         (out / "ft1").mkdir(parents=True)
+    if case == "outdir_is_file":
+        out.write_text("not a folder")
     result = cli("task-vectors", *args, "--outdir", out)
     assert result.exit_code == 2, (result.stdout, result.stderr)
     if case != "unknown_option":  # click's own usage message
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
-    assert not (out / "pairwise_cosines.csv").exists()
+    assert not out.is_dir() or not (out / "pairwise_cosines.csv").exists()
 
 
 def test_help_has_example(cli):
