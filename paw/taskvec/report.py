@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from paw.errors import PawError
 from paw.io.atomic import atomic_dir, check_output
 from paw.io.manifest import describe_input, write_manifest
 from paw.io.reports import json_safe, make_readable, save_figure, write_csv
@@ -125,8 +126,6 @@ def output_paths(outdir: str | Path, model_names: Sequence[str]) -> list[Path]:
 
 def check_report_outputs(outdir: str | Path, model_names: Sequence[str], *, overwrite: bool) -> None:
     """Refuse (before any heavy work) to replace an earlier report unless ``overwrite``."""
-    from paw.errors import PawError
-
     if Path(outdir).exists() and not Path(outdir).is_dir():
         raise PawError("--outdir exists and is not a folder", path=outdir)
     for path in output_paths(outdir, model_names):
