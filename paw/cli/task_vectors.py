@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot.
 
         Streams one tensor at a time, so peak memory is about two copies of the largest tensor.
-        Writes DIR/<model>/{per_param_stats.csv, top50_by_l2.csv, top50_by_maxabs.csv,
+        Writes DIR/MODEL/{per_param_stats.csv, top50_by_l2.csv, top50_by_maxabs.csv,
         summary.json, group_l2_bar.png} and DIR/pairwise_cosines.csv.
 
         Example: paw task-vectors --base ./tiny/base --models ./tiny/finetune --outdir tv_stats
