@@ -81,9 +81,9 @@ def group_l2_figure(groups: dict[str, dict], *, model: str, base: str, notes: di
     modules = [g for g in GROUP_ORDER if g in groups]
     layers = [g for g in groups if g not in GROUP_ORDER]
     # the module panel keeps room for its six labels however many layers there are
-    fig = Figure(figsize=(min(6.5 + 0.3 * max(len(layers), 4), 18) if layers else 6.5, 4.8),
+    fig = Figure(figsize=(min(6.5 + 0.3 * max(len(layers), 10), 18) if layers else 6.5, 4.8),
                  layout="constrained")
-    widths = [6.0, 0.45 * max(len(layers), 4)] if layers else [1]
+    widths = [6.0, max(0.45 * len(layers), 3.0)] if layers else [1]
     axes = fig.subplots(1, len(widths), width_ratios=widths, squeeze=False)[0]
     _bars(axes[0], modules, [groups[g]["l2"] for g in modules], "module group", "#4C72B0", annotate=True,
           notes=notes)
