@@ -12,6 +12,20 @@ METHOD_HELP = ("Alignment methods, chained in order (repeat or comma-separate): 
                "nearest-string, semantic (needs the source model), frequency (needs --corpus).")
 
 
+RANK_PATTERN = typer.Option(None, "--rank-pattern", help="Pre-tokenizer regex for tiktoken rank files, which "
+                            "store none: gpt2, gpt4, llama3, qwen2, o200k or a regex (default: llama3 / cl100k).")
+
+
+def _open(spec: str, rank_pattern: str | None):
+    from paw.io.tokenizer import open_tokenizer
+
+    if rank_pattern is None:
+        return open_tokenizer(spec)
+    from paw.bpe.patterns import resolve_pattern
+
+    return open_tokenizer(spec, pattern=resolve_pattern(rank_pattern))
+
+
 def _methods(values: list[str] | None) -> list[str]:
     from paw.vocab.align import DEFAULT_METHODS
 
@@ -82,6 +96,7 @@ def register(app: typer.Typer) -> None:
         corpus: list[Path] = typer.Option(None, "--corpus", help="Text or .jsonl files (one text per line); "
                                           "default: the embedded multilingual sample."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG figures."),
+        rank_pattern: str = RANK_PATTERN,
         overwrite: bool = OVERWRITE,
     ):
         """Compare two tokenizers: vocabulary overlap on canonical bytes, special tokens, encoding statistics.
@@ -91,12 +106,11 @@ def register(app: typer.Typer) -> None:
         from paw.cli._options import command_line
         from paw.io.atomic import check_output
         from paw.io.manifest import describe_input
-        from paw.io.tokenizer import open_tokenizer
         from paw.io.vocab_map import write_analysis
         from paw.vocab.analyze import analyze
 
         check_output(outdir, overwrite=overwrite)
-        src, tgt = open_tokenizer(source), open_tokenizer(target)
+        src, tgt = _open(source, rank_pattern), _open(target, rank_pattern)
         texts = _texts(corpus)
         result = analyze(src, tgt, texts, plots=plots)
         from paw import __version__
@@ -120,6 +134,7 @@ def register(app: typer.Typer) -> None:
         source_model: str = typer.Option(None, "--source-model", help="Model whose embeddings 'semantic' uses."),
         corpus: list[Path] = typer.Option(None, "--corpus", help="Text files for 'frequency' token counts."),
         anchors: int = typer.Option(8, "--anchors", min=1, help="Shared tokens per target token for 'semantic'."),
+        rank_pattern: str = RANK_PATTERN,
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
     ):
@@ -130,13 +145,12 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from paw.io.atomic import check_output
-        from paw.io.tokenizer import open_tokenizer
         from paw.io.vocab_map import write_vocab_map
         from paw.vocab.align import align
 
         check_output(output, overwrite=overwrite)
         methods = _methods(method)
-        src, tgt = open_tokenizer(source), open_tokenizer(target)
+        src, tgt = _open(source, rank_pattern), _open(target, rank_pattern)
         emb = _input_embeddings(source_model, device) if source_model else None
         mapping = align(_context(src, tgt, methods, embeddings=emb, corpus=corpus, anchors=anchors), methods)
         write_vocab_map(output, mapping)
@@ -159,6 +173,7 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(True, "--check/--no-check", help="Run the hidden-state semantic check."),
         check_texts: int = typer.Option(64, "--check-texts", min=1, help="Texts used by the semantic check."),
         anchors: int = typer.Option(8, "--anchors", min=1, help="Shared tokens per target token for 'semantic'."),
+        rank_pattern: str = RANK_PATTERN,
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
     ):
@@ -168,7 +183,7 @@ def register(app: typer.Typer) -> None:
         """
         summary = _run_transplant(model=model, tokenizer=tokenizer, output=output, methods=_methods(method),
                                  vocab_map=vocab_map, init=init, head=head, corpus=corpus, check=check,
-                                 check_texts=check_texts, anchors=anchors, device=device, overwrite=overwrite)
+                                 check_texts=check_texts, anchors=anchors, rank_pattern=rank_pattern, device=device, overwrite=overwrite)
         from rich.console import Console
 
         Console().print(_coverage_table(f"{model} -> {tokenizer}", summary["coverage"], summary["target_size"]))
@@ -217,7 +232,7 @@ def _print_analysis(report: dict) -> None:
 
 
 def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, head, corpus, check, check_texts, anchors,
-                    device, overwrite) -> dict:
+                    rank_pattern, device, overwrite) -> dict:
     """Read model and tokenizers, align (or read the mapping), write the new model, run the check."""
     import json
     import tempfile
@@ -229,7 +244,6 @@ def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, head,
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
     from paw.io.manifest import describe_input
-    from paw.io.tokenizer import open_tokenizer
     from paw.io.vocab_map import mapping_to_json, read_vocab_map
     from paw.io.writer import write_checkpoint
     from paw.vocab import transplant as T
@@ -249,7 +263,7 @@ def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, head,
     names = T.embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
     if not names:
         raise PawError(f"no embed_tokens / lm_head tensor with {rows} rows (config vocab_size)", path=model)
-    src, tgt = open_tokenizer(model), open_tokenizer(tokenizer)
+    src, tgt = _open(model, rank_pattern), _open(tokenizer, rank_pattern)
     if src.size > rows:
         raise PawError(f"the model's tokenizer has {src.size} ids but its embedding only {rows} rows", path=model)
     if vocab_map is not None:

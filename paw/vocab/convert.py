@@ -48,8 +48,10 @@ def ranks_to_tokenizer(ranks: dict[bytes, int], pattern: str, specials: dict[str
     vocab = {show(b): r for b, r in ranks.items()}
     merges = [(show(a), show(b)) for a, b in recover_merges(ranks)]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+    from paw.bpe.patterns import to_oniguruma
+
+    tok.pre_tokenizer = pre_tokenizers.Sequence([  # Oniguruma has no possessive repeats: spell them atomic
+        pre_tokenizers.Split(Regex(to_oniguruma(pattern)), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     for content, _ in sorted((specials or {}).items(), key=lambda kv: kv[1]):

@@ -151,3 +151,29 @@ def test_unreadable_tokenizer_is_a_paw_error(tmp_path, content):
     path.write_text(content)
     with pytest.raises(PawError, match="tokenizer.json"):
         open_tokenizer(path)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "gpt4"])
+def test_rank_file_pattern_and_hf_conversion(llama3_small, name):
+    """Named patterns reach the encoder; possessive 'gpt4' still converts for tokenizers (Oniguruma)."""
+    from paw.bpe.patterns import resolve_pattern
+    from paw.vocab.convert import ranks_to_tokenizer
+
+    path, ranks = llama3_small
+    tok = open_tokenizer(path, pattern=resolve_pattern(name))
+    digits = [tok.token_bytes(i) for i in tok.encode("year 20261121")]
+    assert (b"2" in digits) == (name == "qwen2")  # qwen2 splits single digits, cl100k groups of 3
+    hf = ranks_to_tokenizer(ranks, resolve_pattern(name))
+    from paw import zoo
+
+    for text in zoo.sample_texts("multi") + ["year 20261121  \n\n x"]:
+        assert hf.encode(text, add_special_tokens=False).ids == tok.encode(text)
+
+
+def test_cli_rank_pattern(cli, llama3_small, tmp_path):
+    path, _ = llama3_small
+    res = cli("analyze-tokenizers", "-s", path, "-t", path, "-o", tmp_path / "a", "--rank-pattern", "qwen2",
+              "--no-plots")
+    assert res.exit_code == 0, res.stderr
+    res = cli("analyze-tokenizers", "-s", path, "-t", path, "-o", tmp_path / "b", "--rank-pattern", "gpt5")
+    assert res.exit_code == 2 and "unknown pattern" in res.stderr and not (tmp_path / "b").exists()
