@@ -156,6 +156,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
+    ap.add_argument("--reuse", action="store_true", help="reuse checkpoints kept in --workdir by an earlier run")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--full-svd", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -167,19 +168,23 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        build(args.workdir, args.shape)
+        if not (args.reuse and (args.workdir / "lora" / "adapter_config.json").exists()):
+            build(args.workdir, args.shape)
         n_params = sum(_numel(v) for v in tensor_shapes(s).values())
         print(f"shape {args.shape}: {n_params / 1e9:.2f}B parameters, {s['layers']} layers, rank-16 LoRA on "
-              f"{7 * s['layers']} modules; built source+target+adapter in {time.perf_counter() - t0:.1f} s")
-        rows = [run_child(args, m) for m in args.methods.split(",")]
+              f"{7 * s['layers']} modules; source+target+adapter ready in {time.perf_counter() - t0:.1f} s")
+        print(f"\n{'method':<12}{'wall s':>10}{'CPU s':>10}{'peak GiB':>10}  chosen per module", flush=True)
+        rows = []
+        for m in args.methods.split(","):
+            r = run_child(args, m)
+            rows.append(r)
+            print(f"{r['method']:<12}{r['seconds']:>10.1f}{r['cpu_seconds']:>10.1f}{r['peak_gib']:>10.2f}  "
+                  f"{r['methods']}  (median similarity {r['median_similarity']} vs chance {r['median_chance']}; "
+                  f"load {os.getloadavg()[0]:.1f})", flush=True)
         full_layers = args.full_layers or s["layers"]
         ref = run_child(args, "auto", "--full-svd", "--full-layers", str(full_layers))
         scale = s["layers"] / full_layers
         ref_total = ref["seconds"] * scale
-        print(f"\n{'method':<12}{'wall s':>10}{'CPU s':>10}{'peak GiB':>10}  chosen per module")
-        for r in rows:
-            print(f"{r['method']:<12}{r['seconds']:>10.1f}{r['cpu_seconds']:>10.1f}{r['peak_gib']:>10.2f}  {r['methods']}  "
-                  f"(median similarity {r['median_similarity']} vs chance {r['median_chance']})")
         note = "" if scale == 1 else f"  measured on {full_layers}/{s['layers']} layers ({ref['seconds']:.1f} s), " \
                                      f"extrapolated x{scale:.0f}"
         print(f"{'full-SVD':<12}{ref_total:>10.1f}{ref['cpu_seconds'] * scale:>10.1f}{ref['peak_gib']:>10.2f}"

@@ -175,36 +175,72 @@ def eye_like(rows: int, cols: int, device=None):
     return torch.eye(rows, cols, device=device)
 
 
-def left_map_apply(B, W_src, W_tgt, ridge: float):
-    """``O B`` where O (out_t, out_s) minimises ``‖O W_src − W_tgt‖² + λ‖O − J‖²``; W_src (out_s, k), W_tgt (out_t, k).
+def pad_rows(X, rows: int):
+    """``J @ X`` for the rectangular identity J (rows, len(X)): keep the first rows, zero-pad the rest."""
+    import torch
 
-    O tells how the target module's outputs are re-mixed from the source module's when both read the
-    same (mapped) input. Computed with the push-through identity so only a (k, k) system is solved:
-    ``O = J + (W_tgt − J W_src) (W_srcᵀ W_src + λI)⁻¹ W_srcᵀ``. B (out_s, r) -> (out_t, r).
+    if X.shape[0] >= rows:
+        return X[:rows]
+    return torch.cat([X, X.new_zeros(rows - X.shape[0], *X.shape[1:])])
+
+
+def left_map_apply(B, W_src, W_tgt, ridge: float, *, in_map=None, gram=None):
+    """``O B`` where O (out_t, out_s) minimises ``‖O W_src − W_tgt M‖² + λ‖O − J‖²``.
+
+    W_src (out_s, k), W_tgt (out_t, k_t), M = ``in_map`` (k_t, k) or I. O tells how the target module's
+    outputs are re-mixed from the source module's when both read the same (mapped) input. Push-through
+    form ``O = J + (W_tgt M − J W_src) (W_srcᵀ W_src + λI)⁻¹ W_srcᵀ``: one (k, k) solve with r right-hand
+    sides, and every big product has only r columns. ``gram``: ``W_srcᵀ W_src`` if already computed.
+    B (out_s, r) -> (out_t, r).
     """
     import torch
 
     W_src, W_tgt, B = W_src.float(), W_tgt.float(), B.float()
-    lam = ridge_lambda(W_src, ridge)
-    J = eye_like(W_tgt.shape[0], W_src.shape[0], B.device)
-    gram = W_src.T @ W_src + lam * torch.eye(W_src.shape[1], device=B.device)
-    return J @ B + (W_tgt - J @ W_src) @ torch.linalg.solve(gram, W_src.T @ B)
+    gram = W_src.T @ W_src if gram is None else gram
+    lam = ridge * float(torch.trace(gram)) / max(1, min(W_src.shape))
+    Z = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], device=B.device), W_src.T @ B)  # (k, r)
+    tgt = W_tgt @ (Z if in_map is None else in_map @ Z)
+    return pad_rows(B, W_tgt.shape[0]) + tgt - pad_rows(W_src @ Z, W_tgt.shape[0])
 
 
-def right_map_apply(A, W_src, W_tgt, ridge: float):
-    """``A N`` where N (in_s, in_t) minimises ``‖W_src N − W_tgt‖² + λ‖N − J‖²``; W_src (k, in_s), W_tgt (k, in_t).
+def right_map_apply(A, W_src, W_tgt, ridge: float, *, out_map=None, gram=None):
+    """``A N`` where N (in_s, in_t) minimises ``‖M W_src N − W_tgt‖² + λ‖N − J‖²``.
 
-    N tells which source input reproduces a target input when both modules write the same (mapped)
-    output. Push-through form ``N = J + W_srcᵀ (W_src W_srcᵀ + λI)⁻¹ (W_tgt − W_src J)``, a (k, k)
-    solve. A (r, in_s) -> (r, in_t).
+    W_src (m, in_s), M = ``out_map`` (k, m) or I, W_tgt (k, in_t). N tells which source input reproduces
+    a target input when both modules write the same (mapped) output. Push-through form
+    ``N = J + Ŵᵀ (Ŵ Ŵᵀ + λI)⁻¹ (W_tgt − Ŵ J)`` with Ŵ = M W_src, evaluated from the left so that only
+    r-row products touch the big matrices. ``gram``: ``W_src W_srcᵀ`` if already computed.
+    A (r, in_s) -> (r, in_t).
     """
     import torch
 
     W_src, W_tgt, A = W_src.float(), W_tgt.float(), A.float()
-    lam = ridge_lambda(W_src, ridge)
-    J = eye_like(W_src.shape[1], W_tgt.shape[1], A.device)
-    gram = W_src @ W_src.T + lam * torch.eye(W_src.shape[0], device=A.device)
-    return A @ J + (A @ W_src.T) @ torch.linalg.solve(gram, W_tgt - W_src @ J)
+    gram = W_src @ W_src.T if gram is None else gram
+    AW = A @ W_src.T  # (r, m)
+    if out_map is not None:
+        gram, AW = out_map @ gram @ out_map.T, AW @ out_map.T
+    lam = ridge * float(torch.trace(gram)) / max(1, min(gram.shape[0], W_src.shape[1]))
+    z = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], device=A.device), AW.T).T  # (r, k)
+    zW = z @ out_map if out_map is not None else z
+    in_t = W_tgt.shape[1]
+    return pad_rows(A.T, in_t).T + z @ W_tgt - pad_rows((zW @ W_src).T, in_t).T
+
+
+def gram_residual_sketch(apply_t, apply_hat, n: int, trace_t: float, trace_hat: float, *, k: int = 64,
+                         seed: int = 0, device=None) -> float:
+    """:func:`centered_gram_residual` estimated through ``k`` shared Gaussian probes.
+
+    ``apply_t(Ω)`` and ``apply_hat(Ω)`` return ``G Ω`` for the two (n, n) Gram matrices, whose traces
+    are given, so a Gram is never formed: compares ``(G_t − tr(G_t)/n·I) Ω`` with ``(Ĝ − tr(Ĝ)/n·I) Ω``.
+    Exact (0) when the Grams agree; about 1 for independent weights.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    omega = torch.randn(n, min(k, n), generator=gen).to(device)
+    Y_t = apply_t(omega) - (trace_t / n) * omega
+    Y_h = apply_hat(omega) - (trace_hat / n) * omega
+    return scaled_residual(Y_t, Y_h)
 
 
 def centered_gram_residual(G_t, G_hat) -> float:

@@ -116,7 +116,7 @@ def lora_x(ctx, job: Job) -> Mapped:
 
 @register("frobenius")
 def frobenius(ctx, job: Job) -> Mapped:
-    """Cross-LoRA (2025): pair truncated SVD bases, ``P_out = U_t U_sᵀ``, ``P_in = V_t V_sᵀ``.
+    """Cross-LoRA (Xia et al., 2025, LoRA-Align): pair truncated SVD bases, ``P_out = U_t U_sᵀ``, ``P_in = V_t V_sᵀ``.
 
     ``B_t = P_out B_s`` (out_t, r) and ``A_t = A_s P_inᵀ`` (r, in_t); shapes may differ. Signs are
     canonical (largest entry of each left vector positive). Two plain facts: with equal shapes the
@@ -177,26 +177,32 @@ def embed_map(ctx, job: Job) -> Mapped:
     """
     role = _role(job, "embed-map")
     M_st, M_ts = ctx.residual_maps()
+    W_s, W_t = job.W_s, job.W_t
+    trace_t = float(W_t.reshape(-1) @ W_t.reshape(-1))
     if role.side == "in":
-        g_s = ctx.gain("s", ctx.norm_name(job.module, role.norm), job.W_s.shape[1])
-        g_t = ctx.gain("t", ctx.norm_name(job.target_module, role.norm), job.W_t.shape[1])
+        g_s = ctx.gain("s", ctx.norm_name(job.module, role.norm), W_s.shape[1])
+        g_t = ctx.gain("t", ctx.norm_name(job.target_module, role.norm), W_t.shape[1])
         into_s = g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :]    # (in_s, in_t): target input -> source input
         into_t = g_t[:, None] * M_st * _safe_inverse(g_s)[None, :]    # (in_t, in_s)
+        gram = W_s.T @ W_s  # (in_s, in_s), shared by the output map and the residual
         A = job.A.float() @ into_s
         if role.other == "vocab":
             B, carry_out = ctx.vocab.rows(job.B.float()), (lambda U: _orth(ctx.vocab.rows(U)))
         else:
-            B, carry_out = linalg.left_map_apply(job.B, job.W_s, job.W_t @ into_t, ctx.ridge), None
-        W_hat = job.W_s @ into_s
-        residual = linalg.centered_gram_residual(job.W_t.T @ job.W_t, W_hat.T @ W_hat)
+            B, carry_out = linalg.left_map_apply(job.B, W_s, W_t, ctx.ridge, in_map=into_t, gram=gram), None
+        residual = linalg.gram_residual_sketch(  # Gram of W_t vs Gram of W_s · into_s, over the target inputs
+            lambda X: W_t.T @ (W_t @ X), lambda X: into_s.T @ (gram @ (into_s @ X)), W_t.shape[1], trace_t,
+            float((gram * (into_s @ into_s.T)).sum()), seed=ctx.seed, device=W_t.device)
         return Mapped(A, B, residual, carry_out, lambda V: _orth(into_s.T @ V))
+    gram = W_s @ W_s.T  # (d_s, d_s)
     B = M_st @ job.B.float()
-    W_hat = M_st @ job.W_s
     if role.other == "vocab":
         A, carry_in = ctx.vocab.cols(job.A.float()), (lambda V: _orth(ctx.vocab.rows(V)))
     else:
-        A, carry_in = linalg.right_map_apply(job.A, W_hat, job.W_t, ctx.ridge), None
-    residual = linalg.centered_gram_residual(job.W_t @ job.W_t.T, W_hat @ W_hat.T)
+        A, carry_in = linalg.right_map_apply(job.A, W_s, W_t, ctx.ridge, out_map=M_st, gram=gram), None
+    residual = linalg.gram_residual_sketch(  # Gram of W_t vs Gram of M_st · W_s, over the target residual
+        lambda X: W_t @ (W_t.T @ X), lambda X: M_st @ (gram @ (M_st.T @ X)), W_t.shape[0], trace_t,
+        float((gram * (M_st.T @ M_st)).sum()), seed=ctx.seed, device=W_t.device)
     return Mapped(A, B, residual, lambda U: _orth(M_st @ U), carry_in)
 
 
