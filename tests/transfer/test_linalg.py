@@ -87,3 +87,20 @@ def test_monotone_assignment_and_layer_maps():
     assert monotone_assignment([[1, 0], [0, 0], [0, 1]]) == [(0, 0), (2, 1)]
     assert match_layers(relative_depth_scores(4, 2)) == {0: 0, 3: 1}
     assert match_layers(relative_depth_scores(2, 4)) == {0: 0, 1: 3}
+
+
+def test_sketched_gram_residual_is_zero_for_equal_reads_and_near_one_for_independent():
+    gen = torch.Generator().manual_seed(4)
+    W, Q = torch.randn(200, 40, generator=gen), torch.linalg.qr(torch.randn(200, 200, generator=gen)).Q
+    other = torch.randn(200, 40, generator=gen)
+
+    def gram_of(M):
+        return lambda X: M.T @ (M @ X)
+
+    # a rotation of the output side leaves the Gram of the input side unchanged
+    same = linalg.gram_residual_sketch(gram_of(Q @ W), gram_of(W), 40, float(W.pow(2).sum()), float(W.pow(2).sum()))
+    assert same < 1e-4
+    indep = linalg.gram_residual_sketch(gram_of(other), gram_of(W), 40, float(other.pow(2).sum()),
+                                        float(W.pow(2).sum()))
+    exact = linalg.centered_gram_residual(other.T @ other, W.T @ W)
+    assert indep > 0.9 and abs(indep - exact) < 0.1
