@@ -46,6 +46,7 @@ class MergeMethod:
     summary: str = ""
     normalise_weights: bool = False     # True: weights are divided by their sum (a weighted average)
     random: bool = field(default=False)  # True: reads a seeded generator per tensor and model
+    elementwise: bool = False           # True: each entry depends on that entry only (blocks are exact)
 
     def __call__(self, base, deltas, weights, **params):
         used = {k: v for k, v in params.items() if k in self.params}
@@ -56,14 +57,14 @@ METHODS: dict[str, MergeMethod] = {}
 
 
 def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = True, summary: str = "",
-                 normalise_weights: bool = False, **fixed: Any):
+                 normalise_weights: bool = False, elementwise: bool = False, **fixed: Any):
     """Register the decorated function as method ``name`` with ``fixed`` keyword arguments bound."""
 
     def register(fn: Callable) -> Callable:
         if name in METHODS:
             raise ValueError(f"merge method {name!r} registered twice")
         METHODS[name] = MergeMethod(name, fn, dict(fixed), tuple(params), needs_base, summary,
-                                    normalise_weights, random="generators" in params)
+                                    normalise_weights, random="generators" in params, elementwise=elementwise)
         return fn
 
     return register
@@ -220,7 +221,7 @@ def sign_consensus_mean(weighted: Sequence, weights: Sequence[float]):
               summary="random drop + rescale, then Σ w_i Δ_i")
 @merge_method("ties", params=("density",), sparsify="magnitude", consensus=True,
               summary="trim to top density, elect sign, weighted disjoint mean")
-@merge_method("task-arithmetic", summary="Σ w_i Δ_i")
+@merge_method("task-arithmetic", summary="Σ w_i Δ_i", elementwise=True)
 def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None = None,
                                 consensus: bool = False, density: float = 0.2, drop_rate: float = 0.9,
                                 gamma: float = 0.01, generators: Sequence | None = None):
@@ -259,7 +260,7 @@ def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None =
     return merged
 
 
-@merge_method("linear", needs_base=False, normalise_weights=True,
+@merge_method("linear", needs_base=False, normalise_weights=True, elementwise=True,
               summary="weighted average of the full weights (model soup)")
 def linear(base, deltas, weights):
     """Weighted average of the full models, ``Σ_i w_i M_i / Σ_i w_i`` (a "model soup").

@@ -10,6 +10,7 @@ float32 plus the output shard being filled (``max_shard_size``), whatever the mo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from paw.merge.weights import weights_from_norms
 from paw.progress import track
 
 MANIFEST = "paw_merge.json"
+BLOCK_ELEMENTS = 1 << 20  # entries per step of an elementwise method on a large tensor (4 MB in float32)
 
 
 @dataclass
@@ -111,20 +113,45 @@ def merged_tensors(job: MergeJob) -> Iterator[tuple[str, Any]]:
         out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
         compute = torch.float64 if ref.dtype(name) == "float64" else torch.float32
         rows = job.plan.vocab_rows.get(name)
-        base = _load(ref, name, rows, job.device).to(compute)
-        # bf16 - f32 promotes inside one kernel: no float32 copy of each model is ever made
-        deltas = [torch.sub(_load(m, name, rows, job.device), base).to(compute) for m in job.models]
-        if job.method.random:
-            params["generators"] = [torch.Generator(device=job.device).manual_seed(tensor_seed(opts.seed, name, i))
-                                    for i in range(len(deltas))]
-        merged = job.method(base, deltas, job.weights, **params)
-        del deltas
-        if rows is None:  # base + scale * merged, cast to the output dtype, in one pass
-            yield name, torch.add(base, merged, alpha=opts.scale, out=torch.empty_like(base, dtype=out_dtype))
-            continue
-        full = _load(ref, name, None, job.device).to(out_dtype, copy=True)  # rows past the shared vocabulary
-        torch.add(base, merged, alpha=opts.scale, out=full[:rows])            # stay the base's
-        yield name, full
+        shape = ref.shape(name)
+        out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
+        for block, get in _blocks(job, name, rows):
+            base = get(0).to(compute)
+            # bf16 - f32 promotes inside one kernel: no float32 copy of each model is ever made
+            deltas = [torch.sub(get(i), base).to(compute) for i in range(1, len(job.models) + 1)]
+            if job.method.random:
+                params["generators"] = [torch.Generator(device=job.device).manual_seed(
+                    tensor_seed(opts.seed, name, i)) for i in range(len(deltas))]
+            merged = job.method(base, deltas, job.weights, **params)
+            del deltas
+            # base + scale * merged, cast to the output dtype, in one pass
+            torch.add(base, merged, alpha=opts.scale, out=out[block] if out.ndim else out)
+        if rows is not None:  # rows past the shared vocabulary stay the base's
+            full = _load(ref, name, None, job.device).to(out_dtype, copy=True)
+            full[:rows] = out
+            out = full
+        yield name, out
+
+
+def _blocks(job: MergeJob, name: str, rows: int | None):
+    """Yield ``(index, get)`` steps over one tensor; ``get(i)`` gives input i (0 = base) at ``index``.
+
+    Methods that need the whole tensor (TIES ranks, DARE draws) get one step, and each input is read
+    when asked for and dropped after its subtraction. Elementwise methods on tensors above
+    :data:`BLOCK_ELEMENTS` read the inputs once in their stored dtype and walk them in blocks of rows:
+    float32 temporaries then stay block-sized (cache-resident, a few MB), not tensor-sized.
+    """
+    ckpts = [job.reference, *job.models]
+    shape = job.reference.shape(name)
+    first = rows or (shape[0] if shape else 1)
+    numel = first * math.prod(shape[1:])
+    if not job.method.elementwise or numel <= BLOCK_ELEMENTS or not shape:
+        yield slice(None), lambda i: _load(ckpts[i], name, rows, job.device)
+        return
+    raw = [_load(c, name, rows, job.device) for c in ckpts]
+    step = max(1, BLOCK_ELEMENTS * first // numel)
+    for start in range(0, first, step):
+        yield slice(start, start + step), lambda i, s=slice(start, start + step): raw[i][s]
 
 
 def _load(ckpt: Checkpoint, name: str, rows: int | None, device):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.merge import merge_reference as ref
 import numpy as np
 import pytest
 import torch
-from tests.merge.conftest import load_numpy
 
 from paw.merge.methods import tensor_seed
+from tests.merge import merge_reference as ref
+from tests.merge.conftest import load_numpy
 
 W = [0.5, 0.3, 0.2]
 
@@ -203,3 +203,14 @@ def test_space_separated_lists_after_one_flag():
     args = ["--models", "a", "b", "--weights", "0.5", "-0.2", "--seed", "3", "--l2-norms=1", "2"]
     assert _expand_multi(args) == ["--models", "a", "--models", "b", "--weights", "0.5", "--weights", "-0.2",
                                    "--seed", "3", "--l2-norms=1", "--l2-norms", "2"]
+
+
+@pytest.mark.parametrize("method", ["task-arithmetic", "linear"])
+def test_blockwise_path_gives_the_same_bytes(cli, family, tmp_path, monkeypatch, method):
+    import paw.merge.pipeline as pipeline
+
+    _merge(cli, family, tmp_path / "whole", "--method", method, "--scale", "0.7")
+    monkeypatch.setattr(pipeline, "BLOCK_ELEMENTS", 100)  # every matrix goes through in blocks of rows
+    _merge(cli, family, tmp_path / "blocks", "--method", method, "--scale", "0.7")
+    assert (tmp_path / "whole" / "model.safetensors").read_bytes() == \
+        (tmp_path / "blocks" / "model.safetensors").read_bytes()

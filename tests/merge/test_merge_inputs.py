@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.merge.conftest import load_numpy
 
 from paw.io.checkpoint import open_checkpoint
 from paw.io.writer import write_checkpoint
+from tests.merge.conftest import load_numpy
 
 
 def _variant(source: Path, folder: Path, edit) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tests.merge import merge_reference as ref
 import numpy as np
 import pytest
 import torch
@@ -17,6 +16,7 @@ from paw.merge.methods import (
     tensor_seed,
     top_k_mask,
 )
+from tests.merge import merge_reference as ref
 
 
 def test_registry_holds_the_six_methods_in_order():
