@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from paw.errors import PawError
@@ -45,7 +45,7 @@ class MergeMethod:
     needs_base: bool = True             # False: any member can serve as the reference (linear)
     summary: str = ""
     normalise_weights: bool = False     # True: weights are divided by their sum (a weighted average)
-    random: bool = field(default=False)  # True: reads a seeded generator per tensor and model
+    random: bool = False                # True: reads a seeded generator per tensor and model
     elementwise: bool = False           # True: each entry depends on that entry only (blocks are exact)
 
     def __call__(self, base, deltas, weights, **params):
