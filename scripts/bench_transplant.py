@@ -157,10 +157,9 @@ def main() -> None:
                               batch=args.batch, lr=args.lr, seed=args.seed)
     print(f"trained {steps} steps in {secs:.0f}s, last loss {loss:.3f}")
 
-    from paw.vocab.compare import _flat
+    from paw.vocab.compare import token_counts
 
-    flat, _ = _flat(A.encode_batch(train_lines))
-    counts = torch.bincount(torch.from_numpy(flat), minlength=A.size).numpy()
+    counts = token_counts(A.encode_batch(train_lines), A.size)
     results = {"original (A)": {"bpb": bits_per_byte(model, A, held, seq=args.seq), "coverage": None}}
     chains = {"exact": ["exact"], "exact+decompose (default)": ["exact", "decompose"],
               "exact+nearest-string": ["exact", "nearest-string"], "exact+frequency": ["exact", "frequency"],

@@ -41,12 +41,9 @@ def _texts(corpus: list[Path] | None) -> list[str]:
 
 
 def _counts(tok, texts: list[str]):
-    import numpy as np
+    from paw.vocab.compare import token_counts
 
-    from paw.vocab.compare import _flat
-
-    ids, _ = _flat(tok.encode_batch(texts))
-    return np.bincount(ids, minlength=tok.size)[: tok.size]
+    return token_counts(tok.encode_batch(texts), tok.size)
 
 
 def _context(source, target, methods, *, embeddings=None, corpus=None, anchors=8):

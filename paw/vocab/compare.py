@@ -22,7 +22,7 @@ import numpy as np
 
 from paw.io.tokenizer import ROLES, TokenizerInfo
 
-__all__ = ["vocab_diff", "special_table", "display_token", "encoding_rows", "summarize_rows"]
+__all__ = ["vocab_diff", "special_table", "display_token", "encoding_rows", "summarize_rows", "token_counts"]
 
 
 def display_token(b: bytes) -> str:
@@ -77,6 +77,12 @@ def _flat(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     values = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
     return values, np.repeat(np.arange(len(rows)), lengths)
+
+
+def token_counts(ids: Sequence[Sequence[int]], size: int) -> np.ndarray:
+    """How often each id occurs in ``ids`` (rows of token ids): (size,) int64."""
+    flat, _ = _flat(ids)
+    return np.bincount(flat, minlength=size)[:size]
 
 
 def _sorted_unique(x: np.ndarray) -> np.ndarray:

@@ -131,6 +131,12 @@ def test_align_vocab_cli_round_trip(cli, tiny_llama, trained, tmp_path):
               "--method", "exact,semantic", "--source-model", tiny_llama)
     assert res.exit_code == 0, res.stderr
     assert read_vocab_map(tmp_path / "sem.json").coverage().get("semantic", 0) > 0
+    (tmp_path / "c.txt").write_text("the cat sat on the mat\n北京 tokenizers\n")
+    res = cli("align-vocab", "-s", tiny_llama, "-t", trained["wordpiece"], "-o", tmp_path / "f.json",
+              "--method", "exact,frequency", "--corpus", tmp_path / "c.txt")
+    assert res.exit_code == 0, res.stderr
+    freq = read_vocab_map(tmp_path / "f.json")
+    assert freq.coverage()["frequency"] == m.coverage()["decompose"]  # same decompositions, reweighted
 
 
 @pytest.mark.parametrize("args, message", [
