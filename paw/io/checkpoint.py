@@ -183,6 +183,10 @@ class Checkpoint(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)
 
+    def __contains__(self, name: object) -> bool:
+        # a header lookup: Mapping's default __contains__ calls __getitem__, which reads the tensor
+        return name in self._where
+
     def __len__(self) -> int:
         return len(self._where)
 

@@ -146,3 +146,19 @@ def test_non_float_tensors_are_copied_from_the_base(cli, tmp_path):
     assert torch.equal(out["position_ids"], ids) and out.dtype("position_ids") == "int64"
     assert torch.allclose(out["w"], w + 0.5)
     assert json.loads((tmp_path / "m" / "paw_merge.json").read_text())["copied_from_base"] == ["position_ids"]
+
+
+def test_planning_reads_headers_only(family, monkeypatch):
+    """``name in checkpoint`` and the merge plan must not read tensor data (that doubled the I/O)."""
+    from paw.io import checkpoint as ck
+    from paw.merge.plan import plan_merge
+
+    base, models = open_checkpoint(family.base), [open_checkpoint(m) for m in family.models]
+
+    def no_read(self, name):
+        raise AssertionError(f"tensor {name} read while planning")
+
+    monkeypatch.setattr(ck._SafetensorsFile, "get", no_read)
+    assert "model.norm.weight" in base and "nope" not in base
+    plan = plan_merge(base, models)
+    assert len(plan.merge) == len(base) and not plan.copy
