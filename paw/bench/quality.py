@@ -387,8 +387,11 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
     """
     methods = settings["methods"]
     rows = []
-    for task, per_base in raw.items():
-        for base, per_seed in per_base.items():
+    order = [SOURCE, *TARGETS]
+    for task in sorted(raw, key=lambda t: list(TASKS).index(t) if t in TASKS else len(TASKS)):
+        per_base = raw[task]
+        for base in sorted(per_base, key=lambda b: order.index(b) if b in order else len(order)):
+            per_seed = per_base[base]
             seeds = sorted(per_seed)
             outcome = {s: per_seed[s]["outcomes"] for s in seeds}
             b, d = [outcome[s]["base"] for s in seeds], [outcome[s]["direct"] for s in seeds]
