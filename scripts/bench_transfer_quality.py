@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--pretrain-steps", type=int, default=400)
-    parser.add_argument("--lora-steps", type=int, default=150)
+    parser.add_argument("--lora-steps", type=int, default=300)
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--data", type=Path, default=DATA if DATA.is_dir() else None,
                         help="commonsense *_formatted.jsonl folder for the corpus (absent: embedded text)")

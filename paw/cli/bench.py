@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         hidden_size: int = typer.Option(64, help="Source hidden size."),
         num_layers: int = typer.Option(4, help="Source depth."),
         pretrain_steps: int = typer.Option(400, help="Source pretraining steps (targets scale with it)."),
-        lora_steps: int = typer.Option(150, help="LoRA training steps."),
+        lora_steps: int = typer.Option(300, help="LoRA training steps."),
         lora_rank: int = typer.Option(8, help="LoRA rank."),
         data: Path = typer.Option(DEFAULT_DATA if DEFAULT_DATA.is_dir() else None, "--data",
                                   help="Folder of commonsense *_formatted.jsonl (corpus); absent: embedded text."),
