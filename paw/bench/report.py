@@ -23,7 +23,7 @@ def _rec(row: dict | None) -> str:
     if row is None or "recovered" not in row:
         return "–" if row is None else ("n/a" if row["status"].startswith("n/a") else "–")
     r = row["recovered"]
-    if not r["ceiling_ok"] or not math.isfinite(r["value"]):
+    if not r["ceiling_ok"] or r["value"] is None or not math.isfinite(r["value"]):
         return "†"
     if r["stderr"] is None:
         return f"{r['value']:.2f}"
@@ -86,7 +86,7 @@ def plot(results: dict):
             values, errors = [], []
             for t in targets:
                 r = (index.get((task, t, method)) or {}).get("recovered")
-                values.append(r["value"] if r else np.nan)
+                values.append(r["value"] if r and r["value"] is not None else np.nan)
                 errors.append(r["stderr"] or 0 if r else 0)
             ax.bar(np.arange(len(targets)) + (j - len(methods) / 2 + 0.5) * width, values, width,
                    yerr=errors, label=method, capsize=2)

@@ -44,12 +44,13 @@ def recovered(transfer: Sequence[Sequence[int]], base: Sequence[Sequence[int]], 
     """Recovered fraction with paired-bootstrap uncertainty; inputs are per-seed 0/1 item outcomes.
 
     ``ceiling_gain`` is ``mean(direct - base)``; when it is within two standard errors of zero the
-    fraction is meaningless and ``ceiling_ok`` is False.
+    fraction is meaningless and ``ceiling_ok`` is False (``value`` is None when the gain is exactly 0).
     """
     t, b, d = (np.asarray(x, dtype=float) for x in (transfer, base, direct))
     if not t.shape == b.shape == d.shape:
         raise ValueError(f"outcome shapes differ: {t.shape}, {b.shape}, {d.shape}")
     value = float(_ratio(t, b, d))
+    value = value if math.isfinite(value) else None  # 0/0 when the ceiling equals the base: no fraction
     gain = float((d - b).mean())
     gain_se = float((d - b).std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
     out = {"value": value, "stderr": None, "low": None, "high": None, "ceiling_gain": gain,
