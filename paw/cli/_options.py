@@ -18,3 +18,43 @@ TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or
 def command_line() -> str:
     """The command line as the user typed it, for the provenance JSON of every output folder."""
     return " ".join(shlex.quote(a) for a in ["paw", *sys.argv[1:]])
+
+
+def multi_value_command(*flags: str):
+    """A click command class that accepts ``--models a b c`` as well as ``--models a --models b``.
+
+    Click gives an option one value per occurrence; this rewrites the space-separated form before
+    parsing, so every list option of PAW reads the way users type it. Negative numbers stay values
+    (``--weights 0.5 -0.2``).
+    """
+    from typer.core import TyperCommand
+
+    class MultiValueCommand(TyperCommand):
+        def parse_args(self, ctx, args):
+            return super().parse_args(ctx, expand_multi(list(args), flags))
+
+    return MultiValueCommand
+
+
+def expand_multi(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``['--models', 'a', 'b', '-o', 'x']`` -> ``['--models', 'a', '--models', 'b', '-o', 'x']``."""
+    out: list[str] = []
+    current = None  # the multi-value flag whose values are being read, if any
+    for arg in args:
+        if arg.startswith("-") and not _is_number(arg):
+            flag = arg.partition("=")[0]
+            current = flag if flag in flags else None
+            out.append(arg)
+        elif current is not None and out[-1] != current:
+            out += [current, arg]
+        else:
+            out.append(arg)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

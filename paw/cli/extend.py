@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE
+from paw.cli._options import DEVICE, OVERWRITE, multi_value_command
 
 
 class Init(str, Enum):
@@ -17,11 +17,11 @@ class Init(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("extend-tokenizer")
+    @app.command("extend-tokenizer", cls=multi_value_command("--tokens"))
     def extend_tokenizer(
         model: Path = typer.Option(..., "--model", help="Model folder with tokenizer.json."),
         output: Path = typer.Option(..., "--output", help="Folder to write (model + tokenizer)."),
-        tokens: list[str] = typer.Option(None, "--tokens", help="A token to add (repeat the option)."),
+        tokens: list[str] = typer.Option(None, "--tokens", help="Tokens to add: --tokens A B C (or repeat the option)."),
         tokens_file: Path = typer.Option(None, "--tokens-file",
                                          help="Text file, one token per line (kept verbatim, spaces included)."),
         from_tokenizer: Path = typer.Option(None, "--from-tokenizer",

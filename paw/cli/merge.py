@@ -6,9 +6,8 @@ import enum
 from pathlib import Path
 
 import typer
-from typer.core import TyperCommand
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line
+from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line, multi_value_command
 from paw.merge.methods import METHODS  # light: torch is imported inside the functions
 from paw.merge.options import DTYPES, VOCAB_POLICIES
 from paw.merge.weights import WEIGHT_MODES
@@ -23,40 +22,6 @@ _Method = _choices("Method", METHODS)
 _Mode = _choices("Mode", WEIGHT_MODES)
 _Dtype = _choices("Dtype", DTYPES)
 _VocabPolicy = _choices("VocabPolicy", VOCAB_POLICIES)
-
-# options that take several values after one flag: --models a b c (also accepted: --models a --models b)
-_MULTI = ("--models", "--l2-norms", "--weights")
-
-
-class _MultiValueCommand(TyperCommand):
-    """Rewrite ``--models a b c`` into ``--models a --models b --models c`` before click parses it."""
-
-    def parse_args(self, ctx, args):
-        return super().parse_args(ctx, _expand_multi(list(args)))
-
-
-def _expand_multi(args: list[str]) -> list[str]:
-    out: list[str] = []
-    current = None  # the multi-value flag whose values are being read, if any
-    for arg in args:
-        if arg.startswith("-") and not _is_number(arg):
-            flag = arg.partition("=")[0]
-            current = flag if flag in _MULTI else None
-            out.append(arg)
-        elif current is not None and out[-1] != current:
-            out += [current, arg]
-        else:
-            out.append(arg)
-    return out
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
 
 _HELP = {
     "base": "The common base model (folder, .safetensors file or cached ID); optional for --method linear.",
@@ -82,7 +47,7 @@ _HELP = {
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("merge", cls=_MultiValueCommand)
+    @app.command("merge", cls=multi_value_command("--models", "--l2-norms", "--weights"))
     def merge_cmd(
         ctx: typer.Context,
         base: str = typer.Option(None, "--base", help=_HELP["base"]),

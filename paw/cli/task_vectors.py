@@ -6,13 +6,12 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE
+from paw.cli._options import DEVICE, OVERWRITE, multi_value_command
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("task-vectors", context_settings={"allow_extra_args": True})
+    @app.command("task-vectors", cls=multi_value_command("--models"))
     def task_vectors(
-        ctx: typer.Context,
         base: str = typer.Option(..., "--base", help="Base model: folder, weight file or cached HF id."),
         models: list[str] = typer.Option(..., "--models",
                                          help="Fine-tuned model(s) of the same architecture: "
@@ -44,10 +43,7 @@ def register(app: typer.Typer) -> None:
         from paw.taskvec.compute import compute_task_vectors, cpu_workers, unique_names
         from paw.taskvec.report import check_report_outputs, write_report
 
-        extra = [a for a in ctx.args]
-        if any(a.startswith("-") for a in extra):
-            raise PawError(f"unknown option(s): {' '.join(a for a in extra if a.startswith('-'))}")
-        specs = [*models, *extra]
+        specs = list(models)
         base_ckpt = open_checkpoint(base)
         model_ckpts = [open_checkpoint(m) for m in specs]
         check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite)

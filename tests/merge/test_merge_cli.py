@@ -198,10 +198,10 @@ def test_cuda_gives_the_cpu_result(cli, family, tmp_path, method):
 
 
 def test_space_separated_lists_after_one_flag():
-    from paw.cli.merge import _expand_multi
+    from paw.cli._options import expand_multi
 
     args = ["--models", "a", "b", "--weights", "0.5", "-0.2", "--seed", "3", "--l2-norms=1", "2"]
-    assert _expand_multi(args) == ["--models", "a", "--models", "b", "--weights", "0.5", "--weights", "-0.2",
+    assert expand_multi(args, ("--models", "--weights", "--l2-norms")) == ["--models", "a", "--models", "b", "--weights", "0.5", "--weights", "-0.2",
                                    "--seed", "3", "--l2-norms=1", "--l2-norms", "2"]
 
 
