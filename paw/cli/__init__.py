@@ -53,8 +53,21 @@ def _register_all() -> None:
 _register_all()
 
 
+def _quiet_libraries() -> None:
+    """Library deprecation notices and per-shard bars are noise in a CLI's output; PAW reports itself."""
+    import os
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: PawError (and bad input that slips through as OSError) -> one line, exit 2."""
+    """Console entry point: PawError -> one line on stderr, exit 2."""
+    _quiet_libraries()
     try:
         app(args=argv, standalone_mode=True)
     except SystemExit as exit_:
