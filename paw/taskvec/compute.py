@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from paw.device import single_threaded_cpu
 from paw.errors import PawError
 from paw.io.checkpoint import Checkpoint
 from paw.io.stream import align, iter_aligned
 from paw.progress import track
 from paw.taskvec.groups import aggregate, module_group
 from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
-from paw.taskvec.threads import single_threaded_cpu
 
 LM_HEAD = "lm_head.weight"
 
@@ -134,7 +134,7 @@ def cpu_workers(requested: int = 0) -> int:
     """Tensors processed in parallel on a CPU: ``requested`` if > 0, else one per core, at most 4.
 
     Each worker holds one tensor of every model, so memory grows with the count; chunks inside a
-    tensor run on one intra-op thread (see ``paw.taskvec.threads``).
+    tensor run on one intra-op thread (see ``paw.device.single_threaded_cpu``).
     """
     import os
 

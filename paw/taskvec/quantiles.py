@@ -213,7 +213,7 @@ def exact_quantiles(x, percents: Sequence[float] = QUANTILES, *, chunk_size: int
         raise ValueError("quantiles of an empty tensor")
     if bool(torch.isnan(flat).any()):
         return [math.nan] * len(percents)
-    from paw.taskvec.threads import single_threaded_cpu
+    from paw.device import single_threaded_cpu
 
     chunks = flat.split(chunk_size or (1 << 24 if flat.device.type == "cuda" else 1 << 18))
     sel = order_statistics_selector(n, wanted_ranks(n, percents), device=flat.device)

@@ -7,8 +7,9 @@ Shapes follow PyTorch's ``nn.Linear``: a weight ``W`` is (out, in); its singular
 
 from __future__ import annotations
 
-import contextlib
 import math
+
+from paw.device import single_threaded_cpu
 
 DEFAULT_SUBSPACE_RANK = 32
 OVERSAMPLE = 8
@@ -65,7 +66,7 @@ def top_singular(W, rank: int, *, seed: int = 0, power_iters: int = POWER_ITERS,
     for _ in range(power_iters):
         Q = _qr(W @ _qr(W.T @ Q))
     B = Q.T @ W  # (k, in): W ≈ Q B
-    with serial(B.device):  # SVD of the small B through its (k, k) Gram: one tiny eigh
+    with single_threaded_cpu([B.device]):  # SVD of the small B through its (k, k) Gram: one tiny eigh
         evals, Ub = torch.linalg.eigh(B @ B.T)
     order = torch.argsort(evals, descending=True)[:rank]
     S = evals[order].clamp_min(0).sqrt()
@@ -74,27 +75,10 @@ def top_singular(W, rank: int, *, seed: int = 0, power_iters: int = POWER_ITERS,
     return U, S, V
 
 
-@contextlib.contextmanager
-def serial(device):
-    """Run small LAPACK calls on one CPU thread: on a busy machine OpenMP barriers make a 40x700 QR
-    take 100x longer with two threads than with one. Big matrix products keep every thread."""
-    import torch
-
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _qr(Y):
     import torch
 
-    with serial(Y.device):
+    with single_threaded_cpu([Y.device]):
         return torch.linalg.qr(Y).Q
 
 
