@@ -12,7 +12,8 @@ from paw.device import DEVICE_HELP
 DEVICE = typer.Option("auto", "--device", help=f"Where the arithmetic runs: {DEVICE_HELP}.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it already exists.")
 SEED = typer.Option(0, "--seed", help="Random seed; same inputs and seed give byte-identical outputs.")
-TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline).")
+TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
+                     "logs go to OUT-tracking/ beside the output.")
 
 
 def command_line() -> str:
@@ -58,3 +59,16 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def track_once(kind: str, output, config: dict, metrics: dict) -> None:
+    """Log a one-shot command's figures to ``OUT-tracking/`` (``--track csv|swanlab``) and say where."""
+    if kind == "none":
+        return
+    from pathlib import Path
+
+    from paw.io.tracking import log_once
+
+    output = Path(output)
+    where = log_once(kind, output.with_name(output.name + "-tracking"), config, metrics)
+    typer.echo(f"tracking ({kind}): {where}")

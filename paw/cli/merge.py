@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line, multi_value_command
+from paw.cli._options import DEVICE, OVERWRITE, SEED, TRACK, command_line, multi_value_command, track_once
 from paw.merge.methods import METHODS  # light: torch is imported inside the functions
 from paw.merge.options import DTYPES, VOCAB_POLICIES
 from paw.merge.weights import WEIGHT_MODES
@@ -71,6 +71,7 @@ def register(app: typer.Typer) -> None:
         max_shard_size: str = typer.Option("2GB", "--max-shard-size", help=_HELP["max_shard_size"]),
         overwrite: bool = OVERWRITE,
         config: Path = typer.Option(None, "--config", help=_HELP["config"]),
+        track: str = TRACK,
     ):
         """Merge fine-tunes of one base into one model, weighted by their task-vector L2 norms.
 
@@ -79,14 +80,18 @@ def register(app: typer.Typer) -> None:
 
         Example: paw merge --base ./tiny/base --models ./ft1 ./ft2 --method ties --output ./merged
         """
+        from paw.io.tracking import check_kind
         from paw.merge import MergeOptions, execute, prepare
 
-        given = {k: v for k, v in ctx.params.items() if k != "config"}
+        check_kind(track)
+        given = {k: v for k, v in ctx.params.items() if k not in ("config", "track")}
         options = MergeOptions(**_with_config(ctx, given, config))
         job = prepare(options)
         _print_table(job)
         out = execute(job, command=command_line())
         typer.echo(f"merged {len(job.models)} model(s) with {job.method.name} into {out}")
+        track_once(track, out, {"command": command_line(), "method": job.method.name},
+                   {"merge": {name: {"l2": norm, "weight": w} for name, norm, w in job.table()}})
 
 
 def _with_config(ctx: typer.Context, given: dict, config: Path | None) -> dict:

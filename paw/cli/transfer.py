@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE
+from paw.cli._options import DEVICE, OVERWRITE, TRACK
 
 
 class Method(str, Enum):
@@ -47,21 +47,24 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Transfer even when auto finds the target unrelated."),
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
+        track: str = TRACK,
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.
 
         Example: paw transfer-lora --adapter ./tiny/lora --source-base ./tiny/base --target-base ./tiny/finetune -o ./moved
         """
-        from paw.cli._options import command_line
+        from paw.cli._options import command_line, track_once
         from paw.device import resolve_device
         from paw.io.adapter import read_adapter
         from paw.io.atomic import check_output
         from paw.io.checkpoint import open_checkpoint
         from paw.io.manifest import describe_input
+        from paw.io.tracking import check_kind
         from paw.io.transfer_report import REPORT_JSON, write_transfer
         from paw.transfer import transfer_lora
 
         check_output(output, overwrite=overwrite)
+        check_kind(track)
         dev = resolve_device(device)
         lora = read_adapter(adapter)
         source, target = open_checkpoint(source_base), open_checkpoint(target_base)
@@ -93,3 +96,5 @@ def register(app: typer.Typer) -> None:
                        "similarity (pruned/grown targets) or relative-depth")
         if s["not_transferred"]:
             typer.echo(f"{s['not_transferred']} module(s) not transferred; reasons in {output / REPORT_JSON}")
+        track_once(track, output, {"command": command_line(), "method": method.value, **inputs},
+                   {"transfer": s})
