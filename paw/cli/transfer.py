@@ -96,5 +96,7 @@ def register(app: typer.Typer) -> None:
                        "similarity (pruned/grown targets) or relative-depth")
         if s["not_transferred"]:
             typer.echo(f"{s['not_transferred']} module(s) not transferred; reasons in {output / REPORT_JSON}")
+        for warning in report.get("warnings", []):
+            typer.echo(f"warning: {warning}", err=True)
         track_once(track, output, {"command": command_line(), "method": method.value, **inputs},
                    {"transfer": s})

@@ -38,6 +38,15 @@ def method_names() -> list[str]:
     return [AUTO, *METHODS]
 
 
+# Measured by scripts/bench_transfer_quality.py: with the source's weights and a transplanted
+# tokenizer, every data-free method recovered ~0 of the gain (the adapter learned token sequences
+# that no longer occur), although each module looks perfectly related.
+TOKENIZER_CHANGE = ("source and target tokenizers differ (--vocab-map): the adapter was trained on the "
+                    "source's token sequences, and in PAW's benchmark no data-free method kept any of the "
+                    "gain across a tokenizer change although every module looked related; evaluate before "
+                    "use, or retrain")
+
+
 def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank: int | None = None,
                   min_similarity: float | None = None, layer_map: str = "name", vocab_map=None,
                   ridge: float = 1e-2, force: bool = False, device="cpu",
@@ -81,6 +90,8 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
                 tensors[adapter_key(record["target_module"], "B", lm.kind)] = mapped.B.to("cpu", dtype).contiguous()
         extras = _carry_extras(ctx, adapter, _residual_method(method, records))
     report = _report(ctx, adapter, records, method, layer_map, min_similarity, force, extras)
+    if vocab_map is not None:
+        report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE]
     if method == AUTO and report["summary"]["unrelated"] and not force:
         raise PawError(_refusal(report))
     done = [r for r in records if r["transferred"]]
