@@ -60,17 +60,11 @@ _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _TIKTOKEN_LINE = re.compile(rb"^[A-Za-z0-9+/]+=* \d+\s*$")
 
 
-@functools.cache
 def byte_decoder() -> dict[str, int]:
     """GPT-2's printable alphabet back to bytes: ``'Ġ' -> 0x20``, ``'A' -> 0x41`` (256 entries)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    chars, n = list(keep), 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(keep, chars, strict=True)}
+    from paw.bpe.bytelevel import unicode_to_bytes
+
+    return unicode_to_bytes()
 
 
 @dataclass(frozen=True)

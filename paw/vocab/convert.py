@@ -8,32 +8,8 @@ the last two parts left are the pair (the conversion transformers' ``TikTokenCon
 
 from __future__ import annotations
 
+from paw.bpe.ranks import merges_from_ranks
 from paw.io.tokenizer import byte_decoder
-
-
-def _bpe_parts(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[bytes]:
-    parts = [bytes([b]) for b in token]
-    while len(parts) > 1:
-        best, best_rank = -1, max_rank
-        for i in range(len(parts) - 1):
-            r = ranks.get(parts[i] + parts[i + 1])
-            if r is not None and r < best_rank:
-                best, best_rank = i, r
-        if best < 0:
-            break
-        parts[best:best + 2] = [parts[best] + parts[best + 1]]
-    return parts
-
-
-def recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """The merge list, in rank order, that rebuilds every multi-byte token of ``ranks``."""
-    merges = []
-    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(token) > 1:
-            parts = _bpe_parts(ranks, token, rank)
-            if len(parts) == 2:
-                merges.append((parts[0], parts[1]))
-    return merges
 
 
 def ranks_to_tokenizer(ranks: dict[bytes, int], pattern: str, specials: dict[str, int] | None = None):
@@ -46,7 +22,7 @@ def ranks_to_tokenizer(ranks: dict[bytes, int], pattern: str, specials: dict[str
         return "".join(enc[x] for x in b)
 
     vocab = {show(b): r for b, r in ranks.items()}
-    merges = [(show(a), show(b)) for a, b in recover_merges(ranks)]
+    merges = [(show(a), show(b)) for a, b in merges_from_ranks(ranks)]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True))
     from paw.bpe.patterns import to_oniguruma
 
