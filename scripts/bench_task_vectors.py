@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -86,7 +87,7 @@ def build_pair(workdir: Path, shape: str, seed: int = 0) -> tuple[Path, Path]:
     def tensors(finetune: bool):
         offsets = torch.Generator().manual_seed(seed + 1)
         for name, shp in names:
-            numel = _numel(shp)
+            numel = math.prod(shp)
             off = [int(torch.randint(0, 1 << 24, (1,), generator=offsets)) for _ in range(2)]
             w = window(pools[0], numel, off[0])
             if finetune:
@@ -230,8 +231,8 @@ def main() -> None:
         t = time.perf_counter()
         base, ft = build_pair(workdir, args.shape)
         names, _ = llama_shapes(args.shape)
-        total = sum(_numel(s) for _, s in names)
-        largest = max(_numel(s) for _, s in names)
+        total = sum(math.prod(s) for _, s in names)
+        largest = max(math.prod(s) for _, s in names)
         print(f"shape {args.shape}: {total / 1e9:.3f}B parameters per model, largest tensor "
               f"{largest / 1e6:.1f}M ({largest * 4 / 2**30:.2f} GiB in float32); built in "
               f"{time.perf_counter() - t:.0f}s under {workdir}")
@@ -264,13 +265,6 @@ def _report(label: str, r: dict, total: int, extra: str = "") -> None:
           f"{total / r['wall_s'] / 1e6:8.1f} M params/s   "
           f"peak anon RSS {r['peak_anon_bytes'] / 2**30:5.2f} GiB (VmHWM incl. mapped files "
           f"{r['vm_hwm_bytes'] / 2**30:5.2f} GiB) {extra}")
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -170,7 +171,7 @@ def main() -> None:
         t0 = time.perf_counter()
         if not (args.reuse and (args.workdir / "lora" / "adapter_config.json").exists()):
             build(args.workdir, args.shape)
-        n_params = sum(_numel(v) for v in tensor_shapes(s).values())
+        n_params = sum(math.prod(v) for v in tensor_shapes(s).values())
         print(f"shape {args.shape}: {n_params / 1e9:.2f}B parameters, {s['layers']} layers, rank-16 LoRA on "
               f"{7 * s['layers']} modules; source+target+adapter ready in {time.perf_counter() - t0:.1f} s")
         print(f"\n{'method':<12}{'wall s':>10}{'CPU s':>10}{'peak GiB':>10}  chosen per module", flush=True)
@@ -198,13 +199,6 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(args.workdir, ignore_errors=True)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 if __name__ == "__main__":
