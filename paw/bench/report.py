@@ -108,12 +108,13 @@ def write_results(output: str | Path, results: dict, *, overwrite: bool = False,
     from paw import __version__
     from paw.io.atomic import atomic_dir
     from paw.io.manifest import write_json
+    from paw.io.reports import save_figure
 
     record: dict[str, Any] = {"paw_version": __version__, "command": command, **results}
     with atomic_dir(output, overwrite=overwrite) as tmp:
         write_json(tmp / "results.json", record)
         (tmp / "results.md").write_text(markdown(results), encoding="utf-8")
         fig = plot(results)
-        fig.savefig(tmp / "recovered.png", dpi=110, metadata={"Software": None})
+        save_figure(fig, tmp / "recovered.png", dpi=110)
         plt.close(fig)
     return Path(output)

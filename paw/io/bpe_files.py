@@ -303,9 +303,10 @@ def write_bar_chart(path: str | Path, values: dict[str, dict[str, float]], *, yl
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    from paw.io.reports import save_figure
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_file(path, "wb") as f:
-        fig.savefig(f, format="png", metadata={"Software": None})
+    save_figure(fig, path, dpi=fig.dpi)
     plt.close(fig)
     return path

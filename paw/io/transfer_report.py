@@ -18,6 +18,7 @@ from paw import __version__
 from paw.io.adapter import CONFIG_NAME, WEIGHTS_NAME
 from paw.io.atomic import atomic_dir
 from paw.io.manifest import dumps, write_json
+from paw.io.reports import save_figure
 
 REPORT_JSON = "transfer_report.json"
 REPORT_CSV = "transfer_report.csv"
@@ -90,5 +91,6 @@ def write_transfer(output: str | Path, adapter, report: dict, *, command: str, i
         full = {"paw_version": __version__, "command": command, "inputs": inputs, **report}
         (tmp / REPORT_JSON).write_text(dumps(full), encoding="utf-8")
         (tmp / REPORT_CSV).write_text(report_csv(report), encoding="utf-8")
-        similarity_figure(report).savefig(tmp / PLOT, metadata={"Software": None})
+        fig = similarity_figure(report)
+        save_figure(fig, tmp / PLOT, dpi=fig.dpi)
     return Path(output)

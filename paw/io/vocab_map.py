@@ -31,6 +31,7 @@ from typing import Any
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir, atomic_file
 from paw.io.manifest import dumps
+from paw.io.reports import save_figure
 
 FORMAT = "paw-vocab-map"
 VERSION = 1
@@ -145,5 +146,5 @@ def write_analysis(outdir: str | Path, *, report: Mapping[str, Any], rows: list[
         (tmp / "source_only.txt").write_text("".join(f"{t}\n" for t in source_only), encoding="utf-8")
         (tmp / "target_only.txt").write_text("".join(f"{t}\n" for t in target_only), encoding="utf-8")
         for name, fig in figures.items():
-            fig.savefig(tmp / name, dpi=100, metadata={"Software": None})
+            save_figure(fig, tmp / name, dpi=100)
     return Path(outdir)
