@@ -141,9 +141,9 @@ TOKENIZER_KINDS: dict[str, Callable] = {
 
 def save_model(model, folder: str | Path, *, tokenizer=None, overwrite: bool = True) -> Path:
     """Save as a Hugging Face folder (safetensors + config [+ tokenizer]), atomically."""
-    from transformers.utils import logging as hf_logging
+    from paw.io.lm import quiet_transformers
 
-    hf_logging.disable_progress_bar()  # PAW draws its own progress; no per-shard bars in its output
+    quiet_transformers()  # PAW draws its own progress; no per-shard bars in its output
     with atomic_dir(folder, overwrite=overwrite) as tmp:
         model.save_pretrained(tmp)
         if tokenizer is not None:
