@@ -234,7 +234,11 @@ def _name_map(path: str) -> dict[str, str]:
     """GGUF tensor name -> Hugging Face name, from transformers' mapping over a model on ``meta``."""
     import torch
     from transformers import AutoModelForCausalLM
-    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+    )
 
     config, header = _config_and_header(path)
     with torch.device("meta"):

@@ -205,7 +205,7 @@ def test_task_vectors_merge_transfer_and_analyze_take_gguf(tiny_llama, llama_ggu
     ft = tmp_path / "ft"
     zoo.fine_tune(tiny_llama, ft, seed=5, scale=0.02)
     tv = [tmp_path / "tv-gguf", tmp_path / "tv-folder"]
-    for base, out in zip((llama_gguf, tiny_llama), tv):
+    for base, out in zip((llama_gguf, tiny_llama), tv, strict=True):
         assert cli("task-vectors", "--base", base, "--models", ft, "--outdir", out, "--device", "cpu").exit_code == 0
     sums = [json.loads(next(p.glob("*/summary.json")).read_text()) for p in tv]
     assert sums[0]["global_l2"] == pytest.approx(sums[1]["global_l2"], rel=1e-6) and sums[0]["global_l2"] > 0
