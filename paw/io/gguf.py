@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from paw.errors import PawError
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "GgufHeader", "read_gguf_header", "open_gguf", "gguf_config",
-           "gguf_side_folder", "load_gguf_model", "is_gguf"]
+           "gguf_side_folder", "load_gguf_model", "is_gguf", "write_hf_folder"]
 
 # GGUF ``general.architecture`` values PAW reads: transformers maps their names and undoes their
 # llama.cpp transforms, and PAW's transfer/merge code knows the Hugging Face family they become.
@@ -392,3 +392,25 @@ def load_gguf_model(path: str | Path, *, dtype=None):
                 params[name].copy_(ckpt[name])
     model.tie_weights()
     return model.eval()
+
+
+def write_hf_folder(path: str | Path, output: str | Path, *, dtype: str = "bfloat16", overwrite: bool = False,
+                    extra_files: dict[str, Any] | None = None) -> Path:
+    """Write a GGUF file as a plain Hugging Face folder: safetensors in ``dtype``, config, tokenizer.
+
+    Streamed: one dequantized tensor at a time goes to the sharded writer. The folder loads with
+    ``AutoModelForCausalLM.from_pretrained`` and every PAW command, without the ``gguf`` package.
+    """
+    import torch
+
+    from paw.io.writer import write_checkpoint
+
+    ckpt = open_gguf(path)
+    config = gguf_config(path).to_dict()
+    config["architectures"] = [_causal_lm_class(gguf_config(path))]
+    config["dtype"] = dtype
+    side = gguf_side_folder(path)
+    target = getattr(torch, dtype)
+    tensors = ((name, ckpt[name].to(target)) for name in ckpt)
+    return write_checkpoint(output, tensors, config=config, tokenizer_from=side, overwrite=overwrite,
+                            extra_files=extra_files)
