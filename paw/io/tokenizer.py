@@ -383,6 +383,10 @@ def _tiktoken_twin(data: dict, pieces: dict[str, int], info: TokenizerInfo):
     ranks = {info.vocab[i]: i for i in pieces.values() if i not in info.specials}
     if len(ranks) != len(pieces) - len(set(pieces.values()) & set(info.specials)):
         return None
+    if any(bytes([b]) not in ranks for b in range(256)):
+        # tiktoken needs every single byte as a token (it panics on text with a missing one);
+        # SmolLM2's vocabulary lacks 21 of them, so its text goes through ``tokenizers``
+        return None
     try:
         enc = tiktoken.Encoding(info.spec, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
     except Exception:  # a pattern tiktoken's regex engine rejects
