@@ -301,9 +301,11 @@ def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, head,
 
 
 def _minimal_tokenizer_config(tgt) -> dict:
+    from paw.vocab.roles import role_id
+
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
     for role in ("bos", "eos", "pad", "unk"):
-        i = tgt.role_id(role)
+        i = role_id(tgt, role)
         if i is not None:
             cfg[f"{role}_token"] = tgt.specials[i].content
     return cfg
