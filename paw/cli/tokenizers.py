@@ -13,7 +13,8 @@ METHOD_HELP = ("Alignment methods, chained in order (repeat or comma-separate): 
 
 
 RANK_PATTERN = typer.Option(None, "--rank-pattern", help="Pre-tokenizer regex for tiktoken rank files, which "
-                            "store none: gpt2, gpt4, llama3, qwen2, o200k or a regex (default: llama3 / cl100k).")
+                            "store none: gpt2, gpt4, llama3, qwen2, o200k or a regex (default: a known file's "
+                            "such as cl100k_base.tiktoken, else gpt4 = cl100k).")
 
 
 def _open(spec: str, rank_pattern: str | None):

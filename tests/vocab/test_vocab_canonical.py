@@ -57,6 +57,14 @@ def test_tiktoken_fast_path_matches_tokenizers(trained, texts):
     assert fast.encode_with_ends(texts) == slow.encode_with_ends(texts)
 
 
+def test_fast_twin_is_built_on_first_use(trained):
+    """Opening runs no tiktoken parity check; the first encode does, once."""
+    tok = open_tokenizer(trained["byte-bpe"])
+    assert tok.make_fast is not None and "fast" not in vars(tok)
+    ids = tok.encode(TEXT)
+    assert vars(tok)["fast"] is not None and tok.fast.encode_ordinary(TEXT) == ids
+
+
 def test_sentencepiece_space_and_byte_fallback(trained):
     tok = open_tokenizer(trained["sentencepiece-bpe"])
     assert tok.kind == "sentencepiece"
