@@ -63,7 +63,7 @@ def commonsense_corpus(folder: Path | None, names: tuple[str, ...]) -> list[str]
     paths = [Path(folder) / f"{name}_formatted.jsonl" for name in names]
     if not all(p.exists() for p in paths):
         return None
-    from paw.io.mcdata import read_items
+    from paw.evaluate.formats import read_items
 
     return [_sentence(item) for path in paths for item in read_items(path)]
 

@@ -39,10 +39,10 @@ def eval_command(
     Example: paw eval --model ./tiny/base --data ../shared/data/commonsense/raw/arc-easy_test.jsonl --limit 200
     """
     from paw.device import resolve_device
+    from paw.evaluate.formats import read_items
     from paw.evaluate.mc import evaluate
     from paw.io.atomic import check_output
     from paw.io.lm import load_lm, quiet_transformers
-    from paw.io.mcdata import read_items
     from paw.io.tracking import check_kind, log_once
 
     quiet_transformers()
@@ -94,11 +94,11 @@ def train_lora_command(
     Example: paw train-lora --model ./tiny/base --data train.jsonl --eval-data test.jsonl --output ./lora --steps 200 --lr 3e-3
     """
     from paw.device import resolve_device
+    from paw.evaluate.formats import read_items
     from paw.evaluate.train import train_lora
     from paw.io.atomic import atomic_dir, check_output
     from paw.io.lm import load_lm, quiet_transformers, write_adapter_into
     from paw.io.manifest import write_manifest
-    from paw.io.mcdata import read_items
     from paw.io.tracking import make_tracker
 
     quiet_transformers()

@@ -83,12 +83,13 @@ def run_extend(model: Path, output: Path, tokens: list, *, special: bool = False
     from paw.device import resolve_device
     from paw.errors import PawError
     from paw.io.checkpoint import open_checkpoint
-    from paw.io.hf_tokenizer_edit import extend_tokenizer_json, open_tokenizer_json, save_tokenizer_folder
+    from paw.io.hf_tokenizer_edit import open_tokenizer_json, save_tokenizer_folder
     from paw.io.manifest import describe_input
     from paw.io.writer import write_checkpoint
     from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
     from paw.vocab.resize import INITS
     from paw.vocab.resize import pad_to_multiple as padded
+    from paw.vocab.tokenizer_edit import extend_tokenizer_json
 
     if init not in INITS:
         raise PawError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")

@@ -13,7 +13,8 @@ METHOD_HELP = ("Alignment methods, chained in order (repeat or comma-separate): 
 
 
 RANK_PATTERN = typer.Option(None, "--rank-pattern", help="Pre-tokenizer regex for tiktoken rank files, which "
-                            "store none: gpt2, gpt4, llama3, qwen2, o200k or a regex (default: llama3 / cl100k).")
+                            "store none: gpt2, gpt4, llama3, qwen2, o200k or a regex (default: a known file's "
+                            "such as cl100k_base.tiktoken, else gpt4 = cl100k).")
 
 
 def _open(spec: str, rank_pattern: str | None):
@@ -301,9 +302,11 @@ def _run_transplant(*, model, tokenizer, output, methods, vocab_map, init, head,
 
 
 def _minimal_tokenizer_config(tgt) -> dict:
+    from paw.vocab.roles import role_id
+
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
     for role in ("bos", "eos", "pad", "unk"):
-        i = tgt.role_id(role)
+        i = role_id(tgt, role)
         if i is not None:
             cfg[f"{role}_token"] = tgt.specials[i].content
     return cfg

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from paw.errors import PawError
 from paw.io.checkpoint import Checkpoint
-from paw.io.stream import FLOAT_DTYPES, align
+from paw.taskvec.align import FLOAT_DTYPES, align
 
 # Tensors indexed by token id along dim 0: input embeddings and output heads of common families.
 VOCAB_TENSOR = re.compile(r"(embed_tokens|embed_in|wte|word_embeddings|tok_embeddings|lm_head|embed_out"

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from paw.device import single_threaded_cpu
 from paw.errors import PawError
 from paw.io.checkpoint import Checkpoint
-from paw.io.stream import align, iter_aligned
+from paw.io.stream import iter_aligned
 from paw.progress import track
+from paw.taskvec.align import align
 from paw.taskvec.groups import aggregate, module_group
 from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
 

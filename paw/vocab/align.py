@@ -34,6 +34,7 @@ import numpy as np
 from paw.errors import PawError
 from paw.io.tokenizer import TokenizerInfo
 from paw.io.vocab_map import VocabMapping
+from paw.vocab.roles import role_id, role_of
 
 Entry = tuple[list[int], list[float]]
 METHODS: dict[str, Callable[[AlignContext, list[int]], dict[int, Entry]]] = {}
@@ -96,7 +97,7 @@ def match_specials(source: TokenizerInfo, target: TokenizerInfo) -> dict[int, in
             continue
         if s.content in by_content:
             out[i] = by_content[s.content]
-        elif s.role and s.role != "chat" and (j := source.role_id(s.role)) is not None:
+        elif (role := role_of(s)) and role != "chat" and (j := role_id(source, role)) is not None:
             out[i] = j
     return out
 

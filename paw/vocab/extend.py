@@ -24,44 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from paw.vocab.resize import grow_rows, new_rows
-
-
-@lru_cache(maxsize=1)
-def byte_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from the 256 bytes to printable characters (``0x20 -> 'Ġ'``)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    chars = keep[:]
-    n = 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
-
-
-@lru_cache(maxsize=1)
-def unicode_to_byte() -> dict[str, int]:
-    return {c: b for b, c in byte_to_unicode().items()}
-
-
-def bytes_to_symbols(token: bytes) -> str:
-    """``b' hi' -> 'Ġhi'`` (byte-level alphabet)."""
-    table = byte_to_unicode()
-    return "".join(table[b] for b in token)
-
-
-def symbols_to_bytes(token: str) -> bytes | None:
-    """``'Ġhi' -> b' hi'``; None when ``token`` has a character outside the byte-level alphabet."""
-    table = unicode_to_byte()
-    try:
-        return bytes(map(table.__getitem__, token))
-    except KeyError:
-        return None
 
 
 def bpe_pieces(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:

@@ -20,6 +20,7 @@ from paw.errors import PawError
 from paw.io.tokenizer import TokenizerInfo
 from paw.io.vocab_map import VocabMapping
 from paw.vocab.embed import apply_mapping
+from paw.vocab.roles import role_id
 
 _EMBED_NAME = re.compile(r"(^|\.)(embed_tokens|lm_head|wte|embed_out|word_embeddings|output)(\.weight)?$")
 _TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -40,8 +41,7 @@ def vocab_rows(config: dict) -> int:
 def new_config(config: dict, target: TokenizerInfo, rows: int) -> dict:
     """``config`` with ``vocab_size = rows`` and bos/eos/pad ids taken from the target tokenizer."""
     out = copy.deepcopy(config)
-    ids = {"bos_token_id": target.role_id("bos"), "eos_token_id": target.role_id("eos"),
-           "pad_token_id": target.role_id("pad")}
+    ids = {f"{role}_token_id": role_id(target, role) for role in ("bos", "eos", "pad")}
     for cfg in (out, out.get("text_config")):
         if not isinstance(cfg, dict):
             continue
