@@ -34,6 +34,7 @@ from typing import Any
 
 from paw.errors import PawError
 from paw.evaluate.items import BLANK, MCItem
+from paw.registry import Registry
 
 Record = dict[str, Any]
 
@@ -48,7 +49,7 @@ class Reader:
     keys: tuple[str, ...] = ()
 
 
-READERS: dict[str, Reader] = {}
+READERS: Registry[Reader] = Registry("data format")
 
 
 def reader(name: str, *, keys: tuple[str, ...], help: str, extra: Callable[[Record], bool] | None = None):
@@ -58,7 +59,7 @@ def reader(name: str, *, keys: tuple[str, ...], help: str, extra: Callable[[Reco
         def detect(record: Record) -> bool:
             return all(k in record for k in keys) and (extra is None or extra(record))
 
-        READERS[name] = Reader(detect, parse, help, keys)
+        READERS.add(name, Reader(detect, parse, help, keys))
         return parse
 
     return register
