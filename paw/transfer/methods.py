@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from paw.transfer import linalg
 from paw.registry import Registry
+from paw.transfer import linalg
 from paw.transfer.layers import Role
 
 

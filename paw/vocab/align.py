@@ -27,14 +27,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from paw.errors import PawError
 from paw.io.tokenizer import TokenizerInfo
 from paw.io.vocab_map import VocabMapping
 from paw.registry import Registry
+
+if TYPE_CHECKING:  # numpy only annotates here; the CLI reads the method names without importing it
+    import numpy as np
 
 Entry = tuple[list[int], list[float]]
 METHODS: Registry[Callable[[AlignContext, list[int]], dict[int, Entry]]] = Registry("alignment method")
