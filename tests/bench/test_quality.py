@@ -104,14 +104,15 @@ def _results():
     rows = []
     for target in ("source", "upgrade"):
         for cond, acc in (("base", 0.25), ("direct", 0.9), ("auto", 0.85), ("copy", 0.8), ("random", 0.26)):
-            row = {"task": "facts", "target": target, "condition": cond, "status": "ok",
+            row = {"task": "facts", "target": target, "condition": cond, "status": ["ok"],
                    "accuracy": {"mean": acc, "stderr": 0.02}}
             if cond not in ("base", "direct"):
                 row["recovered"] = {"value": (acc - 0.25) / 0.65, "stderr": 0.03, "ceiling_ok": True}
             rows.append(row)
-    rows.append({"task": "facts", "target": "unrelated", "condition": "base", "status": "ok",
+    rows.append({"task": "facts", "target": "unrelated", "condition": "base", "status": ["ok"],
                  "accuracy": {"mean": 0.25, "stderr": 0.02}})
-    rows.append({"task": "facts", "target": "unrelated", "condition": "copy", "status": "n/a: shapes differ"})
+    rows.append({"task": "facts", "target": "unrelated", "condition": "copy", "status": ["n/a"],
+                 "reasons": ["shapes differ"]})
     return {"settings": {"methods": ["auto", "copy"]}, "rows": rows,
             "notes": {"targets": {"tokenizer": {"skipped": "not run: transplant-tokenizer unavailable"}}}}
 
@@ -147,13 +148,16 @@ def test_cli_refuses_existing_output(cli, tmp_path):
 @pytest.mark.slow
 def test_quick_benchmark_end_to_end(tmp_path):
     """The whole pipeline on tiny settings: every target kind, every method, outputs written."""
-    from paw.bench.quality import merge_results, quick_options, run_benchmark
+    from paw.bench.options import quick_options
+    from paw.bench.quality import run_benchmark
+    from paw.bench.results import merge_results
     from paw.bench.report import write_results
 
     opts = quick_options(targets=("upgrade", "pruned", "unrelated"), methods=("auto", "copy", "structural"))
     results = run_benchmark(opts, tmp_path / "work", progress=False)
     rows = {(r["task"], r["target"], r["condition"]): r for r in results["rows"]}
-    assert rows[("facts", "pruned", "copy")]["status"].startswith("n/a")  # shapes differ: copy cannot apply
+    assert rows[("facts", "pruned", "copy")]["status"] == ["n/a"]  # shapes differ: copy cannot apply
+    assert "copy needs equal shapes" in rows[("facts", "pruned", "copy")]["reasons"][0]
     assert rows[("facts", "source", "copy")]["accuracy"] == rows[("facts", "source", "direct")]["accuracy"]
     assert rows[("rule", "unrelated", "base")]["accuracy"]["n"] == 20
     merged = merge_results([results])
