@@ -150,8 +150,8 @@ def test_quick_benchmark_end_to_end(tmp_path):
     """The whole pipeline on tiny settings: every target kind, every method, outputs written."""
     from paw.bench.options import quick_options
     from paw.bench.quality import run_benchmark
-    from paw.bench.results import merge_results
     from paw.bench.report import write_results
+    from paw.bench.results import merge_results
 
     opts = quick_options(targets=("upgrade", "pruned", "unrelated"), methods=("auto", "copy", "structural"))
     results = run_benchmark(opts, tmp_path / "work", progress=False)
@@ -164,3 +164,22 @@ def test_quick_benchmark_end_to_end(tmp_path):
     assert merged["rows"] == results["rows"]  # pooling one run changes nothing
     out = write_results(tmp_path / "out", results)
     assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "recovered.png"}
+
+
+def test_version_1_results_pool_into_typed_statuses():
+    """Files written before statuses were an enum ('n/a: <why>' in one string) still pool."""
+    from paw.bench.results import TransferStatus, merge_results
+
+    run = {"version": 1, "settings": {"methods": ["auto", "copy"], "n_boot": 10, "seeds": [0], "tasks": ["facts"]},
+           "notes": {"seconds": {"total": 1.0}}, "lora": {},
+           "raw": {"facts": {"unrelated": {"0": {
+               "outcomes": {"base": "0101", "direct": "1111", "random": "0101", "auto": "0101"},
+               "status": {"auto": "refused", "copy": "n/a: copy needs equal shapes"},
+               "summaries": {"auto": {"message": "target looks unrelated"}, "copy": {}}}}}}}
+    rows = {r["condition"]: r for r in merge_results([run])["rows"]}
+    assert rows["copy"]["status"] == [TransferStatus.NOT_APPLICABLE.value] == ["n/a"]
+    assert rows["copy"]["reasons"] == ["copy needs equal shapes"] and "accuracy" not in rows["copy"]
+    assert rows["auto"]["status"] == ["refused"] and rows["auto"]["accuracy"]["mean"] == 0.5
+    assert rows["base"]["status"] == ["ok"] and "reasons" not in rows["base"]
+    text = markdown(merge_results([run]))
+    assert "| unrelated | 50.0 ± 25.0 | 100.0 ± 0.0 | 50.0 ± 25.0 (refused) | n/a | 50.0 ± 25.0 |" in text
