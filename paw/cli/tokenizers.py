@@ -6,8 +6,13 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE
+from paw.cli._options import DEVICE, OVERWRITE, choices
+from paw.vocab.embed import FALLBACKS  # light: torch is imported inside the functions
 from paw.vocab.pipelines import methods_help  # light: the alignment registry, no torch
+from paw.vocab.transplant import HEAD_POLICIES
+
+Init = choices("Init", FALLBACKS)
+Head = choices("Head", HEAD_POLICIES)
 
 RANK_PATTERN = typer.Option(None, "--rank-pattern", help="Pre-tokenizer regex for tiktoken rank files, which "
                             "store none: gpt2, gpt4, llama3, qwen2, o200k or a regex (default: llama3 / cl100k).")
@@ -85,8 +90,8 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(..., "--output", "-o", help="Output model folder."),
         method: list[str] = typer.Option(None, "--method", help=methods_help()),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="Use this paw-vocab-map file instead of aligning."),
-        init: str = typer.Option("mean", "--init", help="Rows no method maps: mean (of the source rows) or zero."),
-        head: str = typer.Option("mapping", "--head", help="Untied lm_head rows: 'mapping' (same weights as the "
+        init: Init = typer.Option("mean", "--init", help="Rows no method maps: mean (of the source rows) or zero."),
+        head: Head = typer.Option("mapping", "--head", help="Untied lm_head rows: 'mapping' (same weights as the "
                                  "input rows) or 'first' (first piece of each decomposition)."),
         corpus: list[Path] = typer.Option(None, "--corpus", help="Texts for 'frequency' and the semantic check "
                                           "(default: the embedded multilingual sample)."),
@@ -106,7 +111,7 @@ def register(app: typer.Typer) -> None:
         from paw.vocab.pipelines import parse_methods, transplant_tokenizer
 
         result = transplant_tokenizer(model, tokenizer, output, methods=parse_methods(method), vocab_map=vocab_map,
-                                      init=init, head=head, corpus=corpus, check=check, check_texts=check_texts,
+                                      init=init.value, head=head.value, corpus=corpus, check=check, check_texts=check_texts,
                                       anchors=anchors, rank_pattern=rank_pattern, device=device, overwrite=overwrite)
         Console().print(_coverage_table(f"{model} -> {tokenizer}", result.coverage, result.target_size))
         if result.semantic_check:
