@@ -33,6 +33,7 @@ from typing import Any
 from paw.errors import PawError
 from paw.evaluate.items import BLANK, MCItem
 from paw.io.mcdata import Record, read_records
+from paw.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Reader:
     keys: tuple[str, ...] = ()
 
 
-READERS: dict[str, Reader] = {}
+READERS: Registry[Reader] = Registry("data format")
 
 
 def reader(name: str, *, keys: tuple[str, ...], help: str, extra: Callable[[Record], bool] | None = None):
@@ -55,7 +56,7 @@ def reader(name: str, *, keys: tuple[str, ...], help: str, extra: Callable[[Reco
         def detect(record: Record) -> bool:
             return all(k in record for k in keys) and (extra is None or extra(record))
 
-        READERS[name] = Reader(detect, parse, help, keys)
+        READERS.add(name, Reader(detect, parse, help, keys))
         return parse
 
     return register

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from paw.registry import Registry
 
 _LAYER = re.compile(r"^(?P<prefix>.*?\blayers)\.(?P<index>\d+)\.(?P<rest>.+)$")
 
@@ -118,3 +121,27 @@ def match_layers(score: list[list[float]], *, by_name: bool = False) -> dict[int
         n = min(len(score), len(score[0]))
         return {i: i for i in range(n)}
     return dict(monotone_assignment(score))
+
+
+# ``(n_source, n_target, similarity) -> {source layer: target layer}``; ``similarity()`` computes the
+# (n_source, n_target) weight-similarity scores on demand, so only the map that needs them pays.
+LayerMapFn = Callable[[int, int, Callable[[], list[list[float]]]], dict[int, int]]
+LAYER_MAPS: Registry[LayerMapFn] = Registry("layer map")
+
+
+@LAYER_MAPS.register("name")
+def _by_name(n_source: int, n_target: int, similarity) -> dict[int, int]:
+    """Layer i to layer i; when depths differ the extra layers stay unpaired."""
+    return match_layers(name_scores(n_source, n_target), by_name=True)
+
+
+@LAYER_MAPS.register("relative-depth")
+def _by_relative_depth(n_source: int, n_target: int, similarity) -> dict[int, int]:
+    """Layers at the same fraction of the depth pair up (monotone)."""
+    return match_layers(relative_depth_scores(n_source, n_target))
+
+
+@LAYER_MAPS.register("similarity")
+def _by_similarity(n_source: int, n_target: int, similarity) -> dict[int, int]:
+    """The monotone pairing that maximises total weight similarity (pruned or grown targets)."""
+    return match_layers(similarity())

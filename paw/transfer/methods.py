@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paw.registry import Registry
 from paw.transfer import linalg
 from paw.transfer.layers import Role
 
@@ -53,15 +54,11 @@ class Mapped:
 
 
 MethodFn = Callable[[Any, Job], Mapped]
-METHODS: dict[str, MethodFn] = {}
+METHODS: Registry[MethodFn] = Registry("transfer method")
 
 
 def register(name: str):
-    def deco(fn: MethodFn) -> MethodFn:
-        METHODS[name] = fn
-        return fn
-
-    return deco
+    return METHODS.register(name)
 
 
 def _identity(x):

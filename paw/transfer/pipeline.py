@@ -11,23 +11,15 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from paw.errors import PawError
+from paw.errors import NotApplicable, PawError, Refused
 from paw.progress import track
 from paw.transfer import linalg
 from paw.transfer.context import EMBED, LM_HEAD, Context
-from paw.transfer.layers import (
-    match_layers,
-    name_scores,
-    relative_depth_scores,
-    rename_layer,
-    role_of,
-    split_layer,
-)
+from paw.transfer.layers import LAYER_MAPS, rename_layer, role_of, split_layer
 from paw.transfer.methods import METHODS, Job, Mapped, Unavailable
 from paw.transfer.vocab import VocabIndex
 
 AUTO = "auto"
-LAYER_MAPS = ("name", "relative-depth", "similarity")
 RELATED_RESIDUAL = 0.8    # re-mix residual at or below this: the target module is a re-mix of the source's
 SIMILARITY_LIFT = 0.25    # default --min-similarity: chance + 0.25 · (1 - chance)
 NORM_GUARD = 3.0          # ‖ΔW_t‖/‖ΔW_s‖ above this is a blow-up, not a transfer
@@ -56,7 +48,8 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     ``source``/``target``: checkpoints (``Mapping`` name -> tensor with ``.config``, ``.name``, ``.path``).
     Returns ``(adapter for the target, report dict)``; every output module keeps its rank r.
     ``vocab_map``: a :class:`paw.io.vocab_map.VocabMapping` or None (same tokenizer).
-    Raises PawError on bad input and when ``auto`` finds the target unrelated (unless ``force``).
+    Raises PawError on bad input, :class:`~paw.errors.NotApplicable` when the method cannot map the
+    adapter, and :class:`~paw.errors.Refused` when ``auto`` finds the target unrelated (unless ``force``).
     """
     import torch
 
@@ -93,10 +86,10 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     if vocab_map is not None:
         report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE]
     if method == AUTO and report["summary"]["unrelated"] and not force:
-        raise PawError(_refusal(report))
+        raise Refused(_refusal(report))
     done = [r for r in records if r["transferred"]]
     if not done:
-        raise PawError("no module was transferred (see the reasons with --force or another --method): "
+        raise NotApplicable("no module was transferred (see the reasons with --force or another --method): "
                        + "; ".join(f"{r['module']}: {r['decision']}" for r in records[:3]))
     for key, value in extras["tensors"].items():
         tensors[key] = value
@@ -143,16 +136,12 @@ def _check_module(adapter, lm, source) -> str:
 
 
 def _layer_map(ctx: Context, how: str) -> dict[int, int]:
-    n_s, n_t = ctx.n_layers
-    if how == "name":
-        pairs = match_layers(name_scores(n_s, n_t), by_name=True)
-    elif how == "relative-depth":
-        pairs = match_layers(relative_depth_scores(n_s, n_t))
-    else:
+    def similarity() -> list[list[float]]:
         scores = ctx.similarity_scores()
-        ctx.facts["layer_similarity"] = scores
-        pairs = match_layers(scores)
-    return pairs
+        ctx.facts["layer_similarity"] = scores  # reported: why layers paired up as they did
+        return scores
+
+    return LAYER_MAPS[how](*ctx.n_layers, similarity)
 
 
 # --------------------------------------------------------------------------------------- per module
@@ -231,7 +220,7 @@ def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tup
         try:
             mapped = METHODS[method](ctx, job)
         except Unavailable as err:
-            raise PawError(str(err)) from None
+            raise NotApplicable(str(err)) from None
         evidence = _measure(ctx, job, mapped, lm)
         decision, keep = method, True
         if min_similarity is not None and (evidence["similarity"] or 0.0) < min_similarity:
@@ -257,7 +246,7 @@ def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tup
             return {**base, "method": name, "decision": f"{name} (related)", "transferred": True,
                     "related": True, **evidence, "candidates": tried}, mapped
     if first is None:
-        raise PawError(f"no method can map {lm.module}: " + "; ".join(t["unavailable"] for t in tried))
+        raise NotApplicable(f"no method can map {lm.module}: " + "; ".join(t["unavailable"] for t in tried))
     name, mapped, evidence = first
     decision = f"{name} (unrelated, forced)" if force else "not transferred: target module unrelated"
     return {**base, "method": name, "decision": decision, "transferred": force, "related": False,
@@ -310,7 +299,7 @@ def _map_delta(ctx: Context, base: str, delta, shape, how: str):
     if base not in (EMBED, LM_HEAD):
         if tuple(delta.shape) == tuple(shape):
             return delta
-        raise PawError(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
+        raise NotApplicable(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
     rows = ctx.vocab.rows(delta)
     if how == "structural":
         return structural.gather(rows, ctx.hidden_map().index, 1)
@@ -324,7 +313,7 @@ def _map_delta(ctx: Context, base: str, delta, shape, how: str):
 
         return rows @ (g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :])
     if rows.shape[1] != shape[1]:
-        raise PawError(f"cannot carry {base!r} across hidden sizes {rows.shape[1]} -> {shape[1]} with this method")
+        raise NotApplicable(f"cannot carry {base!r} across hidden sizes {rows.shape[1]} -> {shape[1]} with this method")
     return rows
 
 

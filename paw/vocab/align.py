@@ -27,17 +27,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from paw.errors import PawError
 from paw.io.tokenizer import TokenizerInfo
 from paw.io.vocab_map import VocabMapping
+from paw.registry import Registry
 from paw.vocab.roles import role_id, role_of
 
+if TYPE_CHECKING:  # numpy only annotates here; the CLI reads the method names without importing it
+    import numpy as np
+
 Entry = tuple[list[int], list[float]]
-METHODS: dict[str, Callable[[AlignContext, list[int]], dict[int, Entry]]] = {}
+METHODS: Registry[Callable[[AlignContext, list[int]], dict[int, Entry]]] = Registry("alignment method")
 NEEDS: dict[str, str] = {}  # method -> what it needs ('embeddings', 'counts')
 DEFAULT_METHODS = ("exact", "decompose")
 
@@ -45,7 +47,7 @@ DEFAULT_METHODS = ("exact", "decompose")
 def register(name: str, *, needs: str | None = None):
     """Decorator adding an alignment method to :data:`METHODS`."""
     def wrap(fn):
-        METHODS[name] = fn
+        METHODS.add(name, fn)
         if needs:
             NEEDS[name] = needs
         return fn
@@ -66,8 +68,7 @@ class AlignContext:
 
 def check_methods(methods: list[str], *, have_embeddings: bool, have_counts: bool) -> None:
     for m in methods:
-        if m not in METHODS:
-            raise PawError(f"unknown alignment method {m!r}; choose from {', '.join(METHODS)}")
+        METHODS.lookup(m)
         need = NEEDS.get(m)
         if need == "embeddings" and not have_embeddings:
             raise PawError(f"method {m!r} needs the source model's embeddings (--source-model)")
