@@ -177,11 +177,22 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            gguf_norm_shift=1.0),
     Family("gemma2", ("gemma2",), ("Gemma2ForCausalLM",), _projections("pre_feedforward_layernorm", sandwich=True),
            _SANDWICH_NORMS, tie_default=True, norm_offset=1.0, embed_scale=True, gguf_norm_shift=1.0),
-    Family("gemma3", ("gemma3_text",), ("Gemma3ForCausalLM",),
+    Family("gemma3_text", ("gemma3_text",), ("Gemma3ForCausalLM",),
            _projections("pre_feedforward_layernorm", sandwich=True), _QK_NORMS + _SANDWICH_NORMS,
            tie_default=True, norm_offset=1.0, embed_scale=True, gguf_norm_shift=1.0),
+    # image-text Gemma 3: the same language model, saved under a 'language_model.' prefix
+    Family("gemma3", ("gemma3",), ("Gemma3ForConditionalGeneration",),
+           _projections("pre_feedforward_layernorm", sandwich=True), _QK_NORMS + _SANDWICH_NORMS,
+           embed="language_model.model.embed_tokens.weight", head="language_model.lm_head.weight",
+           final_norm="language_model.model.norm.weight", layers="language_model.model.layers",
+           tie_default=True, norm_offset=1.0, embed_scale=True, gguf_norm_shift=1.0),
 )}
-"""Known families by name. Phi-3 is absent: its fused qkv_proj/gate_up_proj fit no single-space row."""
+"""Known families by name (the ``model_type`` they stand for, save Llama's ``generic`` stand-in).
+
+Names are those of the safetensors files (what PAW reads), which for image-text Gemma 3 differ from
+the module paths transformers builds in memory. Phi-3 is absent: its fused ``qkv_proj`` and
+``gate_up_proj`` have no single space on their output side.
+"""
 
 
 def get(name: str) -> Family:
