@@ -164,6 +164,34 @@ class Family:
         names = [self.embed] + [n for i in range(n_layers) for n in self.layer_tensors(i)] + [self.final_norm]
         return names if tied else names + [self.head]
 
+    def shapes(self, config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of every tensor a checkpoint with this ``config.json`` stores, in :meth:`tensor_names` order.
+
+        A Llama with hidden 8, 2 heads, 1 KV head: ``shapes(cfg)['model.layers.0.self_attn.k_proj.weight'] == (4, 8)``.
+        """
+        cfg = _text(config)
+        try:
+            heads = int(cfg["num_attention_heads"])
+            sizes = {HIDDEN: int(cfg["hidden_size"]), "neuron": int(cfg["intermediate_size"]), "vocab": int(cfg["vocab_size"])}
+            layers = int(cfg["num_hidden_layers"])
+        except KeyError as missing:
+            raise PawError(f"config lacks {missing.args[0]!r}") from None
+        hd = head_dim(cfg)
+        sizes.update({HEAD: hd, "q": heads * hd, "kv": int(cfg.get("num_key_value_heads") or heads) * hd})
+        return {name: tuple(sizes[k] for k in self.axes(name)) for name in self.tensor_names(layers, tied=tied(config))}
+
+    def axes(self, name: str) -> tuple[str, ...] | None:
+        """What each axis of a tensor indexes: ``'vocab'``, ``'hidden'``, ``'q'``, ``'kv'``, ``'neuron'``, ``'head'``.
+
+        (out, in) for weights, (out,) for biases and gains: ``axes('model.layers.0.mlp.down_proj.weight') ==
+        ('hidden', 'neuron')``; None for a tensor the family does not have.
+        """
+        inner, top = _axes_table(self)
+        parts = split_layer(name)
+        if parts and parts[0] == self.layers:
+            return inner.get(parts[2])
+        return top.get(name)
+
 
 GENERIC = Family("generic")
 """Llama naming for configs the table does not know: what PAW assumed everywhere before the table."""
@@ -331,6 +359,16 @@ def module_kind(name: str) -> str:
         if pattern.search(name):
             return kind
     return "other"
+
+
+@cache
+def _axes_table(fam: Family) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """(in-layer name -> axis kinds, top-level name -> axis kinds) of :meth:`Family.axes`."""
+    inner: dict[str, tuple[str, ...]] = {}
+    for p in fam.projections:
+        inner[f"{p.path}.weight"], inner[f"{p.path}.bias"] = p.axes, p.axes[:1]
+    inner.update({f"{n.path}.weight": (n.width,) for n in fam.norms})
+    return inner, {fam.embed: ("vocab", HIDDEN), fam.head: ("vocab", HIDDEN), fam.final_norm: (HIDDEN,)}
 
 
 # ----------------------------------------------------------------------------------------- GGUF

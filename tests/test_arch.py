@@ -58,15 +58,16 @@ def test_table_names_are_the_models_parameters(models, name):
 
 
 @pytest.mark.parametrize("name", TEXT)
-def test_projection_sides_match_weight_shapes(models, name):
+def test_projection_sides_and_shapes_match_the_model(models, name):
     model, fam = models[name], arch.get(name)
+    assert fam.shapes(model.config.to_dict()) == {n: tuple(p.shape) for n, p in model.named_parameters()}
     sizes = {arch.HIDDEN: HIDDEN, "q": HEADS * HEAD_DIM, "kv": KV_HEADS * HEAD_DIM, "neuron": NEURONS}
     sd = model.state_dict()
     for p in fam.projections:
         assert tuple(sd[fam.layer_tensor(1, p.path)].shape) == tuple(sizes[a] for a in p.axes), p.path
         assert fam.proj_of(fam.layer_tensor(1, p.path)) == p
-    for n in fam.norms:
-        assert sd[fam.layer_tensor(0, n.path)].shape[0] == (HIDDEN if n.width == arch.HIDDEN else HEAD_DIM)
+    assert fam.axes(fam.layer_tensor(0, fam.proj("down").path)) == (arch.HIDDEN, "neuron")
+    assert fam.axes("model.layers.0.mlp.experts.0.weight") is None
 
 
 @pytest.mark.parametrize("name", TEXT)
@@ -94,11 +95,13 @@ def test_image_text_gemma3_names_are_the_saved_ones(tmp_path):
                                         tie_word_embeddings=tie)
         transformers.Gemma3ForConditionalGeneration(cfg).save_pretrained(tmp_path / str(tie))
         with safe_open(str(tmp_path / str(tie) / "model.safetensors"), "pt") as f:
-            keys = sorted(k for k in f.keys() if not k.startswith(("vision_tower.", "multi_modal_projector.")))
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()
+                      if not k.startswith(("vision_tower.", "multi_modal_projector."))}
         config = cfg.to_dict()
         fam = arch.family(config)
         assert fam.name == "gemma3" and arch.tied(config) is tie and arch.head_dim(config) == HEAD_DIM
-        assert keys == sorted(fam.tensor_names(N_LAYERS, tied=tie))
+        assert sorted(shapes) == sorted(fam.tensor_names(N_LAYERS, tied=tie))
+        assert fam.shapes(config) == shapes
 
 
 def test_head_dim_fallback_matches_transformers():

@@ -8,7 +8,7 @@ training. Everything here is pure: ``dict[str, Tensor]`` and a config ``dict`` (
 fields) in, new ones out. Tensor names and axes come from :mod:`paw.arch` (Llama, Mistral, Qwen2/3,
 Gemma layouts; projection biases included), with tied or untied embeddings.
 
-Every tensor axis has one *kind* (see :func:`_axes_table`):
+Every tensor axis has one *kind* (see :meth:`paw.arch.Family.axes`):
 
     hidden  the residual stream, size H           (embed columns, q/k/v/gate/up inputs, o/down outputs, norms)
     q       query heads x head_dim, size nh * hd  (q_proj outputs, o_proj inputs)
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from paw import arch
@@ -40,22 +39,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 __all__ = ["Dims", "grow_state_dict", "importance_scores", "prune_by_importance", "prune_state_dict"]
-
-
-
-@cache
-def _axes_table(fam: arch.Family) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
-    """Axis kinds of every tensor: (in-layer name -> kinds, top-level name -> kinds).
-
-    (out, in) for weights, (out,) for biases and norm gains; q_proj.weight is ('q', 'hidden').
-    """
-    layer: dict[str, tuple[str, ...]] = {}
-    for p in fam.projections:
-        layer[f"{p.path}.weight"], layer[f"{p.path}.bias"] = p.axes, p.axes[:1]
-    for n in fam.norms:
-        layer[f"{n.path}.weight"] = (n.width,)
-    top = {fam.embed: ("vocab", arch.HIDDEN), fam.final_norm: (arch.HIDDEN,), fam.head: ("vocab", arch.HIDDEN)}
-    return layer, top
 
 
 def _writes(fam: arch.Family, name: str) -> bool:
@@ -107,11 +90,10 @@ def _split(name: str, fam: arch.Family) -> tuple[int | None, str]:
 
 
 def _axes(name: str, fam: arch.Family) -> tuple[str, ...]:
-    layer, rest = _split(name, fam)
-    table = _axes_table(fam)[0 if layer is not None else 1]
-    if rest not in table:
+    axes = fam.axes(name)
+    if axes is None:
         raise PawError(f"surgery does not know the tensor {name!r} (the {fam.name} layout of paw.arch)")
-    return table[rest]
+    return axes
 
 
 # --------------------------------------------------------------------------------------------- prune
