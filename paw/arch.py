@@ -82,15 +82,17 @@ class Norm:
 
 
 def _projections(mlp_norm: str = "post_attention_layernorm", *, sandwich: bool = False) -> tuple[Proj, ...]:
+    """Llama's seven projections; Gemma2/3 read the MLP through ``mlp_norm`` and norm both block outputs."""
     attn_in = "input_layernorm"
+    attn_out, mlp_out = ("post_attention_layernorm", "post_feedforward_layernorm") if sandwich else (None, None)
     return (
         Proj("q", "self_attn.q_proj", IN, "q", attn_in, "attn_q"),
         Proj("k", "self_attn.k_proj", IN, "kv", attn_in, "attn_k"),
         Proj("v", "self_attn.v_proj", IN, "kv", attn_in, "attn_v"),
-        Proj("o", "self_attn.o_proj", OUT, "q", None, "attn_output", "post_attention_layernorm" if sandwich else None),
+        Proj("o", "self_attn.o_proj", OUT, "q", None, "attn_output", attn_out),
         Proj("gate", "mlp.gate_proj", IN, "neuron", mlp_norm, "ffn_gate"),
         Proj("up", "mlp.up_proj", IN, "neuron", mlp_norm, "ffn_up"),
-        Proj("down", "mlp.down_proj", OUT, "neuron", None, "ffn_down", "post_feedforward_layernorm" if sandwich else None),
+        Proj("down", "mlp.down_proj", OUT, "neuron", None, "ffn_down", mlp_out),
     )
 
 
@@ -165,20 +167,21 @@ class Family:
         return names if tied else names + [self.head]
 
     def shapes(self, config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-        """Name -> shape of every tensor a checkpoint with this ``config.json`` stores, in :meth:`tensor_names` order.
+        """Name -> shape of every tensor a checkpoint with this ``config.json`` stores (:meth:`tensor_names` order).
 
-        A Llama with hidden 8, 2 heads, 1 KV head: ``shapes(cfg)['model.layers.0.self_attn.k_proj.weight'] == (4, 8)``.
+        Llama, hidden 8, 2 heads over 1 KV head: ``shapes(cfg)['model.layers.0.self_attn.k_proj.weight'] == (4, 8)``.
         """
         cfg = _text(config)
         try:
-            heads = int(cfg["num_attention_heads"])
-            sizes = {HIDDEN: int(cfg["hidden_size"]), "neuron": int(cfg["intermediate_size"]), "vocab": int(cfg["vocab_size"])}
-            layers = int(cfg["num_hidden_layers"])
+            heads, layers = int(cfg["num_attention_heads"]), int(cfg["num_hidden_layers"])
+            sizes = {HIDDEN: int(cfg["hidden_size"]), "neuron": int(cfg["intermediate_size"]),
+                     "vocab": int(cfg["vocab_size"])}
         except KeyError as missing:
             raise PawError(f"config lacks {missing.args[0]!r}") from None
         hd = head_dim(cfg)
         sizes.update({HEAD: hd, "q": heads * hd, "kv": int(cfg.get("num_key_value_heads") or heads) * hd})
-        return {name: tuple(sizes[k] for k in self.axes(name)) for name in self.tensor_names(layers, tied=tied(config))}
+        names = self.tensor_names(layers, tied=tied(config))
+        return {name: tuple(sizes[k] for k in self.axes(name)) for name in names}
 
     def axes(self, name: str) -> tuple[str, ...] | None:
         """What each axis of a tensor indexes: ``'vocab'``, ``'hidden'``, ``'q'``, ``'kv'``, ``'neuron'``, ``'head'``.
@@ -390,7 +393,10 @@ def _param(name: str) -> tuple[str, str]:
 
 
 def hf_to_gguf(name: str, fam: Family = GENERIC) -> str:
-    """llama.cpp's name of a Hugging Face tensor: ``'model.layers.0.self_attn.o_proj.weight'`` -> ``'blk.0.attn_output.weight'``."""
+    """llama.cpp's name of a Hugging Face tensor.
+
+    ``hf_to_gguf('model.layers.0.self_attn.o_proj.weight') == 'blk.0.attn_output.weight'``.
+    """
     base, param = _param(name)
     top, inner = _gguf_table(fam)
     if base in top:
@@ -402,9 +408,10 @@ def hf_to_gguf(name: str, fam: Family = GENERIC) -> str:
 
 
 def gguf_to_hf(name: str, fam: Family = GENERIC) -> str:
-    """The Hugging Face name of a llama.cpp tensor: ``'blk.2.ffn_up.weight'`` -> ``'model.layers.2.mlp.up_proj.weight'``.
+    """The Hugging Face name of a llama.cpp tensor.
 
-    Names only: a reader must still undo :attr:`Family.gguf_norm_shift` and :attr:`Family.gguf_permute_qk`.
+    ``gguf_to_hf('blk.2.ffn_up.weight') == 'model.layers.2.mlp.up_proj.weight'``. Names only: a reader
+    must still undo the values' :attr:`Family.gguf_norm_shift` and :attr:`Family.gguf_permute_qk`.
     """
     base, param = _param(name)
     top, inner = _gguf_table(fam)
