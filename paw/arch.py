@@ -143,6 +143,11 @@ class Family:
         return f"{self.layers}.{i}.{path}.{param}"
 
     @property
+    def linear_names(self) -> list[str]:
+        """PEFT ``target_modules`` for every projection: ``['q_proj', 'k_proj', ..., 'down_proj']``."""
+        return [p.name for p in self.projections]
+
+    @property
     def writers(self) -> tuple[Proj, ...]:
         """Projections that add into the residual stream (o, down)."""
         return tuple(p for p in self.projections if p.side == OUT)

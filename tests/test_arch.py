@@ -43,6 +43,7 @@ def test_every_zoo_architecture_is_in_the_table():
     from paw import zoo
 
     assert set(zoo.ARCHS) <= set(arch.FAMILIES)
+    assert all(arch.get(name).linear_names == zoo.ALL_LINEAR for name in zoo.ARCHS)
 
 
 @pytest.mark.parametrize("name", TEXT)

@@ -141,7 +141,7 @@ def frobenius(ctx, job: Job) -> Mapped:
 
 def _role(job: Job, method: str) -> Any:
     if job.role is None:
-        known = ", ".join(p.name for p in arch.GENERIC.projections)
+        known = ", ".join(arch.GENERIC.linear_names)
         raise Unavailable(f"{method} does not know how {job.module} touches the residual stream "
                           f"(supported: {known}, the output head and the input embedding)")
     return job.role
