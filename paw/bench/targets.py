@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from paw import arch
 from paw.bench.lm import Schedule, token_stream, train_lm
 from paw.errors import Skipped
 from paw.registry import Registry
@@ -67,11 +68,12 @@ def _config(model) -> dict:
 
 
 def relative_change(a, b) -> float | None:
-    """``||W_b - W_a|| / ||W_a||`` over all same-shape 2-D weights (how far a model moved), else None."""
+    """``||W_b - W_a|| / ||W_a||`` over same-shape 2-D weights outside embeddings and head, else None."""
     sa, sb = a.state_dict(), b.state_dict()
     num = den = 0.0
     for name, w in sa.items():
-        if w.ndim == 2 and name in sb and sb[name].shape == w.shape and "embed" not in name and "lm_head" not in name:
+        if (w.ndim == 2 and name in sb and sb[name].shape == w.shape
+                and arch.module_kind(name) not in ("embed", "head")):
             num += float((sb[name].float() - w.float()).pow(2).sum())
             den += float(w.float().pow(2).sum())
     return (num / den) ** 0.5 if den else None

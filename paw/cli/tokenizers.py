@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         method: list[str] = typer.Option(None, "--method", help=methods_help()),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="Use this paw-vocab-map file instead of aligning."),
         init: Init = typer.Option("mean", "--init", help="Rows no method maps: mean (of the source rows) or zero."),
-        head: Head = typer.Option("mapping", "--head", help="Untied lm_head rows: 'mapping' (same weights as the "
+        head: Head = typer.Option("mapping", "--head", help="Untied output-head rows: 'mapping' (same weights as the "
                                  "input rows) or 'first' (first piece of each decomposition)."),
         corpus: list[Path] = typer.Option(None, "--corpus", help="Texts for 'frequency' and the semantic check "
                                           "(default: the embedded multilingual sample)."),

@@ -11,11 +11,17 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from paw import arch
 from paw.errors import NotApplicable, PawError, Refused
 from paw.progress import track
 from paw.transfer import linalg
-from paw.transfer.context import EMBED, LM_HEAD, Context
-from paw.transfer.layers import LAYER_MAPS, rename_layer, role_of, split_layer
+from paw.transfer.context import Context, family_of
+from paw.transfer.layers import (
+    LAYER_MAPS,
+    rename_layer,
+    role_of,
+    split_layer,
+)
 from paw.transfer.methods import METHODS, Job, Mapped, Unavailable
 from paw.transfer.vocab import VocabIndex
 
@@ -104,13 +110,14 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
 # ------------------------------------------------------------------------------------------ checks
 
 def _rows(ckpt) -> int:
-    return int(ckpt.shape(EMBED)[0]) if EMBED in ckpt else 0
+    embed = family_of(ckpt).embed
+    return int(ckpt.shape(embed)[0]) if embed in ckpt else 0
 
 
 def _base_name(module: str, ckpt) -> str:
-    name = f"{module}.weight"
-    if name not in ckpt and module == "lm_head" and EMBED in ckpt:
-        return EMBED  # tied head: lm_head reads the embedding table
+    name, embed = f"{module}.weight", family_of(ckpt).embed
+    if name not in ckpt and arch.is_head(module) and embed in ckpt:
+        return embed  # tied head: the output head reads the embedding table
     return name
 
 
@@ -157,7 +164,8 @@ def _job(ctx: Context, lm, source_name: str) -> Job | str:
     if lm.kind == "embedding":
         W_s, W_t = W_s.T, W_t.T
     ls, lt = split_layer(lm.module), split_layer(target_module)
-    return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t, role_of(lm.module),
+    return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t,
+               role_of(lm.module, ctx.families["s"]),
                source_name, target_name, (ls[1] if ls else None, lt[1] if lt else None))
 
 
@@ -296,7 +304,8 @@ def _map_delta(ctx: Context, base: str, delta, shape, how: str):
     """Map a (vocab, hidden) delta: rows through the vocabulary map, hidden columns as ``how`` says."""
     from paw.transfer import structural
 
-    if base not in (EMBED, LM_HEAD):
+    fam_s, fam_t = ctx.families["s"], ctx.families["t"]
+    if base not in (fam_s.embed, fam_s.head):
         if tuple(delta.shape) == tuple(shape):
             return delta
         raise NotApplicable(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
@@ -305,10 +314,10 @@ def _map_delta(ctx: Context, base: str, delta, shape, how: str):
         return structural.gather(rows, ctx.hidden_map().index, 1)
     if how == "embed-map":
         M_st, M_ts = ctx.residual_maps()
-        if base == EMBED:
+        if base == fam_s.embed:
             return rows @ M_st.T
-        g_s = ctx.gain("s", "model.norm.weight", delta.shape[1])
-        g_t = ctx.gain("t", "model.norm.weight", shape[1])
+        g_s = ctx.gain("s", fam_s.final_norm, delta.shape[1])
+        g_t = ctx.gain("t", fam_t.final_norm, shape[1])
         from paw.transfer.methods import _safe_inverse
 
         return rows @ (g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :])

@@ -125,14 +125,18 @@ def with_vocab_size(config: Mapping | None, rows: int) -> dict | None:
 
 
 def find_vocab_tensors(names: Sequence[str]) -> tuple[str, str | None]:
-    """``(embedding key, output head key or None)`` among checkpoint tensor names."""
-    embeds = [n for n in names if n.endswith("embed_tokens.weight")]
+    """``(embedding key, output head key or None)`` among checkpoint tensor names (:mod:`paw.arch` aliases)."""
+    from paw import arch
+
+    weights = [n for n in names if n.endswith(".weight")]
+    embeds = [n for n in weights if arch.is_embedding(n)]
     if len(embeds) != 1:
         from paw.errors import PawError
 
         found = ", ".join(embeds) or "none"
-        raise PawError(f"expected exactly one '*embed_tokens.weight' tensor, found {found}")
-    heads = [n for n in names if n == "lm_head.weight" or n.endswith(".lm_head.weight")]
+        raise PawError(f"expected exactly one input embedding tensor ({', '.join(arch.EMBED_ALIASES)}), "
+                       f"found {found}")
+    heads = [n for n in weights if arch.is_head(n)]
     return embeds[0], (heads[0] if heads else None)
 
 

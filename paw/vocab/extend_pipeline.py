@@ -75,7 +75,7 @@ class Extension:
         if ext.skipped:
             lines.append(f"skipped {len(ext.skipped)} token(s) that are not valid UTF-8 "
                          "(byte fragments need byte-level BPE)")
-        heads = f"{self.keys[0]} and {self.keys[1]}" if self.keys[1] else f"{self.keys[0]} (tied lm_head)"
+        heads = f"{self.keys[0]} and {self.keys[1]}" if self.keys[1] else f"{self.keys[0]} (tied output head)"
         pad = f", padded to {self.rows}" if self.rows > ext.size and self.rows > self.old_rows else ""
         lines.append(f"resized {heads}: {self.old_rows} -> {self.rows} rows{pad}; new rows: {self.init}")
         lines.append(f"wrote {self.output}")

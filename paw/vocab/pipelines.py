@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paw import arch
 from paw.errors import PawError
 from paw.vocab.align import DEFAULT_METHODS, METHODS, NEEDS
 
@@ -115,9 +116,10 @@ def input_embeddings(model: PathLike, device: str = "cpu"):
 
     ckpt = open_checkpoint(model)
     names = embedding_names({n: ckpt.shape(n) for n in ckpt}, vocab_rows(ckpt.config or {}))
-    pick = [n for n in names if "lm_head" not in n and not n.endswith("output.weight")] or names
+    pick = [n for n in names if not arch.is_head(n)] or names
     if not pick:
-        raise PawError("no embedding matrix found (embed_tokens / wte with vocab_size rows)", path=model)
+        raise PawError("no input embedding matrix found (a tensor with vocab_size rows named "
+                       f"{' / '.join(arch.EMBED_ALIASES)})", path=model)
     return ckpt[pick[0]].float().to(resolve_device(device))
 
 
@@ -205,13 +207,13 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike,
     rows = T.vocab_rows(ckpt.config)
     names = T.embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
     if not names:
-        raise PawError(f"no embed_tokens / lm_head tensor with {rows} rows (config vocab_size)", path=model)
+        raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=model)
     src, tgt = open_tokenizer_spec(model, rank_pattern), open_tokenizer_spec(tokenizer, rank_pattern)
     if src.size > rows:
         raise PawError(f"the model's tokenizer has {src.size} ids but its embedding only {rows} rows", path=model)
     mapping, methods = _mapping(ckpt, names, src, tgt, rows, list(methods), vocab_map, corpus, anchors, dev)
     config = T.new_config(ckpt.config, tgt, tgt.size)
-    tied = bool(ckpt.tied_embeddings or config.get("tie_word_embeddings"))
+    tied = bool(ckpt.tied_embeddings or arch.tied(config))
     record = {"paw_version": __version__, "command": command or command_line(),
               "inputs": {"model": describe_input(model), "tokenizer": describe_input(tokenizer)},
               "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names,
@@ -247,7 +249,7 @@ def _mapping(ckpt, names, src, tgt, rows, methods, vocab_map, corpus, anchors, d
             raise PawError(f"mapping is {mapping.source_size} -> {mapping.target_size} ids but the model has "
                            f"{rows} rows and the tokenizer {tgt.size} ids", path=vocab_map)
         return mapping, ["from " + str(vocab_map)]
-    emb = ckpt[[n for n in names if "lm_head" not in n][0] if len(names) > 1 else names[0]].float().to(dev) \
+    emb = ckpt[next((n for n in names if not arch.is_head(n)), names[0])].float().to(dev) \
         if "semantic" in methods else None
     return align(align_context(src, tgt, methods, embeddings=emb, corpus=corpus, anchors=anchors), methods), methods
 
