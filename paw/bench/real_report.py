@@ -84,7 +84,8 @@ def plot(results: dict):
     fig = Figure(figsize=(11, 4))
     ax_eval, ax_tr = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     if "eval" in results:
-        sets = list(EVAL_SETS)
+        per_model = results["eval"]["results"]
+        sets = [s for s in EVAL_SETS if all(s in per for per in per_model.values())]
         for k, (model, per_set) in enumerate(results["eval"]["results"].items()):
             xs = [i + (k - 0.5) * 0.38 for i in range(len(sets))]
             ys = [100 * per_set[s]["accuracy"] for s in sets]

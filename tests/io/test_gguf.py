@@ -264,3 +264,20 @@ def _find(obj, key):
             if (found := _find(v, key)) is not None:
                 return found
     return None
+
+
+def test_write_hf_folder_is_a_plain_bf16_model_folder(tiny_llama, llama_gguf, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from paw.io.gguf import write_hf_folder
+
+    out = write_hf_folder(llama_gguf, tmp_path / "hf", extra_files={"paw_source.json": {"sha256": "x"}})
+    ref = _reference(tiny_llama)
+    model = AutoModelForCausalLM.from_pretrained(out)  # no gguf needed any more
+    assert model.config.model_type == "llama" and json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    got = open_checkpoint(out)
+    assert got.dtype("model.embed_tokens.weight") == "bfloat16"
+    for name in ref:
+        assert torch.equal(got[name], ref[name].to(torch.bfloat16)), name
+    assert AutoTokenizer.from_pretrained(out)("the cat")["input_ids"] == \
+        AutoTokenizer.from_pretrained(tiny_llama)("the cat")["input_ids"]
