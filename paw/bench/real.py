@@ -47,7 +47,6 @@ PUBLISHED: dict[str, dict[str, tuple[float, str, str, str]]] = {
     GEMMA: {"ARC-Easy": (57.7, "acc", "0-shot", _GEMMA_SRC), "PIQA": (67.7, "acc", "0-shot", _GEMMA_SRC),
             "BoolQ": (61.4, "acc", "0-shot", _GEMMA_SRC)},
 }
-LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass(frozen=True)
