@@ -7,6 +7,7 @@ the index follow the Hugging Face convention, so ``from_pretrained`` loads the f
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Iterable, Mapping
@@ -24,14 +25,26 @@ _MODEL_SIDE_FILES = ("config.json", "generation_config.json")
 
 
 def parse_size(size: int | str) -> int:
-    """``'2GB'`` -> 2 * 1024**3, ``'500MB'`` -> 500 * 1024**2, ``123`` -> 123."""
-    if isinstance(size, int):
-        return size
-    text = size.strip().upper()
-    for unit, factor in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024), ("B", 1)):
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * factor)
-    return int(text)
+    """``'2GB'`` -> 2 * 1024**3, ``'500MB'`` -> 500 * 1024**2, ``123`` -> 123; anything else is a PawError."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        value = size
+    else:
+        text = str(size).strip().upper()
+        factor = 1
+        for unit, f in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024), ("B", 1)):
+            if text.endswith(unit):
+                text, factor = text[: -len(unit)], f
+                break
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise PawError(f"--max-shard-size {size!r} is not a size such as 2GB, 500MB or 1000000")
+        value = int(number * factor)
+    if value <= 0:
+        raise PawError(f"--max-shard-size {size!r} must be positive")
+    return value
 
 
 class ShardedWriter:
@@ -45,6 +58,7 @@ class ShardedWriter:
         self._pending_bytes = 0
         self._shards: list[list[str]] = []
         self._seen: set[str] = set()
+        self._storages: set[int] = set()  # storages of pending tensors
         self.total_bytes = 0
 
     def add(self, name: str, tensor) -> None:
@@ -54,10 +68,26 @@ class ShardedWriter:
         nbytes = tensor.numel() * tensor.element_size()
         if self._pending and self._pending_bytes + nbytes > self.max_shard_bytes:
             self._flush()
-        # own, contiguous storage: safetensors refuses views and tensors that share memory
-        self._pending[name] = tensor.detach().to("cpu").contiguous().clone()
+        self._pending[name] = self._owned(tensor)
         self._pending_bytes += nbytes
         self.total_bytes += nbytes
+
+    def _owned(self, tensor):
+        """A CPU tensor with storage of its own: safetensors refuses views and tensors sharing memory.
+
+        A fresh contiguous tensor (what a streamed merge yields) is kept as it is rather than
+        copied, so the pending shard is the only copy; do not modify a tensor after adding it.
+        """
+        t = tensor.detach()
+        if t.device.type != "cpu":
+            return t.to("cpu")
+        storage = t.untyped_storage()
+        own = (t.is_contiguous() and t.storage_offset() == 0 and storage.nbytes() == t.numel() * t.element_size()
+               and storage.data_ptr() not in self._storages)
+        if not own:
+            t = t.contiguous().clone()
+        self._storages.add(t.untyped_storage().data_ptr())
+        return t
 
     def _flush(self) -> None:
         from safetensors.torch import save_file
@@ -65,7 +95,7 @@ class ShardedWriter:
         index = len(self._shards)
         save_file(self._pending, str(self.folder / f".shard-{index:05d}.safetensors"), metadata=self.metadata)
         self._shards.append(list(self._pending))
-        self._pending, self._pending_bytes = {}, 0
+        self._pending, self._pending_bytes, self._storages = {}, 0, set()
 
     def close(self) -> list[str]:
         """Write what is pending, give shards their final names, write the index; return file names."""
@@ -117,11 +147,14 @@ def write_checkpoint(
     ``config`` (a dict) is written as ``config.json``; otherwise ``config.json`` and
     ``generation_config.json`` are copied from ``copy_from`` when present there. Tokenizer files
     are copied from ``tokenizer_from`` (default: ``copy_from``). ``extra_files`` maps file names to
-    JSON-serialisable objects (e.g. a provenance manifest) written beside the weights.
+    JSON-serialisable objects (e.g. a provenance manifest), or to functions returning one (called
+    after the last tensor), written beside the weights. Inputs (``copy_from``, ``tokenizer_from``)
+    are never written over.
     """
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
-    with atomic_dir(output, overwrite=overwrite) as tmp:
-        writer = ShardedWriter(tmp, max_shard_bytes=parse_size(max_shard_size))
+    max_shard_bytes = parse_size(max_shard_size)
+    with atomic_dir(output, overwrite=overwrite, inputs=[copy_from, tokenizer_from]) as tmp:
+        writer = ShardedWriter(tmp, max_shard_bytes=max_shard_bytes)
         for name, tensor in items:
             writer.add(name, tensor)
         writer.close()
@@ -130,5 +163,5 @@ def write_checkpoint(
             write_json(tmp / "config.json", config)
         copy_side_files(tokenizer_from if tokenizer_from is not None else copy_from, tmp, TOKENIZER_FILES)
         for fname, obj in (extra_files or {}).items():
-            write_json(tmp / fname, obj)
+            write_json(tmp / fname, obj() if callable(obj) else obj)
     return Path(output)
