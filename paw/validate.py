@@ -39,13 +39,23 @@ def finite_all(flag: str, values: Iterable[float] | None) -> list[float] | None:
     return None if values is None else [finite(flag, v) for v in values]
 
 
-def nonfinite(tensor) -> int:
-    """Number of NaN or infinite entries of a tensor (0 for integer tensors)."""
+def nonfinite(tensor, *, chunk: int = 1 << 20) -> int:
+    """Number of NaN or infinite entries of a tensor (0 for integer tensors).
+
+    Counted in chunks of ``chunk`` entries: ``isfinite`` on a whole bfloat16 embedding would make
+    several full-size temporaries, more memory than the merge that produced it.
+    """
     import torch
 
     if not torch.is_floating_point(tensor):
         return 0
-    return int(tensor.numel() - torch.isfinite(tensor).sum())
+    flat = tensor.reshape(-1)
+    bad = 0
+    for start in range(0, flat.numel(), chunk):
+        part = flat[start:start + chunk]
+        if not bool(torch.isfinite(part).all()):
+            bad += int(part.numel() - torch.isfinite(part).sum())
+    return bad
 
 
 def refuse_nonfinite(name: str, tensor, *, what: str, allow: bool = False, counts: dict | None = None) -> None:
