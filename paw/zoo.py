@@ -194,6 +194,8 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from paw.io.lm import sort_target_modules
+
     model = AutoModelForCausalLM.from_pretrained(base)
     targets = ALL_LINEAR if target_modules == "all-linear" else list(target_modules)
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
@@ -206,6 +208,7 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
             if "lora_B" in name or "lora_embedding_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * scale)
     peft_model.peft_config["default"].base_model_name_or_path = str(base)
+    sort_target_modules(peft_model.peft_config["default"])
     with atomic_dir(folder, overwrite=True) as tmp:
         peft_model.save_pretrained(tmp)
     return Path(folder)

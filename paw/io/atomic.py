@@ -77,7 +77,7 @@ def note_input(path: str | os.PathLike) -> None:
 def check_not_input(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> None:
     """Refuse an output that equals, contains or lies inside an input (``inputs`` or the scope's)."""
     out = os.path.realpath(path)
-    for raw in {*(os.path.realpath(p) for p in inputs if p is not None), *(_scope or ())}:
+    for raw in {*(os.path.realpath(p) for p in inputs if p is not None and str(p)), *(_scope or ())}:
         if out == raw or _same_file(out, raw):
             how = "is"
         elif raw.startswith(out.rstrip(os.sep) + os.sep):

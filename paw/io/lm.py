@@ -84,12 +84,22 @@ def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str,
     """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model."""
     from paw.io.manifest import write_json
 
-    if base is not None:
-        for config in peft_model.peft_config.values():
+    for config in peft_model.peft_config.values():
+        if base is not None:
             config.base_model_name_or_path = str(base)
+        sort_target_modules(config)
     peft_model.save_pretrained(folder)
     for name, data in (extra_files or {}).items():
         write_json(Path(folder) / name, data)
+
+
+def sort_target_modules(config) -> None:
+    """PEFT keeps ``target_modules`` as a set and saves it in set order, which changes with Python's
+    string hashing from run to run; a sorted list makes ``adapter_config.json`` byte-identical."""
+    for key in ("target_modules", "modules_to_save"):
+        value = getattr(config, key, None)
+        if isinstance(value, (set, frozenset, list, tuple)):
+            setattr(config, key, sorted(value))
 
 
 def write_results(path: str | Path, *, command: str, inputs: dict[str, Any], **fields: Any) -> Path:
