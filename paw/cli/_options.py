@@ -12,6 +12,8 @@ from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI mo
 
 DEVICE = typer.Option("auto", "--device", help=f"Where the arithmetic runs: {DEVICE_HELP}.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it already exists.")
+ALLOW_NONFINITE = typer.Option(False, "--allow-nonfinite", help="Write the output even if it holds NaN or Inf "
+                               "values (by default that is refused, naming the input they come from).")
 SEED = typer.Option(0, "--seed", help="Random seed; same inputs and seed give byte-identical outputs.")
 TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
                      "logs go to OUT-tracking/ beside the output.")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, TRACK, choices
+from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, TRACK, choices
 from paw.transfer.layers import LAYER_MAPS  # light: torch is imported inside the functions
 from paw.transfer.pipeline import method_names
 
@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Transfer even when auto finds the target unrelated."),
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
+        allow_nonfinite: bool = ALLOW_NONFINITE,
         track: str = TRACK,
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.
@@ -51,7 +52,7 @@ def register(app: typer.Typer) -> None:
         result = transfer_adapter(adapter, source_base, target_base, output, method=method.value,
                                   subspace_rank=subspace_rank, min_similarity=min_similarity,
                                   layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
-                                  device=device, overwrite=overwrite)
+                                  device=device, overwrite=overwrite, allow_nonfinite=allow_nonfinite)
         report, inputs = result.report, result.inputs
         s = report["summary"]
         typer.echo(f"transferred {s['transferred']}/{report['adapter']['modules']} modules "

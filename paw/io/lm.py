@@ -39,6 +39,10 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     except (OSError, ValueError, TypeError) as err:
         raise PawError(f"cannot load a tokenizer from the model folder ({_first_line(err)})", path=path) from None
+    if path.is_dir():  # headers checked and pickles refused the way every other command does, first
+        from paw.io.checkpoint import open_checkpoint
+
+        open_checkpoint(path)
     try:
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except (OSError, ValueError, KeyError) as err:
@@ -51,9 +55,12 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
 def _apply_adapter(lm, adapter: str | Path):
     from peft import PeftModel
 
+    from paw.io.adapter_check import read_adapter_header
+
     folder = resolve_path(adapter, what="adapter")
     if not (folder / "adapter_config.json").is_file():
         raise PawError("not a PEFT adapter folder (no adapter_config.json)", path=folder)
+    read_adapter_header(folder)  # config against tensor shapes, as PEFT would, but in one line
     try:
         return PeftModel.from_pretrained(lm, folder)
     except (OSError, ValueError, KeyError, RuntimeError) as err:

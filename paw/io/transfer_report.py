@@ -84,7 +84,11 @@ def write_transfer(output: str | Path, adapter, report: dict, *, command: str, i
     """Write the adapter and its report into ``output`` atomically (nothing half-written on error)."""
     from safetensors.torch import save_file
 
-    with atomic_dir(output, overwrite=overwrite) as tmp:
+    from paw.io.adapter import check_adapter
+
+    # what PAW writes must load in PEFT: the same cross-check as on reading
+    check_adapter(adapter.config, {k: tuple(v.shape) for k, v in adapter.tensors.items()}, path=output)
+    with atomic_dir(output, overwrite=overwrite, inputs=[adapter.path]) as tmp:
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
         save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, adapter.config)
