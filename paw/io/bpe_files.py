@@ -228,11 +228,15 @@ def _read_hf(path: Path) -> BpeFile:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise PawError(f"not valid JSON: {exc}", path=path) from None
-    model = data.get("model") or {}
-    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        raise PawError(f"tokenizer.json model is {model.get('type')!r}, not a byte-level BPE", path=path)
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        kind = model.get("type") if isinstance(model, dict) else model
+        raise PawError(f"tokenizer.json model is {kind!r}, not a byte-level BPE", path=path)
     # added tokens are special tokens; many files (GPT-2, PAW's) also list them in the model vocabulary
-    specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
+    try:
+        specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
+    except (KeyError, TypeError, ValueError):
+        raise PawError("tokenizer.json 'added_tokens' is not a list of {content, id} objects", path=path) from None
     try:
         ranks = {str_to_token(tok): int(i) for tok, i in model["vocab"].items() if specials.get(tok) != i}
     except KeyError:

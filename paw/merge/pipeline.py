@@ -145,6 +145,8 @@ def _merge_tensor(job: MergeJob, name: str):
     thin = _sparsifiers(job, name, math.prod(out.shape), blocks, deltas)
     for block in blocks:
         base, ds = deltas(block)
+        if not opts.allow_nonfinite and not all(bool(torch.isfinite(d).all()) for d in ds):
+            _refuse_nonfinite(job, name, None)  # an input holds NaN/Inf here: name it, even if the method would drop it
         for d, f in zip(ds, thin, strict=True):
             f(d)
         merged = job.method.combine(base, ds, job.weights)
@@ -187,15 +189,17 @@ def _sparsifiers(job: MergeJob, name: str, n: int, blocks, deltas) -> list:
 
 
 def _refuse_nonfinite(job: MergeJob, name: str, tensor) -> None:
-    """Name the input that brought NaN/Inf into ``name``; refuse unless ``allow_nonfinite``."""
+    """Name the input that brought NaN/Inf into ``name`` (``tensor``: the result, None while reading
+    inputs); refuse unless ``allow_nonfinite``."""
     if job.options.allow_nonfinite:
         job.nonfinite[name] = nonfinite(tensor)
         return
     sources = [c for c in [job.reference, *job.models] if name in c and nonfinite(c[name])]
-    where = ", ".join(f"model {c.name} holds {nonfinite(c[name])}" for c in sources) or \
+    where = "; ".join(f"model {c.name} ({c.path}) holds {nonfinite(c[name])}" for c in sources) or \
         "no input holds any: the weights or --scale overflow"
-    raise NonFinite(f"tensor {name!r} of the merge would hold {nonfinite(tensor)} NaN/Inf value(s) ({where}); "
-                    "nothing was written; pass --allow-nonfinite to write it anyway")
+    result = "" if tensor is None else f", and the merge would hold {nonfinite(tensor)}"
+    raise NonFinite(f"tensor {name!r}: NaN/Inf value(s): {where}{result}; nothing was written; "
+                    "pass --allow-nonfinite to write it anyway")
 
 
 def manifest(job: MergeJob, command: str) -> dict[str, Any]:
