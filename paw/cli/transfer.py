@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
     @app.command("transfer-lora")
     def transfer_lora_cmd(
         adapter: Path = typer.Option(..., "--adapter", help="PEFT LoRA adapter folder trained on the source base."),
-        source_base: str = typer.Option(..., "--source-base", help="The adapter's base model (folder or cached ID)."),
+        source_base: str = typer.Option(..., "--source-base", help="The adapter's base model (folder, .gguf or cached ID)."),
         target_base: str = typer.Option(..., "--target-base", help="The model to move the adapter to."),
         output: Path = typer.Option(..., "--output", "-o", help="Output adapter folder (with its report)."),
         method: Method = typer.Option("auto", "--method", help="How factors are mapped; auto picks per "
