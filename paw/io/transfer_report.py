@@ -23,9 +23,10 @@ from paw.io.reports import save_figure
 REPORT_JSON = "transfer_report.json"
 REPORT_CSV = "transfer_report.csv"
 PLOT = "similarity_vs_depth.png"
-CSV_FIELDS = ("module", "target_module", "kind", "rank", "method", "decision", "transferred", "similarity",
-              "similarity_chance", "similarity_out", "similarity_in", "subspace_rank", "remix_residual",
-              "norm_ratio", "shape_source", "shape_target")
+CSV_FIELDS = ("module", "target_module", "kind", "rank", "method", "decision", "transferred", "related",
+              "similarity", "similarity_null", "similarity_lift", "similarity_chance", "similarity_out",
+              "similarity_in", "subspace_rank", "remix_residual", "residual_lift", "kept", "norm_ratio",
+              "shape_source", "shape_target")
 
 
 def report_rows(report: dict) -> list[dict[str, Any]]:
