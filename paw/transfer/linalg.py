@@ -92,7 +92,9 @@ def full_singular(W, rank: int):
     """The reference: a full ``torch.linalg.svd`` truncated to ``rank`` (canonical signs)."""
     import torch
 
-    U, S, Vh = torch.linalg.svd(W.float(), full_matrices=False)
+    W = W.float()
+    with single_threaded_cpu([W.device]):  # threaded LAPACK SVDs ran 10x slower on the shared 2-core machine
+        U, S, Vh = torch.linalg.svd(W, full_matrices=False)
     U, V = canonical_signs(U[:, :rank], Vh[:rank].T)
     return U, S[:rank], V
 
@@ -160,8 +162,16 @@ def ridge_map(X, Y, ridge: float):
     lam = ridge_lambda(X, ridge)
     J = eye_like(Y.shape[1], X.shape[1], X.device)
     gram = X.T @ X + lam * torch.eye(X.shape[1], device=X.device)
-    Mt = J.T + torch.linalg.solve(gram, X.T @ (Y - X @ J.T))
+    Mt = J.T + _solve(gram, X.T @ (Y - X @ J.T))
     return Mt.T
+
+
+def _solve(M, R):
+    """``M⁻¹ R`` for the small (d, d) systems of the ridge fits, on one CPU thread (see :func:`full_singular`)."""
+    import torch
+
+    with single_threaded_cpu([M.device]):
+        return torch.linalg.solve(M, R)
 
 
 def eye_like(rows: int, cols: int, device=None):
@@ -194,7 +204,7 @@ def left_map_apply(B, W_src, W_tgt, ridge: float, *, in_map=None, gram=None):
     W_src, W_tgt, B = W_src.float(), W_tgt.float(), B.float()
     gram = W_src.T @ W_src if gram is None else gram
     lam = ridge * float(torch.trace(gram)) / max(1, min(W_src.shape))
-    Z = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], device=B.device), W_src.T @ B)  # (k, r)
+    Z = _solve(gram + lam * torch.eye(gram.shape[0], device=B.device), W_src.T @ B)  # (k, r)
     tgt = W_tgt @ (Z if in_map is None else in_map @ Z)
     return pad_rows(B, W_tgt.shape[0]) + tgt - pad_rows(W_src @ Z, W_tgt.shape[0])
 
@@ -216,7 +226,7 @@ def right_map_apply(A, W_src, W_tgt, ridge: float, *, out_map=None, gram=None):
     if out_map is not None:
         gram, AW = out_map @ gram @ out_map.T, AW @ out_map.T
     lam = ridge * float(torch.trace(gram)) / max(1, min(gram.shape[0], W_src.shape[1]))
-    z = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], device=A.device), AW.T).T  # (r, k)
+    z = _solve(gram + lam * torch.eye(gram.shape[0], device=A.device), AW.T).T  # (r, k)
     zW = z @ out_map if out_map is not None else z
     in_t = W_tgt.shape[1]
     return pad_rows(A.T, in_t).T + z @ W_tgt - pad_rows((zW @ W_src).T, in_t).T

@@ -31,11 +31,13 @@ def _similarity(ctx) -> list[list[float]] | str:
     """The (n_source, n_target) layer-fingerprint correlations, or the reason they cannot be had."""
     from paw.transfer.methods import Unavailable
 
+    if "layer_similarity" in ctx.facts:
+        return ctx.facts["layer_similarity"]
     try:
         scores = ctx.similarity_scores()
     except (Unavailable, PawError) as err:
         return str(err)
-    ctx.facts["layer_similarity"] = scores
+    ctx.facts["layer_similarity"] = scores  # reported: why layers paired up as they did
     return scores
 
 
