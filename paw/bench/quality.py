@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
-from paw.bench.stats import accuracy, recovered
+from paw.bench.stats import accuracy, build_spread, kept, recovered
 from paw.bench.targets import TARGETS, Workshop
 from paw.bench.tasks import TASKS, build_corpora, common_words
 from paw.errors import PawError
@@ -307,7 +307,7 @@ def transfer(adapter, source: Base, target: Base, method: str, device: str) -> t
 def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts: BenchOptions, seed: int,
                    methods: list[str]) -> dict:
     """Outcomes of every condition on ``base`` for one task and seed."""
-    out: dict[str, Any] = {"outcomes": {}, "status": {}, "summaries": {}}
+    out: dict[str, Any] = {"outcomes": {}, "status": {}, "summaries": {}, "clusters": task.clusters}
     items = task.test
     out["outcomes"]["base"] = base_outcome = score_items(base.model, base.tokenizer, items)
     with applied(base.model, adapter_deltas(direct_adapter)):
@@ -366,7 +366,7 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
                     direct, fit_t = train_adapter(base, task, opts, seed, base.name)
                     lora_notes[f"{task_name}/{seed}/{base.name}"] = fit_t
                 result = _evaluate_base(base, source, adapter, direct, task, opts, seed, methods)
-                raw.setdefault(task_name, {}).setdefault(base.name, {})[seed] = result
+                raw.setdefault(task_name, {}).setdefault(base.name, {})[BUILD * opts.model_seed + seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
     return summarize(raw, asdict(opts) | {"methods": methods}, notes, lora_notes)
@@ -378,12 +378,38 @@ def _embedded() -> list[str]:
     return sample_texts("en")
 
 
-def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
-    """Accuracy ± stderr and recovered fraction per task, base and condition; keeps the raw outcomes.
+BUILD = 1000  # replicate key = model_seed * BUILD + seed, so pooled runs of other model builds stay apart
 
-    ``raw[task][base][seed]`` holds ``outcomes`` (condition -> 0/1 per item), ``status`` and
-    ``summaries`` (per transfer method). The raw part is kept in the output (outcomes as ``'0110…'``
-    strings) so that runs of other seeds can be pooled later with :func:`merge_results`.
+
+def _ratios(t, b, d, src: dict | None, clusters, settings: dict, seed: int, keys: list[int]) -> dict:
+    """Recovered and kept fractions of one condition, with their seed and (pooled runs) model-build spreads."""
+    def both(idx: list[int], n_boot: int) -> dict:
+        pick = [[x[i] for i in idx] for x in (t, b, d)]
+        cl = [clusters[i] for i in idx]
+        out = {"recovered": recovered(*pick, clusters=cl, n_boot=n_boot, seed=seed)}
+        if src is not None:
+            out["kept"] = kept(pick[0], pick[1], [src["direct"][i] for i in idx], [src["base"][i] for i in idx],
+                               clusters=cl, n_boot=n_boot, seed=seed)
+        return out
+
+    out = both(list(range(len(keys))), settings["n_boot"])
+    builds = sorted({k // BUILD for k in keys})
+    if len(builds) > 1:
+        per = {build: both([i for i, k in enumerate(keys) if k // BUILD == build], 0) for build in builds}
+        for name in out:
+            values = {build: per[build][name]["value"] for build in builds}
+            out[name].update(per_build={str(k): v for k, v in values.items()}, build_spread=build_spread(values))
+    return out
+
+
+def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
+    """Accuracy ± stderr, recovered and kept fractions per task, base and condition; keeps the raw outcomes.
+
+    ``raw[task][base][key]`` (key: ``model_seed * 1000 + seed``) holds ``outcomes`` (condition -> 0/1
+    per item), ``clusters``, ``status`` and ``summaries`` (per transfer method). The kept fraction
+    divides by the source's own gain on the same items (``raw[task]['source']``). The raw part is
+    kept in the output (outcomes as ``'0110…'`` strings) so that runs of other seeds or model builds
+    can be pooled later with :func:`merge_results`.
     """
     methods = settings["methods"]
     rows = []
@@ -394,7 +420,12 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
             per_seed = per_base[base]
             seeds = sorted(per_seed)
             outcome = {s: per_seed[s]["outcomes"] for s in seeds}
+            clusters = [per_seed[s].get("clusters") for s in seeds]
             b, d = [outcome[s]["base"] for s in seeds], [outcome[s]["direct"] for s in seeds]
+            source = per_base.get(SOURCE, {})
+            src = ({"base": [source[s]["outcomes"]["base"] for s in seeds],
+                    "direct": [source[s]["outcomes"]["direct"] for s in seeds]}
+                   if all(s in source for s in seeds) else None)
             for condition in ["base", "direct", "random", *methods]:
                 statuses = sorted({per_seed[s]["status"].get(condition, "ok") for s in seeds})
                 row = {"task": task, "target": base, "condition": condition, "status": "/".join(statuses)}
@@ -402,7 +433,7 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
                     t = [outcome[s][condition] for s in seeds]
                     row["accuracy"] = accuracy(t)
                     if condition not in ("base", "direct"):
-                        row["recovered"] = recovered(t, b, d, n_boot=settings["n_boot"], seed=len(rows))
+                        row.update(_ratios(t, b, d, src, clusters, settings, len(rows), seeds))
                     if condition in methods:
                         row["transfer_summary"] = {str(s): per_seed[s]["summaries"].get(condition) for s in seeds}
                 rows.append(row)
@@ -414,14 +445,16 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
 
 
 def merge_results(runs: list[dict]) -> dict:
-    """Pool runs made with other ``--seeds`` or ``--tasks`` but otherwise the same settings into one result.
+    """Pool runs made with other ``--seeds``, ``--tasks`` or ``--model-seed`` but otherwise the same settings.
 
-    The models are rebuilt identically in every run (same ``model_seed``), so the runs describe the
-    same bases; their times add up in ``notes.seconds`` (CPU work, not wall time when run in parallel).
+    Runs of one model seed rebuild the same bases, so their LoRA seeds pool directly; runs of other
+    model seeds are other builds of the same recipe, kept apart (replicate key ``model_seed * 1000 +
+    seed``) so that the spread between builds is reported. Times add up in ``notes.seconds`` (CPU
+    work, not wall time when run in parallel).
     """
     if not runs:
         raise PawError("nothing to merge")
-    free = ("seeds", "tasks")
+    free = ("seeds", "tasks", "model_seed")
 
     def fixed(run: dict) -> dict:
         return {k: v for k, v in run["settings"].items() if k not in free}
@@ -429,19 +462,23 @@ def merge_results(runs: list[dict]) -> dict:
     raw: dict = {}
     for run in runs:
         if fixed(run) != fixed(runs[0]):
-            raise PawError("runs differ in more than their seeds and tasks; they cannot be pooled")
+            raise PawError("runs differ in more than their seeds, tasks and model seeds; they cannot be pooled")
+        build = int(run["settings"].get("model_seed", 0))
         for task, per_base in run["raw"].items():
             for base, per_seed in per_base.items():
                 for seed, r in per_seed.items():
                     outcomes = {c: [int(ch) for ch in o] for c, o in r["outcomes"].items()}
-                    raw.setdefault(task, {}).setdefault(base, {})[int(seed)] = {**r, "outcomes": outcomes}
+                    key = int(seed) % BUILD + BUILD * build
+                    raw.setdefault(task, {}).setdefault(base, {})[key] = {**r, "outcomes": outcomes}
     seeds = sorted({int(s) for run in runs for s in run["settings"]["seeds"]})
     tasks = list(dict.fromkeys(t for run in runs for t in run["settings"]["tasks"]))
+    builds = sorted({int(run["settings"].get("model_seed", 0)) for run in runs})
     seconds = [run["notes"]["seconds"] for run in runs]
     notes = dict(runs[0]["notes"], seconds={k: sum(s.get(k, 0.0) for s in seconds) for k in seconds[0]},
                  merged_runs=len(runs))
     lora = {k: v for run in runs for k, v in run["lora"].items()}
-    return summarize(raw, dict(runs[0]["settings"], seeds=seeds, tasks=tasks), notes, lora)
+    settings = dict(runs[0]["settings"], seeds=seeds, tasks=tasks, model_seeds=builds)
+    return summarize(raw, settings, notes, lora)
 
 
 def quick_options(**overrides: Any) -> BenchOptions:
