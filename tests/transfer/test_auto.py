@@ -68,81 +68,41 @@ def test_same_model_other_layer_scores_below_the_threshold(tmp_path, trained, tr
         transfer_lora(read_adapter(trained_lora), open_checkpoint(tmp_path / "same"), open_checkpoint(shuffled))
 
 
-def _speed_shapes() -> dict:
+def _speed_script():
     spec = importlib.util.spec_from_file_location("bench_transfer_speed", SPEED_SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.SHAPES
-
-
-def _random_checkpoint(folder: Path, s: dict, seed: int, drift_of: int | None = None):
-    """Random weights with the speed benchmark's layout (optionally ``seed``'s weights + 17% drift)."""
-    from paw.io.writer import write_checkpoint
-
-    def tensors():
-        shapes = _small(s)
-        for i, (key, shape) in enumerate(sorted(shapes.items())):
-            base = torch.Generator().manual_seed(1000 * (seed if drift_of is None else drift_of) + i)
-            t = (1.0 + 0.1 * torch.randn(shape, generator=base)) if len(shape) == 1 else \
-                0.02 * torch.randn(shape, generator=base)
-            if drift_of is not None:
-                t = t + 0.17 * float(t.std()) * torch.randn(shape, generator=torch.Generator().manual_seed(seed + i))
-            yield key, t
-
-    config = {"model_type": "llama", "hidden_size": s["hidden"], "num_hidden_layers": 2,
-              "num_attention_heads": s["heads"], "num_key_value_heads": s["kv"], "head_dim": s["head_dim"],
-              "intermediate_size": s["inter"], "vocab_size": 256, "tie_word_embeddings": True}
-    return write_checkpoint(folder, tensors(), config=config, overwrite=True)
-
-
-def _small(s: dict) -> dict:
-    h, hd = s["hidden"], s["head_dim"]
-    out = {"model.embed_tokens.weight": (256, h), "model.norm.weight": (h,)}
-    for i in range(2):
-        p = f"model.layers.{i}."
-        out.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-                    p + "self_attn.q_proj.weight": (s["heads"] * hd, h), p + "self_attn.k_proj.weight": (s["kv"] * hd, h),
-                    p + "self_attn.v_proj.weight": (s["kv"] * hd, h), p + "self_attn.o_proj.weight": (h, s["heads"] * hd),
-                    p + "mlp.gate_proj.weight": (s["inter"], h), p + "mlp.up_proj.weight": (s["inter"], h),
-                    p + "mlp.down_proj.weight": (h, s["inter"])})
-    return out
-
-
-def _lora_for(folder: Path, s: dict):
-    from paw.io.adapter import LoraAdapter, adapter_key, lora_config_dict
-
-    gen, factors = torch.Generator().manual_seed(7), {}  # all seven projections of layer 0 (layer 1: the null)
-    for key, (out_dim, in_dim) in sorted((k, v) for k, v in _small(s).items() if "layers.0." in k and "_proj" in k):
-        module = key.removesuffix(".weight")
-        factors[adapter_key(module, "A")] = torch.randn(4, in_dim, generator=gen) / in_dim ** 0.5
-        factors[adapter_key(module, "B")] = 0.01 * torch.randn(out_dim, 4, generator=gen)
-    config = lora_config_dict(r=4, alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                            "up_proj", "down_proj"], base_model=str(folder))
-    return LoraAdapter(config=config, tensors=factors)
+    return module
 
 
 SHRINK = {"qwen2.5-1.5b": 4, "llama-3.2-3b": 8, "small": 4, "tiny": 4}  # widths 384, 384, 256, 64
 
 
 def test_every_speed_benchmark_shape_is_covered():
-    assert set(SHRINK) == set(_speed_shapes())
+    assert set(SHRINK) == set(_speed_script().SHAPES)
 
 
 @pytest.mark.parametrize("shape", sorted(SHRINK))
 def test_independent_random_models_are_unrelated_at_speed_benchmark_shapes(tmp_path, shape):
-    """The speed benchmark's layouts (heads, KV heads, MLP ratio) at reduced width; widths above 256 still
-    take the randomized SVD, whose sketches must be independent per model."""
-    full, k = _speed_shapes()[shape], SHRINK[shape]
-    s = dict(full, hidden=full["hidden"] // k, inter=full["inter"] // k, head_dim=full["hidden"] // k // full["heads"])
-    a, b = _random_checkpoint(tmp_path / "a", s, 1), _random_checkpoint(tmp_path / "b", s, 2)
-    adapter = _lora_for(a, s)
-    _, report = transfer_lora(adapter, open_checkpoint(a), open_checkpoint(b), force=True)
+    """The speed benchmark's layouts (heads, KV heads, MLP ratio) at reduced width, two layers; widths
+    above 256 still take the randomized SVD, whose sketches must be independent per model."""
+    from paw.io.writer import write_checkpoint
+
+    speed = _speed_script()
+    s = speed.scaled(shape, SHRINK[shape])
+
+    def save(name, seed, drift_of=None):
+        return write_checkpoint(tmp_path / name, speed.random_tensors(s, seed, drift_of=drift_of),
+                                config=speed.config_of(shape, s), overwrite=True)
+
+    a, b = open_checkpoint(save("a", 1)), open_checkpoint(save("b", 2))
+    adapter = speed.random_lora(s, rank=4, layers=1)  # layer 0's seven projections; layer 1 is the null
+    _, report = transfer_lora(adapter, a, b, force=True)
     assert report["summary"]["related"] == 0 and report["summary"]["judged"] == 7 and report["summary"]["unrelated"]
     for r in report["modules"]:  # every candidate auto tried was judged unrelated, none by chance
         assert not any(c.get("related") for c in r["candidates"]), r
     # the same layout drifted by 17% (the speed benchmark's target) is related, module by module
-    drifted = _random_checkpoint(tmp_path / "d", s, 3, drift_of=1)
-    _, rep = transfer_lora(adapter, open_checkpoint(a), open_checkpoint(drifted))
+    _, rep = transfer_lora(adapter, a, open_checkpoint(save("d", 3, drift_of=1)))
     assert rep["summary"]["methods"] == {"copy": 7} and rep["summary"]["related"] == 7
 
 
