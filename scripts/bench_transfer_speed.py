@@ -157,7 +157,8 @@ def worker(args) -> None:
                       "cpu_seconds": usage.ru_utime + usage.ru_stime, "modules": len(report["modules"]),
                       "transferred": report["summary"]["transferred"], "methods": report["summary"]["methods"],
                       "median_similarity": report["summary"]["median_similarity"],
-                      "median_chance": report["summary"]["median_chance"]}))
+                      "median_null": report["summary"]["median_similarity_null"],
+                      "related": report["summary"]["related"], "kept_share": report["summary"]["kept_share"]}))
 
 
 def run_child(args, method: str, *extra: str) -> dict:
@@ -205,7 +206,8 @@ def main() -> None:
             r = run_child(args, m)
             rows.append(r)
             print(f"{r['method']:<12}{r['seconds']:>10.1f}{r['cpu_seconds']:>10.1f}{r['peak_gib']:>10.2f}  "
-                  f"{r['methods']}  (median similarity {r['median_similarity']} vs chance {r['median_chance']}; "
+                  f"{r['methods']}  (related {r['related']}, median similarity {r['median_similarity']} vs "
+                  f"{r['median_null']} for other layers, kept {r['kept_share']}; "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
         full_layers = args.full_layers or s["layers"]
         ref = run_child(args, "auto", "--full-svd", "--full-layers", str(full_layers))
