@@ -300,7 +300,8 @@ def transfer(adapter, source: Base, target: Base, method: str, device: str) -> t
         if method == "auto" and "unrelated" in text:
             return "refused", None, {"message": text}
         return f"n/a: {text.splitlines()[0][:160]}", None, {}
-    summary = dict(report.get("summary", {}))
+    summary = dict(report.get("summary", {}), layers=report["layers"]["how"], pairs=report["layers"]["pairs"],
+                   warnings=report.get("warnings", []))
     return "ok", moved, summary
 
 

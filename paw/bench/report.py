@@ -59,6 +59,17 @@ def _spread(row: dict | None) -> str:
     return text
 
 
+def _decided(row: dict | None) -> str:
+    """``auto``'s pairing, methods, related modules and ΔW kept share from the first seed's transfer summary."""
+    summaries = [v for v in ((row or {}).get("transfer_summary") or {}).values() if v and "methods" in v]
+    if not summaries:
+        return "refused | – | – | –" if row and "refused" in row.get("status", "") else "– | – | – | –"
+    s = summaries[0]
+    methods = ", ".join(f"{k} {v}" for k, v in s.get("methods", {}).items()) or "–"
+    kept = "–" if s.get("kept_share") is None else f"{s['kept_share']:.2f}"
+    return f"{s.get('layers', '–')} {s.get('pairs', '')} | {methods} | {s.get('related')}/{s.get('judged')} | {kept}"
+
+
 def markdown(results: dict) -> str:
     """Per task: accuracy (%) ± stderr, recovered and kept fractions ± bootstrap stderr, auto's spreads."""
     from paw.bench.tasks import TASK_LABELS
@@ -82,9 +93,11 @@ def markdown(results: dict) -> str:
             for t in targets:
                 lines.append(f"| {t} | " + " | ".join(_rec(index.get((task, t, c)), key) for c in cols) + " |")
         if "auto" in methods:
-            lines += ["", f"Task `{task}`, `auto`'s kept fraction per seed:", "",
-                      "| target | per seed |", "|---|---|"]
-            lines += [f"| {t} | {_spread(index.get((task, t, 'auto')))} |" for t in targets]
+            lines += ["", f"Task `{task}`, `auto`: kept fraction per seed, and what it decided (first seed)", "",
+                      "| target | kept per seed | layer pairing | methods | related | ΔW kept share |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {t} | {_spread(index.get((task, t, 'auto')))} | {_decided(index.get((task, t, 'auto')))} |"
+                      for t in targets]
         lines.append("")
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
