@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -63,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from paw.bench.quality import run_benchmark
-    from paw.bench.report import markdown, write_results
-    from paw.cli.bench import options_from
+    from paw.bench.options import options_from
+    from paw.bench.quality import benchmark_to_folder
+    from paw.bench.report import markdown
     from paw.errors import PawError
     from paw.io.atomic import check_output
 
@@ -79,9 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                             lora_rank=args.lora_rank, data=args.data, device=args.device, quick=args.quick)
         opts = replace(opts, model_seed=args.model_seed)
         opts.check()
-        with tempfile.TemporaryDirectory(prefix="paw-bench-transfer-") as tmp:
-            results = run_benchmark(opts, args.workdir or tmp)
-        write_results(args.output, results, overwrite=args.overwrite, command=" ".join(["python", *sys.argv]))
+        results = benchmark_to_folder(opts, args.output, workdir=args.workdir, overwrite=args.overwrite,
+                                      command=" ".join(["python", *sys.argv]))
     except PawError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -94,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _merge(args) -> int:
-    from paw.bench.quality import merge_results
     from paw.bench.report import markdown, write_results
+    from paw.bench.results import merge_results
     from paw.errors import PawError
     from paw.io.atomic import check_output
     from paw.io.checkpoint import read_json

@@ -67,7 +67,6 @@ def _same_model(folder: Path) -> list[dict]:
     from paw.transfer import linalg, relatedness
     from paw.transfer.context import Context
     from paw.transfer.evidence import _side
-    from paw.transfer.layers import role_of
     from paw.transfer.vocab import VocabIndex
 
     ckpt = open_checkpoint(folder)
@@ -79,7 +78,7 @@ def _same_model(folder: Path) -> list[dict]:
                  "mlp.up_proj", "mlp.down_proj"):
         def fp(side, j, rest=rest):
             module = f"model.layers.{j}.{rest}"
-            return ctx.fingerprint(side, f"{module}.weight", module=module, role=role_of(module))
+            return ctx.fingerprint(side, f"{module}.weight", module=module)
 
         for i in range(n):
             for k in range(n):

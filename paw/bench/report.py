@@ -6,22 +6,28 @@ import math
 from pathlib import Path
 from typing import Any
 
+from paw.bench.results import TransferStatus
+
 FIXED = ("base", "direct", "random")
+
+
+def _statuses(row: dict) -> set[TransferStatus]:
+    return {TransferStatus(value) for value in row["status"]}
 
 
 def _acc(row: dict | None) -> str:
     if row is None:
         return "–"
     if "accuracy" not in row:
-        return "n/a" if row["status"].startswith("n/a") else row["status"]
+        return "n/a" if TransferStatus.NOT_APPLICABLE in _statuses(row) else "/".join(row["status"])
     a = row["accuracy"]
-    mark = " (refused)" if "refused" in row["status"] else ""
+    mark = " (refused)" if TransferStatus.REFUSED in _statuses(row) else ""
     return f"{100 * a['mean']:.1f} ± {100 * a['stderr']:.1f}{mark}"
 
 
 def _rec(row: dict | None, key: str = "recovered") -> str:
     if row is None or key not in row:
-        return "–" if row is None else ("n/a" if row["status"].startswith("n/a") else "–")
+        return "–" if row is None else ("n/a" if TransferStatus.NOT_APPLICABLE in _statuses(row) else "–")
     r = row[key]
     if not r["ceiling_ok"] or r["value"] is None or not math.isfinite(r["value"]):
         return "†"
@@ -63,7 +69,7 @@ def _decided(row: dict | None) -> str:
     """``auto``'s pairing, methods, related modules and ΔW kept share from the first seed's transfer summary."""
     summaries = [v for v in ((row or {}).get("transfer_summary") or {}).values() if v and "methods" in v]
     if not summaries:
-        return "refused | – | – | –" if row and "refused" in row.get("status", "") else "– | – | – | –"
+        return "refused | – | – | –" if row and TransferStatus.REFUSED in _statuses(row) else "– | – | – | –"
     s = summaries[0]
     methods = ", ".join(f"{k} {v}" for k, v in s.get("methods", {}).items()) or "–"
     kept = "–" if s.get("kept_share") is None else f"{s['kept_share']:.2f}"

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paw.evaluate.items import MCItem
+from paw.registry import Registry
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "brown", "pink", "grey", "orange", "purple", "teal"]
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "kr", "st", "tr"]
@@ -72,7 +73,7 @@ def commonsense_corpus(folder: Path | None, names: tuple[str, ...]) -> list[str]
     paths = [Path(folder) / f"{name}_formatted.jsonl" for name in names]
     if not all(p.exists() for p in paths):
         return None
-    from paw.io.mcdata import read_items
+    from paw.evaluate.formats import read_items
 
     return [_sentence(item) for path in paths for item in read_items(path)]
 
@@ -192,8 +193,10 @@ TASK_LABELS = {"facts": "memorisation: asked with the training prompt",
                "facts-heldout": "facts asked in a phrasing never trained on",
                "rule": "a rule applied to unseen words"}
 
-TASKS: dict[str, Callable[..., TaskData]] = {"facts": facts_task, "facts-heldout": facts_heldout_task,
-                                              "rule": rule_task}
+TASKS: Registry[Callable[..., TaskData]] = Registry("benchmark task")
+TASKS.add("facts", facts_task)
+TASKS.add("facts-heldout", facts_heldout_task)
+TASKS.add("rule", rule_task)
 
 
 def common_words(texts: list[str], n: int = 400) -> list[str]:

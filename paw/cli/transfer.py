@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, TRACK
+from paw.cli._options import DEVICE, OVERWRITE, TRACK, choices
+from paw.transfer.layers import LAYER_MAPS  # light: torch is imported inside the functions
+from paw.transfer.pipeline import method_names
 
-
-class Method(str, Enum):
-    auto = "auto"
-    copy = "copy"
-    lora_x = "lora-x"
-    cross_lora = "cross-lora"
-    embed_map = "embed-map"
-    structural = "structural"
-
-
-class LayerMap(str, Enum):
-    auto = "auto"
-    name = "name"
-    relative_depth = "relative-depth"
-    similarity = "similarity"
+Method = choices("Method", method_names())
+LayerMap = choices("LayerMap", LAYER_MAPS)
 
 
 def register(app: typer.Typer) -> None:
@@ -33,14 +21,14 @@ def register(app: typer.Typer) -> None:
         source_base: str = typer.Option(..., "--source-base", help="The adapter's base model (folder or cached ID)."),
         target_base: str = typer.Option(..., "--target-base", help="The model to move the adapter to."),
         output: Path = typer.Option(..., "--output", "-o", help="Output adapter folder (with its report)."),
-        method: Method = typer.Option(Method.auto, "--method", help="How factors are mapped; auto picks per "
+        method: Method = typer.Option("auto", "--method", help="How factors are mapped; auto picks per "
                                       "module and refuses unrelated targets."),
         subspace_rank: int = typer.Option(None, "--subspace-rank", min=1,
                                           help="R of lora-x/cross-lora's subspaces [default: lora-x "
                                                "min(32, min(out,in)/4), cross-lora 320 as its paper]."),
         min_similarity: float = typer.Option(None, "--min-similarity", min=0.0, max=1.0,
                                              help="Also skip modules whose subspace similarity is below this."),
-        layer_map: LayerMap = typer.Option(LayerMap.auto, "--layer-map",
+        layer_map: LayerMap = typer.Option("auto", "--layer-map",
                                            help="How layers pair up; auto: by name when depths and weights "
                                                 "agree, else by similarity, trying the others before refusing."),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="paw-vocab-map JSON when tokenizers differ."),
@@ -56,34 +44,16 @@ def register(app: typer.Typer) -> None:
         Example: paw transfer-lora --adapter ./tiny/lora --source-base ./tiny/base --target-base ./tiny/finetune -o ./moved
         """
         from paw.cli._options import command_line, track_once
-        from paw.device import resolve_device
-        from paw.io.adapter import read_adapter
-        from paw.io.atomic import check_output
-        from paw.io.checkpoint import open_checkpoint
-        from paw.io.manifest import describe_input
         from paw.io.tracking import check_kind
-        from paw.io.transfer_report import REPORT_JSON, write_transfer
-        from paw.transfer import transfer_lora
+        from paw.io.transfer_report import REPORT_JSON
+        from paw.transfer.run import transfer_adapter
 
-        check_output(output, overwrite=overwrite)
         check_kind(track)
-        dev = resolve_device(device)
-        lora = read_adapter(adapter)
-        source, target = open_checkpoint(source_base), open_checkpoint(target_base)
-        mapping = None
-        if vocab_map is not None:
-            from paw.io.vocab_map import read_vocab_map
-
-            mapping = read_vocab_map(vocab_map)
-        moved, report = transfer_lora(lora, source, target, method=method.value, subspace_rank=subspace_rank,
-                                      min_similarity=min_similarity, layer_map=layer_map.value,
-                                      vocab_map=mapping, ridge=ridge, force=force, device=dev,
-                                      target_name=target_base)
-        inputs = {"adapter": describe_input(adapter), "source_base": describe_input(source_base),
-                  "target_base": describe_input(target_base)}
-        if vocab_map is not None:
-            inputs["vocab_map"] = describe_input(vocab_map)
-        write_transfer(output, moved, report, command=command_line(), inputs=inputs, overwrite=overwrite)
+        result = transfer_adapter(adapter, source_base, target_base, output, method=method.value,
+                                  subspace_rank=subspace_rank, min_similarity=min_similarity,
+                                  layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
+                                  device=device, overwrite=overwrite)
+        report, inputs = result.report, result.inputs
         s = report["summary"]
         typer.echo(f"transferred {s['transferred']}/{report['adapter']['modules']} modules "
                    f"({', '.join(f'{k}: {v}' for k, v in s['methods'].items())}) -> {output}")

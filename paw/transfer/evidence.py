@@ -19,7 +19,7 @@ def _r(x):
 
 
 def _print(ctx: Context, side: str, job: Job, module: str, name: str, W=None) -> Fingerprint:
-    return ctx.fingerprint(side, name, module=module, role=job.role, transpose=job.embedding, W=W)
+    return ctx.fingerprint(side, name, module=module, transpose=job.embedding, W=W)
 
 
 def null_prints(ctx: Context, job: Job) -> list[Fingerprint]:
@@ -36,8 +36,23 @@ def null_prints(ctx: Context, job: Job) -> list[Fingerprint]:
     return out
 
 
-def _side(carried, X_t, nulls: list) -> dict:
-    """Similarity to the partner's basis, its null level (median over the other layers) and the lift."""
+def _restrict(X, rows: list[int] | None):
+    """The span of ``X`` seen on ``rows`` only (orthonormal again); ``X`` itself when ``rows`` is None."""
+    if rows is None:
+        return X
+    import torch
+
+    return torch.linalg.qr(X[torch.tensor(rows, dtype=torch.long, device=X.device)]).Q
+
+
+def _side(carried, X_t, nulls: list, rows: list[int] | None = None) -> dict:
+    """Similarity to the partner's basis, its null level (median over the other layers) and the lift.
+
+    ``rows``: compare on these target coordinates only (units of a grown target that have a source
+    partner), the partner and the null alike, so that units the source never had do not count.
+    """
+    nulls = [_restrict(X, rows) for X in nulls if X.shape[0] == X_t.shape[0]]
+    carried, X_t = _restrict(carried, rows), _restrict(X_t, rows)
     rank = min(carried.shape[1], X_t.shape[1])
     chance = linalg.chance_similarity(rank, X_t.shape[0])
     sim = linalg.subspace_similarity(carried[:, :rank], X_t[:, :rank])
@@ -59,10 +74,11 @@ def measure(ctx: Context, job: Job, mapped: Mapped) -> dict:
     fp_t = _print(ctx, "t", job, job.target_module, job.weight_t, W=job.W_t)
     nulls = null_prints(ctx, job)
     sides = {}
-    for side, carry, X_s, X_t, pick in (("out", mapped.carry_out, fp_s.U, fp_t.U, lambda f: f.U),
-                                        ("in", mapped.carry_in, fp_s.V, fp_t.V, lambda f: f.V)):
-        if carry is not None:
-            sides[side] = _side(carry(X_s), X_t, [pick(f) for f in nulls])
+    for side, carry, X_s, X_t, pick, rows in (
+            ("out", mapped.carry_out, fp_s.U, fp_t.U, lambda f: f.U, mapped.paired_out),
+            ("in", mapped.carry_in, fp_s.V, fp_t.V, lambda f: f.V, mapped.paired_in)):
+        if carry is not None and rows != []:  # no paired unit on a side: nothing to compare there
+            sides[side] = _side(carry(X_s), X_t, [pick(f) for f in nulls], rows)
     weaker = min(sides, key=lambda k: sides[k]["lift"]) if sides else None
     res = _residual_evidence(fp_s, fp_t, nulls) if mapped.frame == "same" else {}
     norm_s = linalg.lora_norm(job.A, job.B)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paw import arch
+from paw.registry import Registry
 from paw.transfer import linalg
 from paw.transfer.layers import Role
 
@@ -59,18 +61,16 @@ class Mapped:
     carry_out: Callable | None = None
     carry_in: Callable | None = None
     frame: str | None = None
+    paired_out: list[int] | None = None  # target coordinates that have a source partner (None: all)
+    paired_in: list[int] | None = None
 
 
 MethodFn = Callable[[Any, Job], Mapped]
-METHODS: dict[str, MethodFn] = {}
+METHODS: Registry[MethodFn] = Registry("transfer method")
 
 
 def register(name: str):
-    def deco(fn: MethodFn) -> MethodFn:
-        METHODS[name] = fn
-        return fn
-
-    return deco
+    return METHODS.register(name)
 
 
 def _identity(x):
@@ -161,8 +161,9 @@ def cross_lora(ctx, job: Job) -> Mapped:
 
 def _role(job: Job, method: str) -> Any:
     if job.role is None:
+        known = ", ".join(arch.GENERIC.linear_names)
         raise Unavailable(f"{method} does not know how {job.module} touches the residual stream "
-                          "(supported: q/k/v/o/gate/up/down_proj, lm_head, embed_tokens)")
+                          f"(supported: {known}, the output head and the input embedding)")
     return job.role
 
 
@@ -201,8 +202,8 @@ def embed_map(ctx, job: Job) -> Mapped:
     W_s, W_t = job.W_s, job.W_t
     trace_t = float(W_t.reshape(-1) @ W_t.reshape(-1))
     if role.side == "in":
-        g_s = ctx.gain("s", ctx.norm_name(job.module, role.norm), W_s.shape[1])
-        g_t = ctx.gain("t", ctx.norm_name(job.target_module, role.norm), W_t.shape[1])
+        g_s = ctx.gain("s", ctx.input_norm("s", job.module), W_s.shape[1])
+        g_t = ctx.gain("t", ctx.input_norm("t", job.target_module), W_t.shape[1])
         into_s = g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :]    # (in_s, in_t): target input -> source input
         into_t = g_t[:, None] * M_st * _safe_inverse(g_s)[None, :]    # (in_t, in_s)
         gram = W_s.T @ W_s  # (in_s, in_s), shared by the output map and the residual
@@ -244,7 +245,7 @@ def structural_map(ctx, job: Job) -> Mapped:
         other = None
     else:
         if job.layers[0] is None:
-            raise Unavailable(f"structural cannot place {job.module} (not inside model.layers.N)")
+            raise Unavailable(f"structural cannot place {job.module} (not inside a decoder layer)")
         maps = ctx.unit_maps(*job.layers)
         if role.other not in maps:
             raise Unavailable(f"structural found no {role.other} units for {job.module}")
@@ -262,7 +263,14 @@ def structural_map(ctx, job: Job) -> Mapped:
     selection = role.other != "vocab" or ctx.vocab.identity
     return Mapped(A, B, _paired_residual(job.W_t, W_hat, out_idx, in_idx),
                   lambda U: _orth(take(U, out_idx, 0)), lambda V: _orth(take(V, in_idx, 0)),
-                  frame="selection" if selection else None)
+                  frame="selection" if selection else None, paired_out=_paired(out_idx), paired_in=_paired(in_idx))
+
+
+def _paired(index: list[int] | None) -> list[int] | None:
+    """Target units with a source partner; None when every unit has one (nothing to restrict)."""
+    if index is None or all(i >= 0 for i in index):
+        return None
+    return [j for j, i in enumerate(index) if i >= 0]
 
 
 def _paired_residual(W_t, W_hat, out_idx, in_idx) -> float:
@@ -283,6 +291,4 @@ def _paired_residual(W_t, W_hat, out_idx, in_idx) -> float:
 
 
 def _head_dim(ctx) -> int:
-    from paw.transfer.context import head_dim_of
-
-    return head_dim_of(ctx.target.config) or 1
+    return arch.head_dim(ctx.target.config) or 1

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paw.errors import PawError
-from paw.transfer.layers import match_layers, name_scores, relative_depth_scores
+from paw.transfer.layers import LAYER_MAPS
 
 AUTO = "auto"
-LAYER_MAPS = (AUTO, "name", "relative-depth", "similarity")
+WHY = {"name": "layer i to layer i", "relative-depth": "layers at the same relative depth",
+       "similarity": "order-preserving pairing of maximal layer-fingerprint correlation"}
 
 
 @dataclass(frozen=True)
@@ -42,21 +43,29 @@ def _similarity(ctx) -> list[list[float]] | str:
 
 
 def _named(ctx, how: str) -> Pairing | str:
-    n_s, n_t = ctx.n_layers
-    if how == "name":
-        return Pairing("name", match_layers(name_scores(n_s, n_t), by_name=True), "layer i to layer i")
-    if how == "relative-depth":
-        return Pairing(how, match_layers(relative_depth_scores(n_s, n_t)), "layers at the same relative depth")
-    scores = _similarity(ctx)
-    if isinstance(scores, str):
-        return f"similarity pairing unavailable: {scores}"
-    return Pairing(how, match_layers(scores), "order-preserving pairing of maximal layer-fingerprint correlation")
+    """The pairing of one registered layer map, or why it cannot be made."""
+    failed: list[str] = []
+
+    def similarity():
+        scores = _similarity(ctx)
+        if isinstance(scores, str):
+            failed.append(scores)
+            raise PawError(scores)
+        return scores
+
+    try:
+        pairs = LAYER_MAPS[how](*ctx.n_layers, similarity)
+    except PawError:
+        if failed:
+            return f"{how} pairing unavailable: {failed[0]}"
+        raise
+    return Pairing(how, pairs, WHY.get(how, LAYER_MAPS[how].__doc__ or how))
 
 
 def candidates(ctx, how: str) -> list[Pairing]:
     """Pairings to try, first to last; one for a named ``how``, several (deduplicated) for ``auto``."""
     if how not in LAYER_MAPS:
-        raise PawError(f"unknown --layer-map {how!r}; choose one of {', '.join(LAYER_MAPS)}")
+        raise PawError(f"unknown --layer-map {how!r}; choose one of {', '.join(LAYER_MAPS.names())}")
     if how != AUTO:
         got = _named(ctx, how)
         if isinstance(got, str):

@@ -13,12 +13,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from paw.errors import PawError
+from paw import arch
+from paw.errors import NotApplicable, PawError, Refused
 from paw.progress import track
 from paw.transfer import pairing
-from paw.transfer.context import EMBED, LM_HEAD, Context
+from paw.transfer.context import Context, family_of
 from paw.transfer.evidence import measure
-from paw.transfer.layers import rename_layer, role_of, split_layer
+from paw.transfer.layers import LAYER_MAPS, rename_layer, role_of, split_layer
 from paw.transfer.methods import METHODS, Job, Mapped, Unavailable
 from paw.transfer.relatedness import (
     KEPT_WARNING,
@@ -31,7 +32,6 @@ from paw.transfer.relatedness import (
 from paw.transfer.vocab import VocabIndex
 
 AUTO = "auto"
-LAYER_MAPS = pairing.LAYER_MAPS
 
 
 def method_names() -> list[str]:
@@ -57,15 +57,16 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     Returns ``(adapter for the target, report dict)``; every output module keeps its rank r.
     ``vocab_map``: a :class:`paw.io.vocab_map.VocabMapping` or None (same tokenizer).
     ``layer_map``: ``auto`` (default, see :mod:`paw.transfer.pairing`) or one of :data:`LAYER_MAPS`.
-    Raises PawError on bad input and when ``auto`` finds the target unrelated under every layer
-    pairing it tried (unless ``force``).
+    Raises PawError on bad input, :class:`~paw.errors.NotApplicable` when the method cannot map the
+    adapter, and :class:`~paw.errors.Refused` when ``auto`` finds the target unrelated under every
+    layer pairing it tried (unless ``force``).
     """
     import torch
 
     if method not in method_names():
         raise PawError(f"unknown transfer method {method!r}; choose one of {', '.join(method_names())}")
     if layer_map not in LAYER_MAPS:
-        raise PawError(f"unknown --layer-map {layer_map!r}; choose one of {', '.join(LAYER_MAPS)}")
+        raise PawError(f"unknown --layer-map {layer_map!r}; choose one of {', '.join(LAYER_MAPS.names())}")
     if ridge <= 0:
         raise PawError(f"--ridge must be positive, got {ridge}")
     device = torch.device(device) if isinstance(device, str) else device
@@ -88,10 +89,10 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     if vocab_map is not None:
         report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE]
     if method == AUTO and report["summary"]["unrelated"] and not force:
-        raise PawError(_refusal(report, attempts))
+        raise Refused(_refusal(report, attempts))
     done = [r for r in records if r["transferred"]]
     if not done:
-        raise PawError("no module was transferred (see the reasons with --force or another --method): "
+        raise NotApplicable("no module was transferred (see the reasons with --force or another --method): "
                        + "; ".join(f"{r['module']}: {r['decision']}" for r in records[:3]))
     return _adapter(adapter, target, target_name, done, tensors, extras), report
 
@@ -130,13 +131,14 @@ def _adapter(adapter, target, target_name, done: list[dict], tensors: dict, extr
 # ------------------------------------------------------------------------------------------ checks
 
 def _rows(ckpt) -> int:
-    return int(ckpt.shape(EMBED)[0]) if EMBED in ckpt else 0
+    embed = family_of(ckpt).embed
+    return int(ckpt.shape(embed)[0]) if embed in ckpt else 0
 
 
 def _base_name(module: str, ckpt) -> str:
-    name = f"{module}.weight"
-    if name not in ckpt and module == "lm_head" and EMBED in ckpt:
-        return EMBED  # tied head: lm_head reads the embedding table
+    name, embed = f"{module}.weight", family_of(ckpt).embed
+    if name not in ckpt and arch.is_head(module) and embed in ckpt:
+        return embed  # tied head: the output head reads the embedding table
     return name
 
 
@@ -175,8 +177,9 @@ def _job(ctx: Context, lm, source_name: str) -> Job | str:
     if embedding:
         W_s, W_t = W_s.T, W_t.T
     ls, lt = split_layer(lm.module), split_layer(target_module)
-    return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t, role_of(lm.module),
-               source_name, target_name, (ls[1] if ls else None, lt[1] if lt else None), embedding)
+    return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t,
+               role_of(lm.module, ctx.families["s"]), source_name, target_name,
+               (ls[1] if ls else None, lt[1] if lt else None), embedding)
 
 
 def _r(x):
@@ -223,7 +226,7 @@ def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tup
         try:
             mapped = METHODS[method](ctx, job)
         except Unavailable as err:
-            raise PawError(str(err)) from None
+            raise NotApplicable(str(err)) from None
         evidence = measure(ctx, job, mapped)
         verdict = _verdict(evidence, min_similarity)
         if min_similarity is not None and (evidence["similarity"] or 0.0) < min_similarity:
@@ -301,24 +304,25 @@ def _map_delta(ctx: Context, base: str, delta, shape, how: str):
     """Map a (vocab, hidden) delta: rows through the vocabulary map, hidden columns as ``how`` says."""
     from paw.transfer import structural
 
-    if base not in (EMBED, LM_HEAD):
+    fam_s, fam_t = ctx.families["s"], ctx.families["t"]
+    if base not in (fam_s.embed, fam_s.head):
         if tuple(delta.shape) == tuple(shape):
             return delta
-        raise PawError(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
+        raise NotApplicable(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
     rows = ctx.vocab.rows(delta)
     if how == "structural":
         return structural.gather(rows, ctx.hidden_map().index, 1)
     if how == "embed-map":
         M_st, M_ts = ctx.residual_maps()
-        if base == EMBED:
+        if base == fam_s.embed:
             return rows @ M_st.T
-        g_s = ctx.gain("s", "model.norm.weight", delta.shape[1])
-        g_t = ctx.gain("t", "model.norm.weight", shape[1])
+        g_s = ctx.gain("s", fam_s.final_norm, delta.shape[1])
+        g_t = ctx.gain("t", fam_t.final_norm, shape[1])
         from paw.transfer.methods import _safe_inverse
 
         return rows @ (g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :])
     if rows.shape[1] != shape[1]:
-        raise PawError(f"cannot carry {base!r} across hidden sizes {rows.shape[1]} -> {shape[1]} with this method")
+        raise NotApplicable(f"cannot carry {base!r} across hidden sizes {rows.shape[1]} -> {shape[1]} with this method")
     return rows
 
 
