@@ -24,12 +24,13 @@ def register(app: typer.Typer) -> None:
         method: Method = typer.Option("auto", "--method", help="How factors are mapped; auto picks per "
                                       "module and refuses unrelated targets."),
         subspace_rank: int = typer.Option(None, "--subspace-rank", min=1,
-                                          help="R of the truncated SVDs [default: min(32, min(out,in)/4)]."),
+                                          help="R of lora-x/cross-lora's subspaces [default: lora-x "
+                                               "min(32, min(out,in)/4), cross-lora 320 as its paper]."),
         min_similarity: float = typer.Option(None, "--min-similarity", min=0.0, max=1.0,
-                                             help="Skip modules whose subspace similarity is below this "
-                                                  "[auto default: chance + 0.25*(1-chance)]."),
-        layer_map: LayerMap = typer.Option("name", "--layer-map",
-                                           help="How layers pair up when depths differ."),
+                                             help="Also skip modules whose subspace similarity is below this."),
+        layer_map: LayerMap = typer.Option("auto", "--layer-map",
+                                           help="How layers pair up; auto: by name when depths and weights "
+                                                "agree, else by similarity, trying the others before refusing."),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="paw-vocab-map JSON when tokenizers differ."),
         ridge: float = typer.Option(1e-2, "--ridge", help="Ridge strength of least-squares maps, relative to "
                                     "the mean eigenvalue."),
@@ -57,15 +58,14 @@ def register(app: typer.Typer) -> None:
         s = report["summary"]
         typer.echo(f"transferred {s['transferred']}/{report['adapter']['modules']} modules "
                    f"({', '.join(f'{k}: {v}' for k, v in s['methods'].items())}) -> {output}")
-        typer.echo(f"median subspace similarity {s['median_similarity']} (chance {s['median_chance']}), "
-                   f"median re-mix residual {s['median_remix_residual']}, max norm ratio {s['max_norm_ratio']}")
+        typer.echo(f"related {s['related']}/{s['judged']}: median subspace similarity {s['median_similarity']} "
+                   f"vs {s['median_similarity_null']} for the other target layers (chance {s['median_chance']}); "
+                   f"kept share {s['kept_share']}, norm ratio {s['norm_ratio_total']}")
         lay = report["layers"]
+        typer.echo(f"layers paired by {lay['how']}: {lay['why']}")
         if lay["source_without_partner"] or lay["target_without_partner"]:
             typer.echo(f"layers without partner: source {lay['source_without_partner']}, "
                        f"target {lay['target_without_partner']}")
-        if lay["source"] != lay["target"] and lay["how"] == "name":
-            typer.echo(f"depths differ ({lay['source']} vs {lay['target']} layers): consider --layer-map "
-                       "similarity (pruned/grown targets) or relative-depth")
         if s["not_transferred"]:
             typer.echo(f"{s['not_transferred']} module(s) not transferred; reasons in {output / REPORT_JSON}")
         for warning in report.get("warnings", []):
