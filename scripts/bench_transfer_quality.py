@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="", help="facts,rule (default: all)")
     parser.add_argument("--targets", default="", help="upgrade,pruned,grown,distilled,tokenizer,unrelated (default: all)")
     parser.add_argument("--methods", default="", help="transfer methods (default: auto and all)")
+    parser.add_argument("--distill", default="inputs,synth,generic", help="distill rows: inputs,synth,generic or none")
     parser.add_argument("--items", type=int, default=300, help="held-out items per task and seed")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = options_from(seeds=args.seeds, tasks=args.tasks, targets=args.targets, methods=args.methods,
                             items=args.items, hidden_size=args.hidden_size, num_layers=args.num_layers,
                             pretrain_steps=args.pretrain_steps, lora_steps=args.lora_steps,
-                            lora_rank=args.lora_rank, data=args.data, device=args.device, quick=args.quick)
+                            lora_rank=args.lora_rank, data=args.data, device=args.device, quick=args.quick,
+                            distill=args.distill)
         opts.check()
         with tempfile.TemporaryDirectory(prefix="paw-bench-transfer-") as tmp:
             results = run_benchmark(opts, args.workdir or tmp)

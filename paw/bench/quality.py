@@ -69,6 +69,7 @@ class BenchOptions:
     commonsense: str | None = None              # folder of *_formatted.jsonl; None = embedded fallback
     device: str = "cpu"
     threads: int = 1                            # torch CPU threads: tiny models run best on one
+    distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw/bench/distill.py); () = none
 
     def check(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS] + [t for t in self.targets if t not in TARGETS]
@@ -77,6 +78,7 @@ class BenchOptions:
                            f"targets: {', '.join(TARGETS)}")
         if not self.seeds:
             raise PawError("give at least one seed")
+        _distill_conditions(self)  # unknown distill input budgets fail here, before any training
         if self.items < 10:
             raise PawError(f"--items {self.items}: at least 10 held-out items per task")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
@@ -324,6 +326,10 @@ def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts
                 out["outcomes"][method] = score_items(base.model, base.tokenizer, items)
         elif state == "refused":
             out["outcomes"][method] = list(base_outcome)
+    if opts.distill:  # distillation rows: paw/bench/distill.py
+        from paw.bench import distill
+
+        distill.run(out, base, source, adapter, task, opts, seed, score_items)
     return out
 
 
@@ -369,7 +375,13 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
                 raw.setdefault(task_name, {}).setdefault(base.name, {})[seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
-    return summarize(raw, asdict(opts) | {"methods": methods}, notes, lora_notes)
+    return summarize(raw, asdict(opts) | {"methods": methods + _distill_conditions(opts)}, notes, lora_notes)
+
+
+def _distill_conditions(opts: BenchOptions) -> list[str]:
+    from paw.bench.distill import conditions
+
+    return conditions(opts.distill)
 
 
 def _embedded() -> list[str]:
@@ -406,6 +418,10 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
                     if condition in methods:
                         row["transfer_summary"] = {str(s): per_seed[s]["summaries"].get(condition) for s in seeds}
                 rows.append(row)
+    if any(m.startswith("distill[") for m in methods):
+        from paw.bench.distill import add_kept
+
+        rows = add_kept(rows, raw, source=SOURCE, n_boot=settings["n_boot"])
     packed = {task: {base: {str(seed): {**r, "outcomes": {c: "".join(map(str, o)) for c, o in r["outcomes"].items()}}
                             for seed, r in per_seed.items()} for base, per_seed in per_base.items()}
               for task, per_base in raw.items()}

@@ -17,7 +17,7 @@ def _csv(value: str, cast=str) -> tuple:
 
 def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
                  num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
-                 device: str, quick: bool):
+                 device: str, quick: bool, distill: str = "inputs,synth,generic"):
     """Build :class:`paw.bench.quality.BenchOptions` from command-line strings (comma lists)."""
     from dataclasses import replace
 
@@ -35,7 +35,8 @@ def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: i
                                                       pretrain_steps=pretrain_steps, lora_steps=lora_steps,
                                                       lora_rank=lora_rank, items=items)
     return replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
-                   methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device)
+                   methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device,
+                   distill=() if distill.strip() == "none" else _csv(distill))
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +51,8 @@ def register(app: typer.Typer) -> None:
         targets: str = typer.Option("", help="Target kinds (comma list): upgrade, pruned, grown, distilled, "
                                     "tokenizer, unrelated. Default: all."),
         methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
+        distill: str = typer.Option("inputs,synth,generic", help="Distillation rows (comma list of input budgets: "
+                                    "inputs, synth, generic), or none."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
         hidden_size: int = typer.Option(64, help="Source hidden size."),
         num_layers: int = typer.Option(4, help="Source depth."),
@@ -77,7 +80,8 @@ def register(app: typer.Typer) -> None:
         check_output(output, overwrite=overwrite)
         opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
-                            lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick)
+                            lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
+                            distill=distill)
         opts.check()
         with tempfile.TemporaryDirectory(prefix="paw-bench-") as tmp:
             results = run_benchmark(opts, workdir or tmp)

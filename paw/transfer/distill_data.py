@@ -187,7 +187,7 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     rng = random.Random(f"synth-{seed}")
     known = {_norm(s.text) for s in seeds}
     kept: list[Prompt] = []
-    stats = {"requested": n, "generated": 0, "blank": 0, "duplicates": 0, "filtered": 0, "rounds": 0}
+    stats = {"requested": n, "generated": 0, "blank": 0, "duplicates": 0, "filtered": 0, "surplus": 0, "rounds": 0}
     threshold = None
     if filter_lines is not None:
         threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
@@ -212,6 +212,7 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
             scores = task_likeness(model, tokenizer, fresh, seeds, filter_lines, device=device)
             stats["filtered"] += sum(s < threshold for s in scores)
             fresh = [line for line, s in zip(fresh, scores, strict=True) if s >= threshold]
+        stats["surplus"] += max(0, len(fresh) - (n - len(kept)))
         kept += [Prompt(line) for line in fresh[: n - len(kept)]]
     stats["kept"] = len(kept)
     if not kept:
