@@ -1,7 +1,7 @@
 """Files of ``paw transfer-lora --method distill``: input prompts in, adapter + report + curve out.
 
-Prompt files: any multiple-choice file ``paw eval`` reads (:mod:`paw.io.mcdata`; the caller drops
-the answers), JSON lines with a ``text`` or ``prompt`` field, or plain text with one input per line.
+Prompt files are read as lines here; :func:`paw.transfer.distill_run.read_inputs` decides what they
+hold (a multiple-choice file ``paw eval`` reads, JSON records with a text field, or plain lines).
 The output folder holds the PEFT adapter (``adapter_model.safetensors``, ``adapter_config.json``
 naming the target), ``transfer_report.json`` with its ``distill`` section and ``distill_curve.png``;
 no clock time, so equal inputs give equal bytes.
@@ -9,7 +9,6 @@ no clock time, so equal inputs give equal bytes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,10 @@ from paw.io.reports import save_figure
 
 REPORT_JSON = "transfer_report.json"
 CURVE_PNG = "distill_curve.png"
-_TEXT_KEYS = ("text", "prompt")
 
 
-def read_prompts(path: str | Path, *, what: str = "prompt file") -> list:
-    """Inputs of a file: ``MCItem`` s (multiple-choice layouts) or ``str`` s (text lines, ``text``/``prompt`` records).
-
-    An empty file, or one with only blank lines, is a :class:`PawError` naming it.
-    """
-    from paw.io.mcdata import detect_format, read_items
-
+def read_prompt_lines(path: str | Path, *, what: str = "prompt file") -> list[str]:
+    """The non-blank lines of a prompt file; a missing, unreadable or empty file is a :class:`PawError` naming it."""
     path = Path(path)
     if not path.is_file():
         raise PawError(f"no such {what}", path=path)
@@ -41,30 +34,7 @@ def read_prompts(path: str | Path, *, what: str = "prompt file") -> list:
         raise PawError(f"cannot read the {what} ({err})", path=path) from None
     if not lines:
         raise PawError(f"empty {what}: no inputs", path=path)
-    first = _json_object(lines[0])
-    if first is None:
-        return [line.strip() for line in lines]
-    if detect_format(first) is not None:
-        return read_items(path)
-    texts = []
-    for number, line in enumerate(lines, start=1):
-        record = _json_object(line)
-        key = next((k for k in _TEXT_KEYS if isinstance(record, dict) and isinstance(record.get(k), str)), None)
-        if key is None:
-            raise PawError(f"line {number}: neither a multiple-choice item nor a record with a "
-                           f"{' or '.join(repr(k) for k in _TEXT_KEYS)} field", path=path)
-        texts.append(record[key])
-    return texts
-
-
-def _json_object(line: str) -> dict | None:
-    if not line.lstrip().startswith("{"):
-        return None
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    return lines
 
 
 def curve_figure(report: dict):

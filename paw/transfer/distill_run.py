@@ -7,12 +7,15 @@ second and leaves nothing behind; the output folder is written atomically at the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from paw.errors import PawError
 from paw.transfer.distill import GENERIC, LM, distill_lora
 from paw.transfer.distill_data import MAX_SEEDS
+
+TEXT_KEYS = ("text", "prompt")
 
 
 def run_distill(adapter: str | Path, source_base: str | Path, target_base: str | Path, output: str | Path, *,
@@ -30,7 +33,7 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
     from paw.device import resolve_device
     from paw.io.adapter import read_adapter
     from paw.io.atomic import check_output
-    from paw.io.distill_files import read_prompts, write_distill
+    from paw.io.distill_files import write_distill
     from paw.io.manifest import describe_input
 
     check_output(output, overwrite=overwrite)
@@ -45,18 +48,18 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
         raise PawError("--seed-examples is for --synthesize N")
     texts, seeds, held = GENERIC, None, None
     if prompts is not None and str(prompts) != GENERIC:
-        texts = read_prompts(prompts)
+        texts = read_inputs(prompts)
         inputs["prompts"] = describe_input(prompts)
     if synthesize:
         if seed_examples is None:
             raise PawError("--synthesize needs --seed-examples FILE (at most 5 task inputs)")
-        seeds = read_prompts(seed_examples, what="seed examples file")
+        seeds = read_inputs(seed_examples, what="seed examples file")
         if len(seeds) > MAX_SEEDS:
             raise PawError(f"{len(seeds)} seed examples: at most {MAX_SEEDS} are allowed (pass more as --prompts)",
                            path=seed_examples)
         inputs["seed_examples"] = describe_input(seed_examples)
     if eval_prompts is not None:
-        held = read_prompts(eval_prompts, what="evaluation prompt file")
+        held = read_inputs(eval_prompts, what="evaluation prompt file")
         inputs["eval_prompts"] = describe_input(eval_prompts)
     from paw.io.tokenizer import open_tokenizer
 
@@ -83,3 +86,36 @@ def _side(base: str | Path, info, device, *, adapter: str | Path | None = None) 
     if adapter is not None:
         model = model.merge_and_unload()  # the teacher only runs forward: merged weights are faster
     return LM(model.eval(), tokenizer, str(base), checkpoint=open_checkpoint(base), tokenizer_info=info)
+
+
+def read_inputs(path: str | Path, *, what: str = "prompt file") -> list:
+    """Inputs of a file: ``MCItem`` s of any layout ``paw eval`` reads (the answers are dropped later),
+    ``str`` s of JSON records with a ``text``/``prompt`` field, or its plain lines."""
+    from paw.io.distill_files import read_prompt_lines
+    from paw.io.mcdata import detect_format, read_items
+
+    lines = read_prompt_lines(path, what=what)
+    first = _json_object(lines[0])
+    if first is None:
+        return [line.strip() for line in lines]
+    if detect_format(first) is not None:
+        return read_items(path)
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        record = _json_object(line) or {}
+        key = next((k for k in TEXT_KEYS if isinstance(record.get(k), str)), None)
+        if key is None:
+            raise PawError(f"line {number}: neither a multiple-choice item nor a record with a "
+                           f"{' or '.join(repr(k) for k in TEXT_KEYS)} field", path=path)
+        texts.append(record[key])
+    return texts
+
+
+def _json_object(line: str) -> dict | None:
+    if not line.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

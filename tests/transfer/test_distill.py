@@ -87,20 +87,19 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
 
 
 def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world):
-    from paw.io.distill_files import read_prompts
+    from paw.io.adapter import read_adapter
     from paw.io.lm import load_lm
     from paw.io.tokenizer import open_tokenizer
     from paw.transfer.distill import LM, distill_lora
+    from paw.transfer.distill_run import read_inputs
 
     w = world
     teacher, tok_s = load_lm(w["source"], adapter=w["lora"], device="cpu")
     student, tok_t = load_lm(w["target"], device="cpu")
-    from paw.io.adapter import read_adapter
-
     before = {k: v.clone() for k, v in student.state_dict().items()}
     moved, report = distill_lora(read_adapter(w["lora"]), LM(teacher, tok_s, "s", tokenizer_info=open_tokenizer(w["source"])),
                                  LM(student, tok_t, "t", tokenizer_info=open_tokenizer(w["target"])),
-                                 prompts=read_prompts(w["root"] / "items.jsonl"), steps=3, lr=1e-2, max_new_tokens=2,
+                                 prompts=read_inputs(w["root"] / "items.jsonl"), steps=3, lr=1e-2, max_new_tokens=2,
                                  holdout=0.25, progress=False)
     d = report["distill"]
     assert d["losses"] == ["sequence-nll", "choice-kl"] and d["inputs"]["with_choices"] == 12
