@@ -14,21 +14,28 @@
 6. **merge**: ``paw merge --mode exp`` merges the two fine-tunes; the merged model is evaluated on
    both tasks.
 
-Steps live in a registry (:data:`STEPS`). A step whose ``paw`` command is not installed is reported
-as *skipped: not available*, a step whose inputs failed as *skipped: needs ...*; nothing stops the
-tour. Every report, plot and model lands under ``outdir``; ``summary.json`` gathers the numbers.
+Steps live in a registry (:data:`STEPS`) and call the same library pipelines as the ``paw``
+commands (:func:`paw.vocab.pipelines.analyze_tokenizers`, :func:`paw.transfer.run.transfer_adapter`,
+:func:`paw.taskvec.pipeline.task_vectors`, :func:`paw.merge.merge`); ``outdir/logs/`` records each
+call, what it printed and what it returned. A step whose inputs failed is *skipped: needs ...*;
+nothing stops the tour. Every report, plot and model lands under ``outdir``; ``summary.json``
+gathers the numbers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from paw.errors import PawError
+from paw.registry import Registry
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -52,13 +59,25 @@ class DemoSettings:
         return cls(n_facts=16, steps=100) if quick else cls()
 
 
+class StepStatus(str, enum.Enum):
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
 @dataclass
 class StepResult:
     name: str
     title: str
-    status: str              # "ok", "failed: ...", "skipped: ..."
-    detail: str = ""
+    status: StepStatus
+    reason: str = ""         # why it failed or was skipped
+    detail: str = ""         # what it found, for people
     seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """``'ok'``, ``'failed: <why>'``, ``'skipped: needs models'``: the status line of ``summary.json``."""
+        return f"{self.status.value}: {self.reason}" if self.reason else self.status.value
 
 
 @dataclass
@@ -72,6 +91,7 @@ class Demo:
     evals: dict[str, dict[str, dict]] = field(default_factory=dict)   # model label -> task -> metrics
     curves: dict[str, list[float]] = field(default_factory=dict)
     reports: dict[str, str] = field(default_factory=dict)
+    logs: set[str] = field(default_factory=set)                       # log files begun in this run
 
     def path(self, key: str, relative: str) -> Path:
         self.paths[key] = self.outdir / relative
@@ -83,16 +103,15 @@ class Step:
     name: str
     title: str
     run: Callable[[Demo], str]
-    command: str | None = None          # the ``paw`` command the step needs
     needs: tuple[str, ...] = ()         # steps that must have succeeded first
 
 
-STEPS: dict[str, Step] = {}
+STEPS: Registry[Step] = Registry("demo step")
 
 
-def step(name: str, title: str, *, command: str | None = None, needs: tuple[str, ...] = ()):
+def step(name: str, title: str, *, needs: tuple[str, ...] = ()):
     def register(run: Callable[[Demo], str]) -> Callable[[Demo], str]:
-        STEPS[name] = Step(name, title, run, command, needs)
+        STEPS.add(name, Step(name, title, run, needs))
         return run
 
     return register
@@ -100,35 +119,34 @@ def step(name: str, title: str, *, command: str | None = None, needs: tuple[str,
 
 # --------------------------------------------------------------------------- helpers
 
-class CommandFailed(Exception):
-    pass
+def run_logged(demo: Demo, log_name: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """``fn(*args, **kwargs)``, with the call and all it prints in ``outdir/logs/<log_name>.log``.
 
-
-def available_commands() -> set[str]:
-    """Names of the installed ``paw`` commands and command groups."""
-    import typer.main
-
-    from paw.cli import app
-
-    return set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
-
-
-def run_paw(demo: Demo, args: list[str], log_name: str) -> None:
-    """Run ``paw ARGS`` in-process, its output going to ``outdir/logs/<log_name>.log``."""
-    from paw.cli import main
-
+    The first call of a run starts the log; later calls with the same name append to it.
+    """
     log = demo.outdir / "logs" / f"{log_name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w", encoding="utf-8") as handle, contextlib.redirect_stdout(handle), \
+    shown = [_show(a) for a in args] + [f"{k}={_show(v)}" for k, v in kwargs.items()]
+    mode = "a" if log_name in demo.logs else "w"
+    demo.logs.add(log_name)
+    with log.open(mode, encoding="utf-8") as handle, contextlib.redirect_stdout(handle), \
             contextlib.redirect_stderr(handle):
-        print("$ paw " + " ".join(args), flush=True)
-        try:
-            code = main(args)
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else 1
-    if code:
-        lines = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
-        raise CommandFailed(f"{lines[-1] if lines else f'exit {code}'} (log: {log})")
+        print(f">>> {fn.__module__}.{fn.__qualname__}({', '.join(shown)})", flush=True)
+        return fn(*args, **kwargs)
+
+
+def _show(value: Any) -> str:
+    """An argument as the log shows it: paths as strings, big objects by their type."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    text = repr(str(value) if isinstance(value, Path) else value)
+    return text if len(text) <= 400 else f"<{type(value).__name__}>"
+
+
+def log_lines(demo: Demo, log_name: str, lines: list[str]) -> None:
+    """Append what a logged call returned, for people, to its log."""
+    with (demo.outdir / "logs" / f"{log_name}.log").open("a", encoding="utf-8") as handle:
+        handle.writelines(f"{line}\n" for line in lines)
 
 
 def evaluate_model(demo: Demo, label: str, model: Path, adapter: Path | None = None) -> None:
@@ -200,32 +218,35 @@ def _train_colour(demo: Demo) -> str:
            f"{_accuracy(demo, 'base')} -> {_accuracy(demo, 'base + LoRA')}"
 
 
-@step("tokenizers", "Compare two tokenizers", command="analyze-tokenizers", needs=("models",))
+@step("tokenizers", "Compare two tokenizers", needs=("models",))
 def _tokenizers(demo: Demo) -> str:
+    from paw.vocab.pipelines import analyze_tokenizers
+
     out = demo.path("tokenizers", "reports/tokenizers")
-    run_paw(demo, ["analyze-tokenizers", "--source", str(demo.paths["base"]), "--target", str(demo.paths["other"]),
-                   "--outdir", str(out), "--overwrite"], "analyze-tokenizers")
-    return _describe_report(out / "report.json", ("overlap", "shared", "jaccard"))
+    result = run_logged(demo, "analyze-tokenizers", analyze_tokenizers, demo.paths["base"], demo.paths["other"], out,
+                        overwrite=True)
+    v = result.report["vocabulary"]
+    detail = f"vocabulary.jaccard {v['jaccard']:.3g}, vocabulary.overlap_coefficient {v['overlap_coefficient']:.3g}"
+    log_lines(demo, "analyze-tokenizers", [detail, f"wrote {out}"])
+    return detail
 
 
-@step("transfer", "Transfer the LoRA to the successor base", command="transfer-lora", needs=("train-lora",))
+@step("transfer", "Transfer the LoRA to the successor base", needs=("train-lora",))
 def _transfer(demo: Demo) -> str:
+    from paw.transfer.run import transfer_adapter
+
     out = demo.path("transferred", "adapters/colour-lora-on-successor")
-    run_paw(demo, ["transfer-lora", "--adapter", str(demo.paths["lora"]), "--source-base", str(demo.paths["base"]),
-                   "--target-base", str(demo.paths["successor"]), "--output", str(out), "--method", "auto",
-                   "--device", "cpu", "--overwrite"], "transfer-lora")
+    moved = run_logged(demo, "transfer-lora", transfer_adapter, demo.paths["lora"], demo.paths["base"],
+                       demo.paths["successor"], out, method="auto", device="cpu", overwrite=True)
+    log_lines(demo, "transfer-lora", [_transfer_methods(moved.summary), f"wrote {out}"])
     evaluate_model(demo, "successor", demo.paths["successor"])
     evaluate_model(demo, "successor + transferred LoRA", demo.paths["successor"], out)
-    return f"{_transfer_methods(out)}; colour accuracy on the successor {_accuracy(demo, 'successor')} -> " \
+    return f"{_transfer_methods(moved.summary)}; colour accuracy on the successor {_accuracy(demo, 'successor')} -> " \
            f"{_accuracy(demo, 'successor + transferred LoRA')} (source + LoRA {_accuracy(demo, 'base + LoRA')})"
 
 
-def _transfer_methods(folder: Path) -> str:
-    """``'methods copy x14, median subspace similarity 0.995'`` from the transfer report, when present."""
-    from paw.io.checkpoint import read_json
-
-    path = folder / "transfer_report.json"
-    summary = read_json(path).get("summary", {}) if path.is_file() else {}
+def _transfer_methods(summary: dict) -> str:
+    """``'methods copy x14, median subspace similarity 0.995'`` from a transfer report's summary."""
     methods = summary.get("methods") or {}
     text = "methods " + ", ".join(f"{m} x{n}" for m, n in sorted(methods.items())) if methods else "transferred"
     similarity = summary.get("median_similarity")
@@ -247,30 +268,33 @@ def _fine_tunes(demo: Demo) -> str:
     return f"home accuracy {_accuracy(demo, 'base', 'home')} -> {_accuracy(demo, 'fine-tune home', 'home')}"
 
 
-@step("task-vectors", "Task vectors of the two fine-tunes", command="task-vectors", needs=("fine-tunes",))
+@step("task-vectors", "Task vectors of the two fine-tunes", needs=("fine-tunes",))
 def _task_vectors(demo: Demo) -> str:
+    from paw.taskvec.pipeline import task_vectors
+
     out = demo.path("task-vectors", "reports/task-vectors")
-    run_paw(demo, ["task-vectors", "--base", str(demo.paths["base"]), "--models", str(demo.paths["ft-colour"]),
-                   str(demo.paths["ft-home"]), "--outdir", str(out), "--device", "cpu", "--overwrite"], "task-vectors")
-    norms = []
-    for task in ("colour", "home"):
-        summary = out / f"ft-{task}" / "summary.json"
-        if summary.is_file():
-            from paw.io.checkpoint import read_json
-
-            value = read_json(summary).get("global_l2")
-            if isinstance(value, (int, float)):
-                norms.append(f"|Δ {task}| = {value:.3f}")
-    cosine = _pairwise_cosine(out / "pairwise_cosines.csv")
-    return ", ".join(norms + ([f"cosine {cosine:+.3f}"] if cosine is not None else [])) or f"reports in {out}"
+    run = run_logged(demo, "task-vectors", task_vectors, demo.paths["base"],
+                     [demo.paths["ft-colour"], demo.paths["ft-home"]], out, device="cpu", overwrite=True)
+    results = run.results
+    norms = [f"|Δ {task}| = {results.global_l2(i):.3f}" for i, task in enumerate(("colour", "home"))]
+    detail = ", ".join([*norms, f"cosine {results.cosines()[0][1]:+.3f}"])
+    log_lines(demo, "task-vectors", [detail, f"wrote {out}"])
+    return detail
 
 
-@step("merge", "Merge the two fine-tunes (exp L2 weights)", command="merge", needs=("fine-tunes",))
+@step("merge", "Merge the two fine-tunes (exp L2 weights)", needs=("fine-tunes",))
 def _merge(demo: Demo) -> str:
+    from paw.io.manifest import command_line
+    from paw.merge import MergeOptions, execute, prepare
+
     out = demo.path("merged", "models/merged")
-    args = ["merge", "--base", str(demo.paths["base"]), "--models", str(demo.paths["ft-colour"]),
-            str(demo.paths["ft-home"]), "--output", str(out), "--mode", "exp", "--device", "cpu", "--overwrite"]
-    run_paw(demo, args, "merge")
+    options = MergeOptions(base=str(demo.paths["base"]), models=[str(demo.paths["ft-colour"]),
+                           str(demo.paths["ft-home"])], output=str(out), mode="exp", device="cpu", overwrite=True)
+    job = run_logged(demo, "merge", prepare, options)
+    log_lines(demo, "merge", [f"{name}: L2 {'-' if norm is None else f'{norm:.6g}'}, weight {weight:.4f}"
+                                 for name, norm, weight in job.table()])
+    run_logged(demo, "merge", execute, job, command=command_line())
+    log_lines(demo, "merge", [f"wrote {out}"])
     evaluate_model(demo, "merged", out)
     return f"merged model: colour {_accuracy(demo, 'merged')}, home {_accuracy(demo, 'merged', 'home')}"
 
@@ -290,42 +314,6 @@ def _plots(demo: Demo) -> str:
     fig.tight_layout()
     path = save_figure(fig, demo.path("plot", "plots/lora_training_loss.png"))
     return str(path)
-
-
-def _describe_report(path: Path, keys: tuple[str, ...]) -> str:
-    """A few headline numbers from a JSON report whose exact schema belongs to another command."""
-    if not path.is_file():
-        return f"report in {path.parent}"
-    from paw.io.checkpoint import read_json
-
-    found = []
-    for key, value in _flatten(read_json(path)).items():
-        if any(k in key.lower() for k in keys) and isinstance(value, (int, float)) and not isinstance(value, bool):
-            found.append(f"{key} {value:.3g}" if isinstance(value, float) else f"{key} {value}")
-    return ", ".join(found[:3]) or f"report in {path}"
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict):
-        return {prefix: data}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
-def _pairwise_cosine(path: Path, first: str = "ft-colour", second: str = "ft-home") -> float | None:
-    """cos(Δ first, Δ second) from ``paw task-vectors``' ``pairwise_cosines.csv`` (a labelled matrix)."""
-    import csv
-
-    if not path.is_file():
-        return None
-    with path.open(encoding="utf-8") as handle:
-        rows = {row.get("model"): row for row in csv.DictReader(handle)}
-    try:
-        return float(rows[first][second])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 # --------------------------------------------------------------------------- driver
@@ -354,7 +342,6 @@ def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False
     outdir.mkdir(parents=True, exist_ok=True)
     quiet_transformers()
     demo = Demo(outdir=outdir, settings=DemoSettings.for_mode(quick))
-    commands = available_commands()
     results: list[StepResult] = []
     start = time.perf_counter()
     threads = torch.get_num_threads()
@@ -363,7 +350,7 @@ def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False
         for index, entry in enumerate(STEPS.values(), start=1):
             if on_begin is not None:
                 on_begin(index, entry)
-            result = _run_step(demo, entry, commands, {r.name for r in results if r.status == "ok"})
+            result = _run_step(demo, entry, {r.name for r in results if r.status is StepStatus.OK})
             results.append(result)
             if on_step is not None:
                 on_step(result)
@@ -373,24 +360,19 @@ def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False
     return DemoReport(outdir, results, demo.evals, summary, time.perf_counter() - start)
 
 
-def _run_step(demo: Demo, entry: Step, commands: set[str], done: set[str]) -> StepResult:
-    result = StepResult(entry.name, entry.title, "ok")
-    if entry.command is not None and entry.command not in commands:
-        result.status = f"skipped: paw {entry.command} not available"
-        return result
+def _run_step(demo: Demo, entry: Step, done: set[str]) -> StepResult:
+    result = StepResult(entry.name, entry.title, StepStatus.OK)
     missing = [n for n in entry.needs if n not in done]
     if missing:
-        result.status = f"skipped: needs {', '.join(missing)}"
+        result.status, result.reason = StepStatus.SKIPPED, f"needs {', '.join(missing)}"
         return result
     began = time.perf_counter()
     try:
         result.detail = entry.run(demo)
-    except CommandFailed as err:
-        result.status = f"failed: {err}"
     except PawError as err:
-        result.status = f"failed: {err}"
+        result.status, result.reason = StepStatus.FAILED, str(err)
     except Exception as err:  # a bug in one step must not hide the others' results
-        result.status = f"failed: {type(err).__name__}: {err}"
+        result.status, result.reason = StepStatus.FAILED, f"{type(err).__name__}: {err}"
     result.seconds = time.perf_counter() - began
     return result
 
@@ -402,7 +384,7 @@ def _write_summary(demo: Demo, results: list[StepResult]) -> Path:
 
     data = {
         "settings": asdict(demo.settings),
-        "steps": [{"name": r.name, "title": r.title, "status": r.status, "detail": r.detail} for r in results],
+        "steps": [{"name": r.name, "title": r.title, "status": r.label, "detail": r.detail} for r in results],
         "evaluations": demo.evals,
         "paths": {k: str(v) for k, v in sorted(demo.paths.items())},
     }

@@ -1,7 +1,9 @@
-"""One error type for everything a user can get wrong.
+"""One error type for everything a user can get wrong, and the outcomes that are not failures.
 
 The CLI prints ``error: <message>`` on one line and exits with code 2, never a traceback.
-Messages name the file or value at fault and, where there is one, the fix.
+Messages name the file or value at fault and, where there is one, the fix. Code that must tell
+outcomes apart (the benchmark scores a refusal as the base, a method that cannot apply as n/a)
+catches the subclasses below; it never reads the message text.
 """
 
 from __future__ import annotations
@@ -16,3 +18,18 @@ class PawError(Exception):
         self.path = None if path is None else str(path)
         full = f"{self.path}: {message}" if self.path else message
         super().__init__(" ".join(full.split()))  # always one line
+
+
+class Refused(PawError):
+    """The inputs are valid but PAW declines on evidence: ``auto`` transfer to an unrelated target.
+
+    The user can override it (``--force``); a benchmark scores it as "refused", not as a failure.
+    """
+
+
+class NotApplicable(PawError):
+    """This method cannot apply to these inputs (``copy`` across shapes); another method may."""
+
+
+class Skipped(PawError):
+    """A step or benchmark target was not run because something it needs is missing."""

@@ -56,8 +56,8 @@ def main() -> None:
     import torch
 
     from paw import zoo
+    from paw.evaluate.formats import read_items
     from paw.evaluate.mc import evaluate
-    from paw.io.mcdata import read_items
 
     torch.set_num_threads(args.threads)
     items = read_items(args.data, limit=args.items)

@@ -60,8 +60,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from paw import zoo
-    from paw.cli.extend import run_extend
     from paw.io.hf_tokenizer_edit import read_token_list
+    from paw.vocab.extend_pipeline import extend_tokenizer
 
     if not args.base_tokenizer:
         old_domain = _lines(args.data / "arc-easy_train_formatted.jsonl", args.texts)
@@ -88,7 +88,7 @@ def main() -> None:
         zoo.train_tokenizer(train_new, args.new_vocab).save_pretrained(args.work / "t2")
 
     t0 = time.perf_counter()
-    lines = run_extend(base, args.work / "paw", read_token_list(args.work / "t2"), device="cpu")
+    lines = extend_tokenizer(base, args.work / "paw", read_token_list(args.work / "t2"), device="cpu").lines()
     t_paw = time.perf_counter() - t0
 
     t0 = time.perf_counter()

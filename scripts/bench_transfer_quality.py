@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -58,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from paw.bench.quality import run_benchmark
-    from paw.bench.report import markdown, write_results
-    from paw.cli.bench import options_from
+    from paw.bench.options import options_from
+    from paw.bench.quality import benchmark_to_folder
+    from paw.bench.report import markdown
     from paw.errors import PawError
     from paw.io.atomic import check_output
 
@@ -73,10 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                             pretrain_steps=args.pretrain_steps, lora_steps=args.lora_steps,
                             lora_rank=args.lora_rank, data=args.data, device=args.device, quick=args.quick,
                             distill=args.distill)
-        opts.check()
-        with tempfile.TemporaryDirectory(prefix="paw-bench-transfer-") as tmp:
-            results = run_benchmark(opts, args.workdir or tmp)
-        write_results(args.output, results, overwrite=args.overwrite, command=" ".join(["python", *sys.argv]))
+        results = benchmark_to_folder(opts, args.output, workdir=args.workdir, overwrite=args.overwrite,
+                                      command=" ".join(["python", *sys.argv]))
     except PawError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -89,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _merge(args) -> int:
-    from paw.bench.quality import merge_results
     from paw.bench.report import markdown, write_results
+    from paw.bench.results import merge_results
     from paw.errors import PawError
     from paw.io.atomic import check_output
     from paw.io.checkpoint import read_json

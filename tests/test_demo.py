@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from paw.demo import STEPS, Demo, DemoSettings, Step, _run_step, available_commands
+from paw.demo import STEPS, Demo, DemoSettings, Step, StepStatus, _run_step
+from paw.registry import DuplicateName
 
 
 @pytest.fixture(scope="module")
@@ -18,17 +19,13 @@ def demo_run(tmp_path_factory):
 
 
 def test_demo_steps_all_run(demo_run):
-    commands = available_commands()
     status = {r.name: r.status for r in demo_run.steps}
     assert list(status) == list(STEPS)
-    for name, entry in STEPS.items():
-        if entry.command is None or entry.command in commands:
-            assert status[name] == "ok", (name, status[name])
-        else:
-            assert status[name] == f"skipped: paw {entry.command} not available"
+    assert all(s is StepStatus.OK for s in status.values()), {r.name: r.label for r in demo_run.steps}
     details = {r.name: r.detail for r in demo_run.steps}
-    if status["task-vectors"] == "ok":
-        assert "|Δ colour| = " in details["task-vectors"] and "cosine " in details["task-vectors"]
+    assert "|Δ colour| = " in details["task-vectors"] and "cosine " in details["task-vectors"]
+    assert details["tokenizers"].startswith("vocabulary.jaccard 0.")
+    assert details["transfer"].startswith("methods copy x14, median subspace similarity 0.9")
 
 
 def test_demo_accuracies(demo_run):
@@ -57,20 +54,29 @@ def test_demo_folder_holds_reports(demo_run):
                 "transfer-lora": out / "adapters" / "colour-lora-on-successor" / "transfer_report.json",
                 "task-vectors": out / "reports" / "task-vectors" / "pairwise_cosines.csv",
                 "merge": out / "models" / "merged" / "paw_merge.json"}
-    for command, path in expected.items():
-        if command in available_commands():
-            assert path.is_file(), path
+    for log, path in expected.items():
+        assert path.is_file(), path
+        # the log names the library call the step made, and what it wrote
+        text = (out / "logs" / f"{log}.log").read_text(encoding="utf-8")
+        assert text.startswith(">>> paw.") and f"wrote {path.parent}" in text
 
 
-def test_missing_command_and_failed_dependency_are_reported(tmp_path):
+def test_failed_step_and_failed_dependency_are_reported(tmp_path):
     demo = Demo(outdir=tmp_path, settings=DemoSettings.for_mode(True))
-    missing = Step("x", "needs a future command", lambda d: "ran", command="no-such-command")
-    assert _run_step(demo, missing, {"merge"}, set()).status == "skipped: paw no-such-command not available"
     broken = Step("y", "breaks", lambda d: 1 / 0)
-    assert _run_step(demo, broken, set(), set()).status == "failed: ZeroDivisionError: division by zero"
+    result = _run_step(demo, broken, set())
+    assert result.status is StepStatus.FAILED and result.label == "failed: ZeroDivisionError: division by zero"
     after = Step("z", "after", lambda d: "ran", needs=("y",))
-    assert _run_step(demo, after, set(), set()).status == "skipped: needs y"
-    assert _run_step(demo, after, set(), {"y"}).detail == "ran"
+    skipped = _run_step(demo, after, set())
+    assert skipped.status is StepStatus.SKIPPED and skipped.label == "skipped: needs y"
+    assert _run_step(demo, after, {"y"}).detail == "ran"
+
+
+def test_demo_step_names_are_unique():
+    from paw.demo import step
+
+    with pytest.raises(DuplicateName, match="demo step 'merge' is registered twice"):
+        step("merge", "a second merge step")(lambda d: "")
 
 
 def test_cli_refuses_existing_folder(cli, tmp_path):

@@ -21,12 +21,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from paw import arch
 from paw.io.adapter import split_adapter_key, strip_prefix
 
 # segments PEFT puts between the module path and ".weight" in saved copies of whole layers
 _COPY_SEGMENTS = re.compile(r"\.(modules_to_save|original_module|base_layer)(?=\.weight$)")
 TRAINABLE_TOKENS = ".token_adapter.trainable_tokens_delta"
-VOCAB_MODULES = ("embed_tokens", "lm_head")
 
 
 @dataclass
@@ -70,17 +70,16 @@ def _shape(s: Sequence[int] | None) -> str:
     return "-" if s is None else "(" + ", ".join(str(x) for x in s) + ")"
 
 
-def _is_vocab_module(module: str) -> bool:
-    return module.rsplit(".", 1)[-1] in VOCAB_MODULES
-
-
 def check_fit(config: Mapping, adapter_shapes: Mapping[str, Sequence[int]],
               base_shapes: Mapping[str, Sequence[int]], *, tied: bool = False) -> FitReport:
-    """Compare an adapter (config + saved key -> shape) with a base (tensor name -> shape)."""
-    base = dict(base_shapes)
-    embed = next((n for n in base if n.endswith("embed_tokens.weight")), None)
-    if tied and embed and "lm_head.weight" not in base:
-        base["lm_head.weight"] = base[embed]  # the tied head is the embedding
+    """Compare an adapter (config + saved key -> shape) with a base (tensor name -> shape).
+
+    ``tied``: the base's output head is its embedding, stored once under the embedding's name.
+    """
+    base, head = dict(base_shapes), arch.GENERIC.head
+    embed = next((n for n in base if n.endswith(".weight") and arch.is_embedding(n)), None)
+    if tied and embed and head not in base:
+        base[head] = base[embed]  # the tied head is the embedding
     report = FitReport(base_vocab=base[embed][0] if embed else None)
     vocab_sizes: list[tuple[int, bool]] = []  # (rows, exact?) implied by each vocabulary tensor
     _check_targets(config, base, report)
@@ -91,7 +90,7 @@ def check_fit(config: Mapping, adapter_shapes: Mapping[str, Sequence[int]],
         b = base.get(key)
         ok = b is not None and tuple(b) == tuple(shape)
         note = "" if ok else ("not in base" if b is None else "shape differs")
-        if b is not None and _is_vocab_module(key.removesuffix(".weight")):
+        if b is not None and arch.is_vocab_tensor(key):
             vocab_sizes.append((shape[0], True))
         report.rows.append(Row("copy", key, _shape(shape), _shape(b), ok, note))
     for module, shape in sorted(tokens.items()):
@@ -159,7 +158,7 @@ def _check_lora(module: str, parts: dict, base: Mapping, report: FitReport, voca
         implied, ok = (a[1], b[0]), a[0] == b[1] and (a[1], b[0]) == tuple(w)
     else:  # A (r, in), B (out, r) for a base (out, in)
         implied, ok = (b[0], a[1]), a[0] == b[1] and (b[0], a[1]) == tuple(w)
-    if _is_vocab_module(module):
+    if arch.is_vocab_tensor(module):
         vocab_sizes.append((implied[0], True))
     note = "" if ok else f"adapter implies {_shape(implied)}"
     report.rows.append(Row("lora", module, shown, _shape(w), ok, note))
@@ -182,7 +181,7 @@ def token_indices(config: Mapping, module: str) -> list[int]:
     """The ``trainable_token_indices`` PEFT stored for ``module`` (a list means the input embedding)."""
     spec = config.get("trainable_token_indices")
     if isinstance(spec, list):
-        return [int(i) for i in spec] if module.endswith("embed_tokens") else []
+        return [int(i) for i in spec] if arch.is_embedding(module) else []
     if isinstance(spec, dict):
         for name, ids in spec.items():
             if module == name or module.endswith("." + name):

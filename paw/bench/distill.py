@@ -64,7 +64,7 @@ def inputs_for(kind: str, task, seed: int) -> dict[str, Any]:
     return {"prompts": "generic"}
 
 
-def run(out: dict, base, source, adapter, task, opts, seed: int, score) -> None:
+def run(out: dict, base, source, adapter, task, opts, seed: int, score, device) -> None:
     """Distill ``adapter`` onto ``base`` for every kind in ``opts.distill``; fill ``out`` like a transfer method.
 
     ``score(model, tokenizer, items)`` gives 0/1 per held-out item; CPU seconds of each distillation
@@ -75,6 +75,7 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score) -> None:
     import torch
 
     from paw.bench.quality import adapter_deltas, applied
+    from paw.bench.results import TransferStatus
     from paw.transfer.distill import distill_lora
 
     student, teacher = _side(base), _side(source, copy.deepcopy(source.model))
@@ -88,13 +89,14 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score) -> None:
         try:
             moved, report = distill_lora(adapter, teacher, student, **inputs_for(kind, task, seed),
                                          steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
-                                         eval_prompts=task.test[:N_EVAL], seed=seed, device=opts.device,
+                                         eval_prompts=task.test[:N_EVAL], seed=seed, device=device,
                                          target_name=base.name, progress=False)
-        except PawError as err:
-            out["status"][name], out["summaries"][name] = f"n/a: {str(err)[:160]}", {}
+        except PawError as err:  # e.g. the teacher wrote no usable input from the seeds
+            out["status"][name], out["summaries"][name] = TransferStatus.NOT_APPLICABLE.value, {}
+            out["reasons"][name] = str(err)[:160]
             continue
         d = report["distill"]
-        out["status"][name] = "ok"
+        out["status"][name] = TransferStatus.OK.value
         out["summaries"][name] = {
             "cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.perf_counter() - wall, 2),
             "inputs": d["inputs"]["train"], "losses": d["losses"], "init": d["init"]["how"],
@@ -170,7 +172,8 @@ def markdown(results: dict) -> str:
         for r in (r for r in rows if r["task"] == task):
             kind = r["condition"][len("distill["):-1]
             if "accuracy" not in r:
-                lines.append(f"| {r['target']} | {kind} | {r['status'][:60]} | – | – | – |")
+                why = "; ".join(r.get("reasons", [])) or "/".join(r["status"])
+                lines.append(f"| {r['target']} | {kind} | n/a ({why[:80]}) | – | – | – |")
                 continue
             acc = r["accuracy"]
             cpu = f"{r['cpu_seconds']:.0f}" if r.get("cpu_seconds") is not None else "–"

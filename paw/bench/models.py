@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from paw import arch
 from paw.errors import PawError
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ def model_from_state_dict(sd: dict[str, Tensor], config: dict[str, Any]):
     model = transformers.AutoModelForCausalLM.from_config(cfg)  # tiny models: a throwaway init is cheap
     sd = dict(sd)
     if cfg.tie_word_embeddings:
-        sd.setdefault("lm_head.weight", sd["model.embed_tokens.weight"])
+        names = arch.family(config)
+        sd.setdefault(names.head, sd[names.embed])
     with torch.no_grad():
         model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
     return model.float().eval()

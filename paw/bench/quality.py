@@ -24,66 +24,19 @@ import copy
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
-from paw.bench.stats import accuracy, recovered
+from paw.bench.options import BenchOptions
+from paw.bench.results import SOURCE, TransferStatus, summarize
 from paw.bench.targets import TARGETS, Workshop
 from paw.bench.tasks import TASKS, build_corpora, common_words
-from paw.errors import PawError
+from paw.errors import PawError, Refused, Skipped
 from paw.progress import status
 
-SOURCE = "source"
 LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    """Every knob of the benchmark, with the defaults of the published table."""
-
-    seeds: tuple[int, ...] = (0, 1)             # task data + LoRA seeds (the models are built once)
-    tasks: tuple[str, ...] = tuple(TASKS)       # facts, rule
-    targets: tuple[str, ...] = tuple(TARGETS)   # upgrade, pruned, grown, distilled, tokenizer, unrelated
-    methods: tuple[str, ...] | None = None      # transfer methods; None = auto + every registered one
-    items: int = 300                            # held-out items per task and seed
-    hidden_size: int = 64                       # source model shape (Llama, GQA)
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 176
-    vocab_size: int = 768                       # byte-level BPE trained on the source corpus
-    pretrain_steps: int = 400                   # source (and unrelated, distilled) pretraining steps
-    heal_fraction: float = 0.25                 # healing / further-training steps, fraction of pretraining
-    batch_size: int = 16
-    seq_len: int = 64
-    lr: float = 3e-3
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_steps: int = 300
-    lora_batch: int = 16
-    lora_lr: float = 3e-3
-    model_seed: int = 0                         # initialisation / corpus-order seed of the models
-    n_boot: int = 1000                          # bootstrap replicates for the recovered fraction
-    commonsense: str | None = None              # folder of *_formatted.jsonl; None = embedded fallback
-    device: str = "cpu"
-    threads: int = 1                            # torch CPU threads: tiny models run best on one
-    distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw/bench/distill.py); () = none
-
-    def check(self) -> None:
-        unknown = [t for t in self.tasks if t not in TASKS] + [t for t in self.targets if t not in TARGETS]
-        if unknown:
-            raise PawError(f"unknown task/target {unknown[0]!r}; tasks: {', '.join(TASKS)}; "
-                           f"targets: {', '.join(TARGETS)}")
-        if not self.seeds:
-            raise PawError("give at least one seed")
-        _distill_conditions(self)  # unknown distill input budgets fail here, before any training
-        if self.items < 10:
-            raise PawError(f"--items {self.items}: at least 10 held-out items per task")
-        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
-            raise PawError(f"hidden size {self.hidden_size}, heads {self.num_heads}, KV heads {self.num_kv_heads}: "
-                           "heads must divide the hidden size and KV heads the heads")
 
 
 @dataclass
@@ -194,35 +147,25 @@ def _source_model(opts: BenchOptions, vocab: int):
                        max_position_embeddings=max(256, 2 * opts.seq_len))
 
 
-def _transplanter(workdir: Path, source_folder: Path) -> Callable | None:
-    """``(model, tokenizer, new_tokenizer) -> (model, how)`` through ``paw transplant-tokenizer``, if present."""
-    from paw.cli import app
-
-    names = {c.name for c in app.registered_commands}
-    names |= {getattr(c, "name", None) for g in app.registered_groups for c in g.typer_instance.registered_commands}
-    if "transplant-tokenizer" not in names:
-        return None
+def _transplanter(workdir: Path, source_folder: Path, device) -> Callable:
+    """``(model, tokenizer, new_tokenizer) -> (model, how)`` through :func:`paw.vocab.pipelines.transplant_tokenizer`."""
 
     def transplant(model, tokenizer, new_tokenizer):
         from transformers import AutoModelForCausalLM
 
-        from paw.cli import main
         from paw.io.atomic import atomic_dir
         from paw.io.vocab_map import read_vocab_map
+        from paw.vocab.pipelines import transplant_tokenizer
 
         tok_dir, out = workdir / "tokenizer-new", workdir / "models" / "tokenizer-transplanted"
         with atomic_dir(tok_dir, overwrite=True) as tmp:
             new_tokenizer.save_pretrained(tmp)
-        argv = ["transplant-tokenizer", "--model", str(source_folder), "--tokenizer", str(tok_dir),
-                "--output", str(out), "--overwrite", "--no-check"]
-        try:
-            code = main(argv)
-        except SystemExit as exit_:
-            code = exit_.code
-        if code:
-            raise PawError(f"not run: paw transplant-tokenizer failed (exit {code})")
-        return AutoModelForCausalLM.from_pretrained(out).float().eval(), {
-            "command": "paw " + " ".join(argv[:-2]), "vocab_map": read_vocab_map(out / "paw_vocab_map.json")}
+        command = f"paw transplant-tokenizer --model {source_folder} --tokenizer {tok_dir} --output {out}"
+        result = transplant_tokenizer(source_folder, tok_dir, out, check=False, device=str(device), overwrite=True,
+                                      command=command)
+        # the mapping as shipped in the model folder (weights rounded as users get them), not the in-memory one
+        return AutoModelForCausalLM.from_pretrained(result.output).float().eval(), {
+            "command": command, "vocab_map": read_vocab_map(result.output / "paw_vocab_map.json")}
 
     return transplant
 
@@ -254,15 +197,13 @@ def build_bases(opts: BenchOptions, workdir: Path, *, progress: bool = True) -> 
     ws = Workshop(source=source, tokenizer=tokenizer, source_stream=stream, shifted_texts=shifted_texts,
                   source_texts=source_texts, pretrain=schedule, heal_fraction=opts.heal_fraction,
                   seed=opts.model_seed, device=device, progress=progress,
-                  transplant=_transplanter(workdir, src_folder))
+                  transplant=_transplanter(workdir, src_folder, device))
     for name in opts.targets:
         t1 = time.perf_counter()
         status(f"building target '{name}'")
         try:
             built = TARGETS[name](ws)
-        except PawError as err:
-            if not str(err).startswith("not run"):
-                raise
+        except Skipped as err:
             notes["targets"][name] = {"skipped": str(err)}
             continue
         info = dict(built.info)
@@ -289,27 +230,40 @@ def _methods(opts: BenchOptions) -> list[str]:
     return names
 
 
-def transfer(adapter, source: Base, target: Base, method: str, device: str) -> tuple[str, Any, dict]:
-    """``(status, adapter or None, report summary)``: 'ok', 'refused' (auto said unrelated) or 'n/a: why'."""
+@dataclass(frozen=True)
+class Transfer:
+    """One transfer method's outcome on one base: its status, the moved adapter (OK only), why not."""
+
+    status: TransferStatus
+    adapter: Any = None
+    summary: dict = field(default_factory=dict)   # the transfer report's summary (or the refusal)
+    reason: str = ""
+
+
+def transfer(adapter, source: Base, target: Base, method: str, device) -> Transfer:
+    """Move ``adapter`` from ``source`` to ``target`` with ``method``; a refusal or a method that cannot
+    apply is an outcome to score, not an error."""
     from paw.io.checkpoint import open_checkpoint
     from paw.transfer import transfer_lora
 
     try:
         moved, report = transfer_lora(adapter, open_checkpoint(source.folder), open_checkpoint(target.folder),
                                       method=method, vocab_map=target.vocab_map, device=device)
-    except PawError as err:
-        text = str(err)
-        if method == "auto" and "unrelated" in text:
-            return "refused", None, {"message": text}
-        return f"n/a: {text.splitlines()[0][:160]}", None, {}
-    summary = dict(report.get("summary", {}))
-    return "ok", moved, summary
+    except Refused as err:  # auto judged the target unrelated
+        return Transfer(TransferStatus.REFUSED, summary={"message": str(err)}, reason=_first_line(err))
+    except PawError as err:  # NotApplicable, or another reason this method cannot run on this pair
+        return Transfer(TransferStatus.NOT_APPLICABLE, reason=_first_line(err))
+    return Transfer(TransferStatus.OK, moved, dict(report.get("summary", {})))
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0][:160]
 
 
 def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts: BenchOptions, seed: int,
-                   methods: list[str]) -> dict:
+                   methods: list[str], device) -> dict:
     """Outcomes of every condition on ``base`` for one task and seed."""
-    out: dict[str, Any] = {"outcomes": {}, "status": {}, "summaries": {}}
+    out: dict[str, Any] = {"outcomes": {}, "status": {}, "reasons": {}, "summaries": {}}
     items = task.test
     out["outcomes"]["base"] = base_outcome = score_items(base.model, base.tokenizer, items)
     with applied(base.model, adapter_deltas(direct_adapter)):
@@ -318,18 +272,20 @@ def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts
     with applied(base.model, random_deltas(norms, base.model, rank=opts.lora_rank, seed=seed + 977)):
         out["outcomes"]["random"] = score_items(base.model, base.tokenizer, items)
     for method in methods:
-        state, moved, summary = transfer(adapter, source, base, method, opts.device)
-        out["status"][method] = state
-        out["summaries"][method] = summary
-        if state == "ok":
-            with applied(base.model, adapter_deltas(moved)):
+        moved = transfer(adapter, source, base, method, device)
+        out["status"][method] = moved.status.value
+        out["summaries"][method] = moved.summary
+        if moved.reason:
+            out["reasons"][method] = moved.reason
+        if moved.status is TransferStatus.OK:
+            with applied(base.model, adapter_deltas(moved.adapter)):
                 out["outcomes"][method] = score_items(base.model, base.tokenizer, items)
-        elif state == "refused":
+        elif moved.status is TransferStatus.REFUSED:  # the user keeps the base: score it as such
             out["outcomes"][method] = list(base_outcome)
     if opts.distill:  # distillation rows: paw/bench/distill.py
         from paw.bench import distill
 
-        distill.run(out, base, source, adapter, task, opts, seed, score_items)
+        distill.run(out, base, source, adapter, task, opts, seed, score_items, device)
     return out
 
 
@@ -349,7 +305,29 @@ def run_benchmark(opts: BenchOptions, workdir: str | Path, *, progress: bool = T
         torch.set_num_threads(threads)
 
 
+def benchmark_to_folder(opts: BenchOptions, output: str | Path, *, workdir: str | Path | None = None,
+                        overwrite: bool = False, command: str | None = None, progress: bool = True) -> dict:
+    """:func:`run_benchmark`, then ``output/`` with results.json, results.md and recovered.png.
+
+    The models live in ``workdir`` (kept) or in a temporary folder removed afterwards.
+    """
+    import tempfile
+
+    from paw.bench.report import write_results
+    from paw.io.atomic import check_output
+    from paw.io.manifest import command_line
+
+    check_output(output, overwrite=overwrite)
+    with tempfile.TemporaryDirectory(prefix="paw-bench-") as tmp:
+        results = run_benchmark(opts, workdir or tmp, progress=progress)
+    write_results(output, results, overwrite=overwrite, command=command or command_line())
+    return results
+
+
 def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) -> dict:
+    from paw.device import resolve_device
+
+    device = resolve_device(opts.device)
     t0 = time.perf_counter()
     bases, notes = build_bases(opts, workdir, progress=progress)
     source = bases[0]
@@ -371,7 +349,7 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
                 else:
                     direct, fit_t = train_adapter(base, task, opts, seed, base.name)
                     lora_notes[f"{task_name}/{seed}/{base.name}"] = fit_t
-                result = _evaluate_base(base, source, adapter, direct, task, opts, seed, methods)
+                result = _evaluate_base(base, source, adapter, direct, task, opts, seed, methods, device)
                 raw.setdefault(task_name, {}).setdefault(base.name, {})[seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
@@ -388,81 +366,3 @@ def _embedded() -> list[str]:
     from paw.zoo import sample_texts
 
     return sample_texts("en")
-
-
-def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
-    """Accuracy ± stderr and recovered fraction per task, base and condition; keeps the raw outcomes.
-
-    ``raw[task][base][seed]`` holds ``outcomes`` (condition -> 0/1 per item), ``status`` and
-    ``summaries`` (per transfer method). The raw part is kept in the output (outcomes as ``'0110…'``
-    strings) so that runs of other seeds can be pooled later with :func:`merge_results`.
-    """
-    methods = settings["methods"]
-    rows = []
-    order = [SOURCE, *TARGETS]
-    for task in sorted(raw, key=lambda t: list(TASKS).index(t) if t in TASKS else len(TASKS)):
-        per_base = raw[task]
-        for base in sorted(per_base, key=lambda b: order.index(b) if b in order else len(order)):
-            per_seed = per_base[base]
-            seeds = sorted(per_seed)
-            outcome = {s: per_seed[s]["outcomes"] for s in seeds}
-            b, d = [outcome[s]["base"] for s in seeds], [outcome[s]["direct"] for s in seeds]
-            for condition in ["base", "direct", "random", *methods]:
-                statuses = sorted({per_seed[s]["status"].get(condition, "ok") for s in seeds})
-                row = {"task": task, "target": base, "condition": condition, "status": "/".join(statuses)}
-                if all(condition in outcome[s] for s in seeds):
-                    t = [outcome[s][condition] for s in seeds]
-                    row["accuracy"] = accuracy(t)
-                    if condition not in ("base", "direct"):
-                        row["recovered"] = recovered(t, b, d, n_boot=settings["n_boot"], seed=len(rows))
-                    if condition in methods:
-                        row["transfer_summary"] = {str(s): per_seed[s]["summaries"].get(condition) for s in seeds}
-                rows.append(row)
-    if any(m.startswith("distill[") for m in methods):
-        from paw.bench.distill import add_kept
-
-        rows = add_kept(rows, raw, source=SOURCE, n_boot=settings["n_boot"])
-    packed = {task: {base: {str(seed): {**r, "outcomes": {c: "".join(map(str, o)) for c, o in r["outcomes"].items()}}
-                            for seed, r in per_seed.items()} for base, per_seed in per_base.items()}
-              for task, per_base in raw.items()}
-    return {"format": "paw-transfer-quality", "version": 1, "settings": settings, "notes": notes,
-            "lora": lora_notes, "rows": rows, "raw": packed}
-
-
-def merge_results(runs: list[dict]) -> dict:
-    """Pool runs made with other ``--seeds`` or ``--tasks`` but otherwise the same settings into one result.
-
-    The models are rebuilt identically in every run (same ``model_seed``), so the runs describe the
-    same bases; their times add up in ``notes.seconds`` (CPU work, not wall time when run in parallel).
-    """
-    if not runs:
-        raise PawError("nothing to merge")
-    free = ("seeds", "tasks")
-
-    def fixed(run: dict) -> dict:
-        return {k: v for k, v in run["settings"].items() if k not in free}
-
-    raw: dict = {}
-    for run in runs:
-        if fixed(run) != fixed(runs[0]):
-            raise PawError("runs differ in more than their seeds and tasks; they cannot be pooled")
-        for task, per_base in run["raw"].items():
-            for base, per_seed in per_base.items():
-                for seed, r in per_seed.items():
-                    outcomes = {c: [int(ch) for ch in o] for c, o in r["outcomes"].items()}
-                    raw.setdefault(task, {}).setdefault(base, {})[int(seed)] = {**r, "outcomes": outcomes}
-    seeds = sorted({int(s) for run in runs for s in run["settings"]["seeds"]})
-    tasks = list(dict.fromkeys(t for run in runs for t in run["settings"]["tasks"]))
-    seconds = [run["notes"]["seconds"] for run in runs]
-    notes = dict(runs[0]["notes"], seconds={k: sum(s.get(k, 0.0) for s in seconds) for k in seconds[0]},
-                 merged_runs=len(runs))
-    lora = {k: v for run in runs for k, v in run["lora"].items()}
-    return summarize(raw, dict(runs[0]["settings"], seeds=seeds, tasks=tasks), notes, lora)
-
-
-def quick_options(**overrides: Any) -> BenchOptions:
-    """A seconds-long configuration for tests (tiny models, few steps, few items)."""
-    base = BenchOptions(seeds=(0,), items=20, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                        intermediate_size=64, vocab_size=300, pretrain_steps=20, batch_size=4, seq_len=32,
-                        lora_steps=10, lora_batch=4, n_boot=50)
-    return replace(base, **overrides)

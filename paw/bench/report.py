@@ -6,22 +6,28 @@ import math
 from pathlib import Path
 from typing import Any
 
+from paw.bench.results import TransferStatus
+
 FIXED = ("base", "direct", "random")
+
+
+def _statuses(row: dict) -> set[TransferStatus]:
+    return {TransferStatus(value) for value in row["status"]}
 
 
 def _acc(row: dict | None) -> str:
     if row is None:
         return "–"
     if "accuracy" not in row:
-        return "n/a" if row["status"].startswith("n/a") else row["status"]
+        return "n/a" if TransferStatus.NOT_APPLICABLE in _statuses(row) else "/".join(row["status"])
     a = row["accuracy"]
-    mark = " (refused)" if "refused" in row["status"] else ""
+    mark = " (refused)" if TransferStatus.REFUSED in _statuses(row) else ""
     return f"{100 * a['mean']:.1f} ± {100 * a['stderr']:.1f}{mark}"
 
 
 def _rec(row: dict | None) -> str:
     if row is None or "recovered" not in row:
-        return "–" if row is None else ("n/a" if row["status"].startswith("n/a") else "–")
+        return "–" if row is None else ("n/a" if TransferStatus.NOT_APPLICABLE in _statuses(row) else "–")
     r = row["recovered"]
     if not r["ceiling_ok"] or r["value"] is None or not math.isfinite(r["value"]):
         return "†"

@@ -5,16 +5,17 @@ al. 2024) and Sheared-LLaMA (Xia et al. 2024) prune hidden channels, attention h
 whole layers from a trained model and heal it with brief training; LLaMA Pro (Wu et al. 2024) and
 Net2Net (Chen et al. 2016) grow a model so that it computes exactly the same function before further
 training. Everything here is pure: ``dict[str, Tensor]`` and a config ``dict`` (the ``config.json``
-fields) in, new ones out. Supported: Llama, Mistral and Qwen2 layouts (q/k/v biases, ``o_proj`` and
-MLP biases included), with tied or untied embeddings.
+fields) in, new ones out. Tensor names and axes come from :mod:`paw.arch` (Llama, Mistral, Qwen2/3,
+Gemma layouts; projection biases included), with tied or untied embeddings.
 
-Every tensor axis has one *kind* (see :data:`_LAYER_AXES`):
+Every tensor axis has one *kind* (see :meth:`paw.arch.Family.axes`):
 
     hidden  the residual stream, size H           (embed columns, q/k/v/gate/up inputs, o/down outputs, norms)
     q       query heads x head_dim, size nh * hd  (q_proj outputs, o_proj inputs)
     kv      KV heads x head_dim, size nkv * hd    (k_proj / v_proj outputs)
     neuron  MLP width, size I                     (gate/up outputs, down inputs)
     vocab   the vocabulary                        (never changed here)
+    head    one head, size hd                     (Qwen3/Gemma3 q/k norms; never changed here)
 
 Pruning selects indices along axes of one kind; growing appends entries along them. Heads are pruned
 by whole KV groups (a KV head together with the ``nh / nkv`` query heads that read it), so grouped-query
@@ -28,10 +29,10 @@ keep the same number of heads and neurons; :func:`prune_state_dict` enforces it.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from paw import arch
 from paw.errors import PawError
 
 if TYPE_CHECKING:
@@ -39,27 +40,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Dims", "grow_state_dict", "importance_scores", "prune_by_importance", "prune_state_dict"]
 
-# axis kinds of each per-layer parameter, (out, in) for weights, (out,) for biases and norm gains
-_LAYER_AXES: dict[str, tuple[str, ...]] = {
-    "self_attn.q_proj.weight": ("q", "hidden"), "self_attn.q_proj.bias": ("q",),
-    "self_attn.k_proj.weight": ("kv", "hidden"), "self_attn.k_proj.bias": ("kv",),
-    "self_attn.v_proj.weight": ("kv", "hidden"), "self_attn.v_proj.bias": ("kv",),
-    "self_attn.o_proj.weight": ("hidden", "q"), "self_attn.o_proj.bias": ("hidden",),
-    "mlp.gate_proj.weight": ("neuron", "hidden"), "mlp.gate_proj.bias": ("neuron",),
-    "mlp.up_proj.weight": ("neuron", "hidden"), "mlp.up_proj.bias": ("neuron",),
-    "mlp.down_proj.weight": ("hidden", "neuron"), "mlp.down_proj.bias": ("hidden",),
-    "input_layernorm.weight": ("hidden",), "post_attention_layernorm.weight": ("hidden",),
-}
-_TOP_AXES: dict[str, tuple[str, ...]] = {
-    "model.embed_tokens.weight": ("vocab", "hidden"),
-    "model.norm.weight": ("hidden",),
-    "lm_head.weight": ("vocab", "hidden"),
-}
-# modules that write into the residual stream: their new entries start at zero when growing, so the
-# grown model computes the old function (new channels stay zero, new neurons and layers add nothing)
-_WRITERS = ("model.embed_tokens.weight", "self_attn.o_proj", "mlp.down_proj")
-_LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
-_NORM_KINDS = ("llama", "mistral", "qwen2")  # RMSNorm computing x * w (Gemma's (1 + w) is not)
+
+def _writes(fam: arch.Family, name: str) -> bool:
+    """Whether a tensor writes into the residual stream (the embedding, o and down projections).
+
+    Their new entries start at zero when growing, so the grown model computes the old function
+    (new channels stay zero, new neurons and layers add nothing).
+    """
+    layer, rest = _split(name, fam)
+    if layer is None:
+        return name == fam.embed
+    return rest.rsplit(".", 1)[0] in {p.path for p in fam.writers}
 
 
 @dataclass(frozen=True)
@@ -79,7 +70,7 @@ class Dims:
             hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
             dims = cls(hidden, int(config["num_hidden_layers"]), heads,
                        int(config.get("num_key_value_heads") or heads),
-                       int(config.get("head_dim") or hidden // heads), int(config["intermediate_size"]))
+                       arch.head_dim(config), int(config["intermediate_size"]))
         except KeyError as missing:
             raise PawError(f"config lacks {missing.args[0]!r}; surgery needs a Llama-family config") from None
         if dims.heads % dims.kv_heads:
@@ -92,18 +83,17 @@ class Dims:
         return self.heads // self.kv_heads
 
 
-def _split(name: str) -> tuple[int | None, str]:
+def _split(name: str, fam: arch.Family) -> tuple[int | None, str]:
     """``'model.layers.3.mlp.up_proj.weight'`` -> ``(3, 'mlp.up_proj.weight')``; top-level keys -> ``(None, name)``."""
-    m = _LAYER_KEY.match(name)
-    return (int(m.group(1)), m.group(2)) if m else (None, name)
+    parts = arch.split_layer(name)
+    return (parts[1], parts[2]) if parts and parts[0] == fam.layers else (None, name)
 
 
-def _axes(name: str) -> tuple[str, ...]:
-    layer, rest = _split(name)
-    table = _LAYER_AXES if layer is not None else _TOP_AXES
-    if rest not in table:
-        raise PawError(f"surgery does not know the tensor {name!r} (Llama/Mistral/Qwen2 layouts only)")
-    return table[rest]
+def _axes(name: str, fam: arch.Family) -> tuple[str, ...]:
+    axes = fam.axes(name)
+    if axes is None:
+        raise PawError(f"surgery does not know the tensor {name!r} (the {fam.name} layout of paw.arch)")
+    return axes
 
 
 # --------------------------------------------------------------------------------------------- prune
@@ -154,6 +144,7 @@ def prune_state_dict(sd: dict[str, Tensor], config: dict[str, Any], *, hidden_ke
     groups = _uniform("kv_heads_keep", kv_heads_keep or {}, layers, d.kv_heads)
     neurons = _uniform("neurons_keep", neurons_keep or {}, layers, d.neurons)
     renumber = {old: new for new, old in enumerate(layers)}
+    fam = arch.family(config)
 
     def index(kind: str, layer: int | None) -> Tensor | None:
         if kind == "hidden":
@@ -169,15 +160,15 @@ def prune_state_dict(sd: dict[str, Tensor], config: dict[str, Any], *, hidden_ke
 
     out: dict[str, Tensor] = {}
     for name, tensor in sd.items():
-        layer, rest = _split(name)
-        axes = _axes(name)
+        layer, rest = _split(name, fam)
+        axes = _axes(name, fam)
         if layer is not None and layer not in renumber:
             continue
         for axis, kind in enumerate(axes):
             idx = index(kind, layer)
             if idx is not None:
                 tensor = tensor.index_select(axis, idx.to(tensor.device))
-        out[name if layer is None else f"model.layers.{renumber[layer]}.{rest}"] = tensor.contiguous()
+        out[name if layer is None else arch.rename_layer(name, renumber[layer])] = tensor.contiguous()
 
     kv = len(groups[layers[0]])
     new = dict(config, hidden_size=len(hidden), num_hidden_layers=len(layers), num_key_value_heads=kv,
@@ -204,32 +195,39 @@ def importance_scores(sd: dict[str, Tensor], config: dict[str, Any]) -> dict[str
       ``lm_head`` column);
     - layer ``l``: the OV and MLP write sizes ``||W_o|| ||W_v|| + ||W_down|| ||W_up||`` relative to the
       embedding's row norm (how much the block can move the residual stream).
+
+    Norm gains are taken as the model applies them (``1 + w`` for Gemma, see :mod:`paw.arch`).
     """
     import torch
 
     d = Dims.of(config)
+    fam = arch.family(config)
 
-    def w(layer: int, rest: str) -> Tensor:
-        return sd[f"model.layers.{layer}.{rest}"].float()
+    def w(layer: int, role: str) -> Tensor:
+        return sd[fam.layer_tensor(layer, fam.proj(role).path)].float()
 
-    hidden = sd["model.embed_tokens.weight"].float().pow(2).sum(0)
+    def gain(name: str) -> Tensor:
+        return sd[name].float() + fam.norm_offset
+
+    embed = sd[fam.embed].float()
+    hidden = embed.pow(2).sum(0)
     heads, neurons, layers = {}, {}, []
     for layer in range(d.layers):
-        gate, up, down = w(layer, "mlp.gate_proj.weight"), w(layer, "mlp.up_proj.weight"), w(layer, "mlp.down_proj.weight")
+        gate, up, down = w(layer, "gate"), w(layer, "up"), w(layer, "down")
         neurons[layer] = gate.norm(dim=1) * up.norm(dim=1) * down.norm(dim=0)
-        q, k, v, o = (w(layer, f"self_attn.{p}_proj.weight") for p in "qkvo")
+        q, k, v, o = (w(layer, role) for role in "qkvo")
         qg = q.reshape(d.kv_heads, -1, d.hidden).flatten(1).norm(dim=1)
         kg, vg = (t.reshape(d.kv_heads, -1, d.hidden).flatten(1).norm(dim=1) for t in (k, v))
         og = o.reshape(d.hidden, d.kv_heads, -1).transpose(0, 1).flatten(1).norm(dim=1)
         heads[layer] = qg * kg + vg * og
-        g_in, g_post = w(layer, "input_layernorm.weight"), w(layer, "post_attention_layernorm.weight")
+        g_in, g_post = (gain(fam.layer_tensor(layer, fam.proj(role).norm)) for role in ("q", "gate"))
         hidden = hidden + (torch.cat([q, k, v]).pow(2).sum(0) * g_in.pow(2)
                            + torch.cat([gate, up]).pow(2).sum(0) * g_post.pow(2)
                            + o.pow(2).sum(1) + down.pow(2).sum(1))
         layers.append(float(o.norm() * v.norm() + down.norm() * up.norm()))
-    head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"]).float()
-    hidden = hidden + head.pow(2).sum(0) * sd["model.norm.weight"].float().pow(2)
-    scale = float(sd["model.embed_tokens.weight"].float().norm(dim=1).mean())
+    head = sd[fam.head].float() if fam.head in sd else embed
+    hidden = hidden + head.pow(2).sum(0) * gain(fam.final_norm).pow(2)
+    scale = float(embed.norm(dim=1).mean())
     return {"hidden": hidden, "heads": heads, "neurons": neurons,
             "layers": torch.tensor(layers) / max(scale, 1e-12)}
 
@@ -289,18 +287,18 @@ def _insert_positions(old: int, new: int) -> list[int | None]:
     return plan
 
 
-def _widen(name: str, tensor: Tensor, sizes: dict[str, int], gen, norm_scale: float) -> Tensor:
+def _widen(name: str, tensor: Tensor, fam: arch.Family, sizes: dict[str, int], gen, norm_scale: float) -> Tensor:
     """Pad ``tensor`` to ``sizes`` along each axis; fill per the rules of :func:`grow_state_dict`."""
     import torch
 
-    axes = _axes(name)
+    axes = _axes(name, fam)
     shape = [sizes.get(kind, n) for kind, n in zip(axes, tensor.shape, strict=True)]
     if list(tensor.shape) == shape:
         return tensor.clone()
-    is_norm = name.endswith("norm.weight")
+    is_norm = arch.module_kind(name) == "norm"
     if is_norm:
         fill = torch.full(shape, float(tensor.float().mean()) * norm_scale, dtype=tensor.dtype)
-    elif name.endswith(".bias") or any(part in name for part in _WRITERS):
+    elif name.endswith(".bias") or _writes(fam, name):
         fill = torch.zeros(shape, dtype=tensor.dtype)
     else:  # readers: random, at the tensor's own scale, so new units compute something and get gradient
         std = float(tensor.float().std()) if tensor.numel() > 1 else 0.02
@@ -332,7 +330,7 @@ def grow_state_dict(sd: dict[str, Tensor], config: dict[str, Any], *, hidden_siz
       original gains are rescaled, so a weight-space comparison with the source must undo the
       ``sqrt(H / H')`` factor. New channels' gains start at the mean rescaled gain.
 
-    Heads and ``head_dim`` are unchanged. Llama/Mistral/Qwen2 RMSNorm (``x * w``) only.
+    Heads and ``head_dim`` are unchanged. Only for an RMSNorm computing ``x * w`` (not Gemma's ``(1 + w)``).
 
     >>> big, cfg2 = grow_state_dict(sd, cfg, intermediate_size=128, num_layers=4, seed=0)  # doctest: +SKIP
     """
@@ -345,30 +343,32 @@ def grow_state_dict(sd: dict[str, Tensor], config: dict[str, Any], *, hidden_siz
                            ("num_layers", num_layers, d.layers)):
         if new < old:
             raise PawError(f"{what}={new} is smaller than the model's {old}; growing cannot shrink (prune instead)")
-    if hidden_size != d.hidden and config.get("model_type", "llama") not in _NORM_KINDS:
-        raise PawError(f"growing hidden_size needs an x * w RMSNorm ({', '.join(_NORM_KINDS)}); "
+    fam = arch.family(config)
+    # an unknown model_type may scale by (1 + w): only families known to compute x * w (or no model_type)
+    if hidden_size != d.hidden and (fam.norm_offset or (fam is arch.GENERIC and "model_type" in config)):
+        plain = ", ".join(f.name for f in arch.FAMILIES.values() if not f.norm_offset)
+        raise PawError(f"growing hidden_size needs an x * w RMSNorm ({plain}); "
                        f"model_type is {config.get('model_type')!r}")
     gen = torch.Generator().manual_seed(seed)
     sizes = {"hidden": hidden_size, "neuron": intermediate_size}
     norm_scale = math.sqrt(d.hidden / hidden_size)
 
-    widened = {name: _widen(name, t, sizes, gen, norm_scale) for name, t in sd.items()}
-    tied = config.get("tie_word_embeddings", False)
-    if tied and "lm_head.weight" in widened:
-        widened["lm_head.weight"] = widened["model.embed_tokens.weight"]
+    widened = {name: _widen(name, t, fam, sizes, gen, norm_scale) for name, t in sd.items()}
+    if arch.tied(config) and fam.head in widened:
+        widened[fam.head] = widened[fam.embed]
 
     plan = _insert_positions(d.layers, num_layers)
-    out = {name: t for name, t in widened.items() if _split(name)[0] is None}
+    out = {name: t for name, t in widened.items() if _split(name, fam)[0] is None}
     source = 0
     for new_index, old_index in enumerate(plan):
         copy_of = old_index if old_index is not None else source
         for name, tensor in widened.items():
-            layer, rest = _split(name)
+            layer, rest = _split(name, fam)
             if layer != copy_of:
                 continue
-            if old_index is None and rest.startswith(("self_attn.o_proj", "mlp.down_proj")):
+            if old_index is None and _writes(fam, name):
                 tensor = torch.zeros_like(tensor)
-            out[f"model.layers.{new_index}.{rest}"] = tensor.clone() if old_index is None else tensor
+            out[arch.rename_layer(name, new_index)] = tensor.clone() if old_index is None else tensor
         source = copy_of
 
     new = dict(config, hidden_size=hidden_size, intermediate_size=intermediate_size, num_hidden_layers=num_layers,

@@ -8,7 +8,8 @@ Every builder gets the trained source and returns a new trained model (and its t
 - ``grown``: widened and deepened by function-preserving expansion
   (:func:`paw.bench.surgery.grow_state_dict`), then trained further (LLaMA Pro, Net2Net).
 - ``distilled``: another shape, from scratch, trained on the source's next-token distributions.
-- ``tokenizer``: the source given another tokenizer by ``paw transplant-tokenizer``, then healed.
+- ``tokenizer``: the source given another tokenizer (:func:`paw.vocab.pipelines.transplant_tokenizer`),
+  then healed.
 - ``unrelated``: the source's shape, another initialisation, the same pretraining (negative control).
 """
 
@@ -19,8 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from paw import arch
 from paw.bench.lm import Schedule, token_stream, train_lm
-from paw.errors import PawError
+from paw.errors import Skipped
+from paw.registry import Registry
 
 
 @dataclass
@@ -53,14 +56,11 @@ class Workshop:
         return replace(self.pretrain, steps=n, lr=self.pretrain.lr * lr_scale, warmup=min(self.pretrain.warmup, n))
 
 
-TARGETS: dict[str, Callable[[Workshop], Built]] = {}
+TARGETS: Registry[Callable[[Workshop], Built]] = Registry("benchmark target")
 
 
 def target(name: str):
-    def deco(fn: Callable[[Workshop], Built]) -> Callable[[Workshop], Built]:
-        TARGETS[name] = fn
-        return fn
-    return deco
+    return TARGETS.register(name)
 
 
 def _config(model) -> dict:
@@ -68,11 +68,12 @@ def _config(model) -> dict:
 
 
 def relative_change(a, b) -> float | None:
-    """``||W_b - W_a|| / ||W_a||`` over all same-shape 2-D weights (how far a model moved), else None."""
+    """``||W_b - W_a|| / ||W_a||`` over same-shape 2-D weights outside embeddings and head, else None."""
     sa, sb = a.state_dict(), b.state_dict()
     num = den = 0.0
     for name, w in sa.items():
-        if w.ndim == 2 and name in sb and sb[name].shape == w.shape and "embed" not in name and "lm_head" not in name:
+        if (w.ndim == 2 and name in sb and sb[name].shape == w.shape
+                and arch.module_kind(name) not in ("embed", "head")):
             num += float((sb[name].float() - w.float()).pow(2).sum())
             den += float(w.float().pow(2).sum())
     return (num / den) ** 0.5 if den else None
@@ -148,7 +149,7 @@ def new_tokenizer(ws: Workshop) -> Built:
     from paw.zoo import train_tokenizer
 
     if ws.transplant is None:
-        raise PawError("not run: transplant-tokenizer unavailable")
+        raise Skipped("no tokenizer transplant was given to the workshop")
     other = train_tokenizer(ws.source_texts[::2], max(64, int(len(ws.tokenizer) * 0.75)), kind="sentencepiece-bpe")
     model, how = ws.transplant(ws.source, ws.tokenizer, other)
     schedule = ws.heal()

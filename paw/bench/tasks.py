@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paw.evaluate.items import MCItem
+from paw.registry import Registry
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "brown", "pink", "grey", "orange", "purple", "teal"]
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "kr", "st", "tr"]
@@ -63,7 +64,7 @@ def commonsense_corpus(folder: Path | None, names: tuple[str, ...]) -> list[str]
     paths = [Path(folder) / f"{name}_formatted.jsonl" for name in names]
     if not all(p.exists() for p in paths):
         return None
-    from paw.io.mcdata import read_items
+    from paw.evaluate.formats import read_items
 
     return [_sentence(item) for path in paths for item in read_items(path)]
 
@@ -152,7 +153,9 @@ def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None =
     return TaskData("rule", train, [item(test_words, i, "rule") for i in range(n_test)])
 
 
-TASKS: dict[str, Callable[..., TaskData]] = {"facts": facts_task, "rule": rule_task}
+TASKS: Registry[Callable[..., TaskData]] = Registry("benchmark task")
+TASKS.add("facts", facts_task)
+TASKS.add("rule", rule_task)
 
 
 def common_words(texts: list[str], n: int = 400) -> list[str]:

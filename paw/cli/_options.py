@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
+import enum
 
 import typer
 
 from paw.device import DEVICE_HELP
+from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI modules import it from here)
 
 DEVICE = typer.Option("auto", "--device", help=f"Where the arithmetic runs: {DEVICE_HELP}.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it already exists.")
@@ -16,9 +16,9 @@ TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or
                      "logs go to OUT-tracking/ beside the output.")
 
 
-def command_line() -> str:
-    """The command line as the user typed it, for the provenance JSON of every output folder."""
-    return " ".join(shlex.quote(a) for a in ["paw", *sys.argv[1:]])
+def choices(name: str, values) -> type[enum.Enum]:
+    """A str Enum of a registry's names, so ``--help`` lists them and click refuses any other."""
+    return enum.Enum(name, {v: v for v in values}, type=str)
 
 
 def multi_value_command(*flags: str):

@@ -11,34 +11,6 @@ from paw.cli._options import DEVICE, OVERWRITE
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "commonsense" / "formatted"
 
 
-def _csv(value: str, cast=str) -> tuple:
-    return tuple(cast(v.strip()) for v in value.split(",") if v.strip())
-
-
-def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
-                 num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
-                 device: str, quick: bool, distill: str = "inputs,synth,generic"):
-    """Build :class:`paw.bench.quality.BenchOptions` from command-line strings (comma lists)."""
-    from dataclasses import replace
-
-    from paw.bench.quality import BenchOptions, quick_options
-    from paw.errors import PawError
-
-    try:
-        seed_values = _csv(seeds, int)
-    except ValueError:
-        raise PawError(f"--seeds {seeds!r}: expected comma-separated integers such as 0,1") from None
-    if data is not None and not data.is_dir():
-        raise PawError("--data: not a folder of *_formatted.jsonl files", path=data)
-    base = quick_options() if quick else BenchOptions(hidden_size=hidden_size, num_layers=num_layers,
-                                                      intermediate_size=(hidden_size * 11 // 4) // 8 * 8,
-                                                      pretrain_steps=pretrain_steps, lora_steps=lora_steps,
-                                                      lora_rank=lora_rank, items=items)
-    return replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
-                   methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device,
-                   distill=() if distill.strip() == "none" else _csv(distill))
-
-
 def register(app: typer.Typer) -> None:
     bench_app = typer.Typer(help="Benchmarks that anyone can rerun on a CPU.", no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
@@ -70,22 +42,15 @@ def register(app: typer.Typer) -> None:
 
         Example: paw bench transfer --output bench-out --seeds 0,1 --targets upgrade,pruned,unrelated
         """
-        import tempfile
+        from paw.bench.options import options_from
+        from paw.bench.quality import benchmark_to_folder
+        from paw.bench.report import markdown
 
-        from paw.bench.quality import run_benchmark
-        from paw.bench.report import markdown, write_results
-        from paw.cli._options import command_line
-        from paw.io.atomic import check_output
-
-        check_output(output, overwrite=overwrite)
         opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
                             lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
                             distill=distill)
-        opts.check()
-        with tempfile.TemporaryDirectory(prefix="paw-bench-") as tmp:
-            results = run_benchmark(opts, workdir or tmp)
-        write_results(output, results, overwrite=overwrite, command=command_line())
+        results = benchmark_to_folder(opts, output, workdir=workdir, overwrite=overwrite)
         typer.echo(markdown(results))
         typer.echo(f"wrote {output}/results.json, results.md, recovered.png "
                    f"({results['notes']['seconds']['total']:.0f} s)")

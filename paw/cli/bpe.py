@@ -13,17 +13,9 @@ PATTERN_HELP = "Pre-tokenization: gpt2, gpt4 (cl100k), llama3, qwen2, o200k, non
 
 
 def _open(spec: Path, pattern: str | None = None):
-    """Read a tokenizer file and build its encoder; ``pattern`` fills in a rank file's missing one."""
-    from paw.bpe import BpeEncoder, resolve_pattern
-    from paw.errors import PawError
-    from paw.io.bpe_files import read_bpe
+    from paw.bpe.pipeline import open_encoder
 
-    bpe = read_bpe(spec)
-    if pattern is not None:
-        bpe.pattern = resolve_pattern(pattern)
-    elif bpe.pattern is None and bpe.kind == "tiktoken":
-        raise PawError("a tiktoken rank file does not say how to pre-tokenize; pass --pattern", path=spec)
-    return BpeEncoder(bpe.mergeable_ranks, bpe.pattern, bpe.special_tokens)
+    return open_encoder(spec, pattern)
 
 
 def _read_one(path: Path) -> str:
@@ -53,26 +45,12 @@ def register(app: typer.Typer) -> None:
 
         Example: paw bpe train corpus.txt --vocab-size 8000 --output my --pattern llama3 --export-hf my-hf
         """
-        from paw.bpe import resolve_pattern, train_tokenizer
-        from paw.bpe.tokenizer import check_vocab_size
-        from paw.errors import PawError
-        from paw.io.atomic import check_output
-        from paw.io.bpe_files import read_text_files
-        from paw.progress import status, track
+        from paw.bpe.pipeline import train_files
+        from paw.progress import track
 
-        regex = resolve_pattern(pattern)
-        check_vocab_size(vocab_size, special_tokens)
-        check_output(f"{output}.model", overwrite=overwrite)
-        if export_hf is not None:
-            check_output(export_hf, overwrite=overwrite)
-        texts = read_text_files(files)
-        if not any(texts):
-            raise PawError("the corpus is empty (no text to learn from)")
-        status(f"counting pre-tokens in {sum(len(t) for t in texts):,} characters")
-        bpe = train_tokenizer(texts, vocab_size, pattern=regex, special_tokens=special_tokens,
-                              min_frequency=min_frequency, processes=processes or None,
-                              track=lambda steps, n: track(steps, "merges", total=n))
-        _write_trained(bpe, output, export_hf, overwrite=overwrite, inputs=files)
+        bpe = train_files(files, vocab_size, output, pattern=pattern, special_tokens=special_tokens,
+                          min_frequency=min_frequency, export_hf=export_hf, processes=processes, overwrite=overwrite,
+                          track=lambda steps, n: track(steps, "merges", total=n))
         n_vocab = len(bpe.mergeable_ranks) + len(bpe.special_tokens)
         typer.echo(f"{len(bpe.merges)} merges, vocabulary {n_vocab} -> {output}.model, {output}.vocab"
                    + (f", {export_hf}/tokenizer.json" if export_hf else ""))
@@ -139,63 +117,11 @@ def register(app: typer.Typer) -> None:
 
         Example: paw bpe compare --tokenizers my.model llama3/tokenizer.json english.txt chinese.txt
         """
-        from paw.bpe import compression
-        from paw.io.bpe_files import read_text_files, write_bar_chart
+        from paw.bpe.pipeline import compare_files
 
-        tokenizers, files = _split_specs(tokenizers, files)
-        texts = dict(zip([f.name for f in files], read_text_files(files), strict=True))
-        names = _short_names(tokenizers)
-        table = {}
-        for name, spec in zip(names, tokenizers, strict=True):
-            encoder = _open(spec, pattern) if pattern else _open(spec)
-            for file, text in texts.items():
-                table[(name, file)] = compression(encoder.encode_ordinary(text), text)
+        table = compare_files(tokenizers, files, plot=plot, pattern=pattern)
         typer.echo(_format_table(table))
-        chart = {file: {name: table[(name, file)].bytes_per_token for name in names} for file in texts}
-        write_bar_chart(plot, chart, ylabel="bytes per token (higher = better compression)",
-                        title="Compression by tokenizer and file")
         typer.echo(f"plot: {plot}")
-
-
-def _write_trained(bpe, output: Path, export_hf: Path | None, *, overwrite: bool, inputs) -> None:
-    from paw.cli._options import command_line
-    from paw.io.atomic import atomic_dir
-    from paw.io.bpe_files import write_hf_tokenizer_json, write_paw_model
-    from paw.io.manifest import describe_input, write_manifest
-
-    write_paw_model(output, mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
-                    special_tokens=bpe.special_tokens, merges=bpe.merges)
-    if export_hf is None:
-        return
-    with atomic_dir(export_hf, overwrite=overwrite) as tmp:
-        write_hf_tokenizer_json(tmp / "tokenizer.json", mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
-                                special_tokens=bpe.special_tokens)
-        write_manifest(tmp, "paw_bpe.json", command=command_line(),
-                       inputs={str(p): describe_input(p) for p in inputs},
-                       vocab_size=len(bpe.mergeable_ranks) + len(bpe.special_tokens), merges=len(bpe.merges))
-
-
-def _split_specs(tokenizers: list[Path], args: list[Path]) -> tuple[list[Path], list[Path]]:
-    """Move arguments that name tokenizer files (not text) from the text list to the tokenizers."""
-    from paw.errors import PawError
-
-    def is_tokenizer(p: Path) -> bool:
-        return p.suffix in (".model", ".tiktoken") or p.name == "tokenizer.json" or (p / "tokenizer.json").is_file()
-
-    specs = [*tokenizers, *(p for p in args if is_tokenizer(p))]
-    texts = [p for p in args if not is_tokenizer(p)]
-    if not texts:
-        raise PawError("no text files to compare on (give UTF-8 files after the tokenizers)")
-    return specs, texts
-
-
-def _short_names(paths: list[Path]) -> list[str]:
-    """``tok/llama3/tokenizer.json`` -> ``llama3``; ``my.model`` -> ``my``; duplicates get a suffix."""
-    names = []
-    for p in paths:
-        base = p.parent.name if p.name == "tokenizer.json" else p.name if p.is_dir() else p.name.split(".")[0]
-        names.append(base if base not in names else f"{base}#{len(names)}")
-    return names
 
 
 def _format_table(table) -> str:

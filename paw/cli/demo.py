@@ -38,7 +38,9 @@ def demo_command(
 
 
 def _print_step(console, result) -> None:
-    mark = {"ok": "[green]ok[/green]"}.get(result.status, f"[yellow]{result.status}[/yellow]")
+    from paw.demo import StepStatus
+
+    mark = "[green]ok[/green]" if result.status is StepStatus.OK else f"[yellow]{result.label}[/yellow]"
     timing = f" ({result.seconds:.1f} s)" if result.seconds else ""
     console.print(f"      {mark}{timing}" + (f": {result.detail}" if result.detail else ""))
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line
+from paw.cli._options import DEVICE, OVERWRITE, SEED
+from paw.evaluate.formats import READERS  # light: the readers are plain functions
 
-FORMAT_HELP = "Data layout: auto (detected from the first line), formatted, arc, openbookqa, piqa, winogrande, " \
-              "boolq, hellaswag, mc (flat question/choices/answer)."
+FORMAT_HELP = (f"Data layout: auto (detected from the first line), {', '.join(READERS)} "
+               "(mc: flat question/choices/answer).")
 DTYPE = typer.Option("auto", "--dtype", help="Model dtype: auto (float32 on CPU, checkpoint dtype on GPU), "
                                              "float32, bfloat16, float16.")
 
@@ -38,31 +39,13 @@ def eval_command(
 
     Example: paw eval --model ./tiny/base --data ../shared/data/commonsense/raw/arc-easy_test.jsonl --limit 200
     """
-    from paw.device import resolve_device
-    from paw.evaluate.mc import evaluate
-    from paw.io.atomic import check_output
-    from paw.io.lm import load_lm, quiet_transformers
-    from paw.io.mcdata import read_items
-    from paw.io.tracking import check_kind, log_once
+    from paw.evaluate.pipeline import evaluate_model
 
-    quiet_transformers()
-    check_kind(track)  # before any heavy work
-    if output is not None:
-        check_output(output, overwrite=overwrite)
-    items = read_items(data, format=format, limit=limit)
-    lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
-    metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=True)
-    _print_metrics(metrics)
-    inputs = _inputs(model=model, adapter=adapter, data=data)
-    if track != "none":
-        run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
-        config = {"command": command_line(), **{k: v["path"] for k, v in inputs.items()}}
-        log_once(track, run_dir, config, {"test": metrics})
-    if output is not None:
-        from paw.io.lm import write_results
-
-        write_results(output, command=command_line(), inputs=inputs, metrics=metrics, format=format, limit=limit)
-        typer.echo(f"results: {output}")
+    result = evaluate_model(model, data, adapter=adapter, format=format, limit=limit, batch_size=batch_size,
+                            output=output, device=device, dtype=dtype, track=track, overwrite=overwrite)
+    _print_metrics(result.metrics)
+    if result.output is not None:
+        typer.echo(f"results: {result.output}")
 
 
 def train_lora_command(
@@ -93,44 +76,14 @@ def train_lora_command(
 
     Example: paw train-lora --model ./tiny/base --data train.jsonl --eval-data test.jsonl --output ./lora --steps 200 --lr 3e-3
     """
-    from paw.device import resolve_device
-    from paw.evaluate.train import train_lora
-    from paw.io.atomic import atomic_dir, check_output
-    from paw.io.lm import load_lm, quiet_transformers, write_adapter_into
-    from paw.io.manifest import write_manifest
-    from paw.io.mcdata import read_items
-    from paw.io.tracking import make_tracker
+    from paw.evaluate.pipeline import train_lora_adapter
 
-    quiet_transformers()
-    check_output(output, overwrite=overwrite)
-    items = read_items(data, format=format, limit=limit)
-    eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
-    lm, tokenizer = load_lm(model, device=resolve_device(device), dtype=dtype)
-    settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
-                    lr=lr, seed=seed)
-    inputs = _inputs(model=model, data=data, eval_data=eval_data)
-    run_dir = output.with_name(output.name + "-tracking")  # beside the adapter, which appears atomically
-    tracker = make_tracker(track, run_dir, {"name": output.name, **settings, **{k: v["path"] for k, v in inputs.items()}})
-    with atomic_dir(output, overwrite=overwrite) as tmp:
-        def checkpoint(step: int, peft_model) -> None:
-            if save_every and step % save_every == 0 and step < steps:
-                write_adapter_into(peft_model, tmp / f"checkpoint-{step}", base=model)
-
-        try:
-            peft_model, metrics = train_lora(lm, tokenizer, items, **settings, eval_items=eval_items, tracker=tracker,
-                                             on_step=checkpoint)
-        finally:
-            tracker.finish()
-        write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
-        write_manifest(tmp, "paw_train_lora.json", command=command_line(), inputs=inputs, settings=settings)
-    _print_training(metrics)
-    typer.echo(f"adapter: {output}" + (f"  (tracking: {run_dir})" if track != "none" else ""))
-
-
-def _inputs(**paths) -> dict:
-    from paw.io.manifest import describe_input
-
-    return {name: describe_input(path) for name, path in paths.items() if path is not None}
+    result = train_lora_adapter(model, data, output, rank=rank, alpha=alpha, target_modules=target_modules,
+                                steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_data=eval_data,
+                                format=format, limit=limit, eval_limit=eval_limit, save_every=save_every,
+                                device=device, dtype=dtype, track=track, overwrite=overwrite)
+    _print_training(result.metrics)
+    typer.echo(f"adapter: {output}" + (f"  (tracking: {result.tracking})" if result.tracking else ""))
 
 
 def _print_metrics(metrics: dict, prefix: str = "") -> None:

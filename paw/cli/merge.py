@@ -7,21 +7,24 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, TRACK, command_line, multi_value_command, track_once
+from paw.cli._options import (
+    DEVICE,
+    OVERWRITE,
+    SEED,
+    TRACK,
+    choices,
+    command_line,
+    multi_value_command,
+    track_once,
+)
 from paw.merge.methods import METHODS  # light: torch is imported inside the functions
 from paw.merge.options import DTYPES, VOCAB_POLICIES
 from paw.merge.weights import WEIGHT_MODES
 
-
-def _choices(name: str, values) -> type[enum.Enum]:
-    """A str Enum of the registry's names, so --help lists them and click refuses others."""
-    return enum.Enum(name, {v: v for v in values}, type=str)
-
-
-_Method = _choices("Method", METHODS)
-_Mode = _choices("Mode", WEIGHT_MODES)
-_Dtype = _choices("Dtype", DTYPES)
-_VocabPolicy = _choices("VocabPolicy", VOCAB_POLICIES)
+_Method = choices("Method", METHODS)
+_Mode = choices("Mode", WEIGHT_MODES)
+_Dtype = choices("Dtype", DTYPES)
+_VocabPolicy = choices("VocabPolicy", VOCAB_POLICIES)
 
 _HELP = {
     "base": "The common base model (folder, .safetensors file or cached ID); optional for --method linear.",

@@ -34,36 +34,10 @@ def register(app: typer.Typer) -> None:
 
         Example: paw task-vectors --base ./tiny/base --models ./tiny/finetune --outdir tv_stats
         """
-        from paw.cli._options import command_line
-        from paw.device import resolve_device, visible_devices
-        from paw.errors import PawError
-        from paw.io.checkpoint import open_checkpoint
-        from paw.io.manifest import describe_input
-        from paw.progress import status
-        from paw.taskvec.compute import compute_task_vectors, cpu_workers, unique_names
-        from paw.taskvec.report import check_report_outputs, write_report
+        from paw.taskvec.pipeline import task_vectors as run_task_vectors
 
-        specs = list(models)
-        base_ckpt = open_checkpoint(base)
-        model_ckpts = [open_checkpoint(m) for m in specs]
-        check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite)
-        primary = resolve_device(device)
-        devices = [primary] * (cpu_workers(workers) if primary.type == "cpu" else 1)
-        if multi_gpu:
-            devices = visible_devices(primary)
-            if len(devices) < 2:
-                status(f"--multi-gpu: fewer than two GPUs visible; running on {primary} only")
-                devices = [primary] * (cpu_workers(workers) if primary.type == "cpu" else 1)
-            else:
-                status(f"--multi-gpu: spreading tensors over {len(devices)} GPUs")
-        results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include,
-                                       exclude=exclude)
-        inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}
-        try:
-            write_report(outdir, results, top_k=top_k, command=command_line(), inputs=inputs,
-                         overwrite=overwrite)
-        except OSError as err:  # e.g. --outdir is a file, or the disk is full
-            raise PawError(f"cannot write the report: {err.strerror or err}", path=outdir) from None
+        results = run_task_vectors(base, models, outdir, device=device, multi_gpu=multi_gpu, top_k=top_k,
+                                   include=include, exclude=exclude, workers=workers, overwrite=overwrite).results
         for i, name in enumerate(results.models):
             typer.echo(f"{name}: global L2 {results.global_l2(i):.6g}, L1 {results.global_l1(i):.6g} "
                        f"over {results.n_params():,} parameters in {len(results.names)} tensors "

@@ -2,37 +2,21 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, TRACK
+from paw.cli._options import DEVICE, OVERWRITE, SEED, TRACK, choices
+from paw.transfer.distill import DISTILL, INITS  # light, like the two below
+from paw.transfer.layers import LAYER_MAPS  # light: torch is imported inside the functions
+from paw.transfer.pipeline import method_names
 
-
-class Method(str, Enum):
-    auto = "auto"
-    copy = "copy"
-    lora_x = "lora-x"
-    frobenius = "frobenius"
-    embed_map = "embed-map"
-    structural = "structural"
-    distill = "distill"  # trains a LoRA: see paw/transfer/distill.py and the distill options below
-
-
-class LayerMap(str, Enum):
-    name = "name"
-    relative_depth = "relative-depth"
-    similarity = "similarity"
-
-
-class DistillInit(str, Enum):
-    auto = "auto"
-    none = "none"
-
+Method = choices("Method", [*method_names(), DISTILL])  # distill trains a LoRA: paw/transfer/distill.py
+LayerMap = choices("LayerMap", LAYER_MAPS)
+DistillInit = choices("DistillInit", INITS)
 
 _DISTILL_DEFAULTS = {"prompts": None, "synthesize": 0, "seed_examples": None, "discriminator": False,
-                     "eval_prompts": None, "holdout": 0.1, "init": DistillInit.auto, "rank": None, "alpha": None,
+                     "eval_prompts": None, "holdout": 0.1, "init": "auto", "rank": None, "alpha": None,
                      "target_modules": None, "max_steps": 200, "batch_size": 8, "lr": 1e-4, "max_new_tokens": 16,
                      "seed": 0}
 
@@ -40,7 +24,7 @@ _DISTILL_DEFAULTS = {"prompts": None, "synthesize": 0, "seed_examples": None, "d
 def _no_distill_options(given: dict) -> None:
     from paw.errors import PawError
 
-    used = [k for k, v in _DISTILL_DEFAULTS.items() if given[k] != v]
+    used = [k for k, v in _DISTILL_DEFAULTS.items() if getattr(given[k], "value", given[k]) != v]
     if used:
         raise PawError(f"--{used[0].replace('_', '-')} is a --method distill option")
 
@@ -53,21 +37,21 @@ def _distill(a: dict) -> None:
 
     check_kind(a["track"])
     modules = [m.strip() for m in a["target_modules"].split(",") if m.strip()] if a["target_modules"] else None
-    output, report = run_distill(
+    result = run_distill(
         a["adapter"], a["source_base"], a["target_base"], a["output"], prompts=a["prompts"],
         synthesize=a["synthesize"], seed_examples=a["seed_examples"], eval_prompts=a["eval_prompts"],
         discriminator=a["discriminator"], init=a["init"].value, rank=a["rank"], alpha=a["alpha"],
         target_modules=modules, steps=a["max_steps"], batch_size=a["batch_size"], lr=a["lr"],
         max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], seed=a["seed"], device=a["device"],
-        command=command_line(), overwrite=a["overwrite"])
-    d = report["distill"]
+        overwrite=a["overwrite"])
+    d = result.report["distill"]
     typer.echo(f"distilled {d['student']['modules']} LoRA modules on {d['inputs']['train']} {d['inputs']['source']} "
-               f"inputs, {d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {output}")
+               f"inputs, {d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")
     before, after = d["agreement"]["before"], d["agreement"]["after"]
     for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
         if after[key] is not None:
             typer.echo(f"{label} with the teacher on {d['agreement']['measured_on']}: {before[key]} -> {after[key]}")
-    track_once(a["track"], output, {"command": command_line(), "method": "distill"},
+    track_once(a["track"], result.output, {"command": command_line(), "method": DISTILL, **result.inputs},
                {"distill": {k: d[k] for k in ("loss_start", "loss_end")} | {"agreement": after}})
 
 
@@ -78,14 +62,14 @@ def register(app: typer.Typer) -> None:
         source_base: str = typer.Option(..., "--source-base", help="The adapter's base model (folder or cached ID)."),
         target_base: str = typer.Option(..., "--target-base", help="The model to move the adapter to."),
         output: Path = typer.Option(..., "--output", "-o", help="Output adapter folder (with its report)."),
-        method: Method = typer.Option(Method.auto, "--method", help="How factors are mapped; auto picks per "
+        method: Method = typer.Option("auto", "--method", help="How factors are mapped; auto picks per "
                                       "module and refuses unrelated targets."),
         subspace_rank: int = typer.Option(None, "--subspace-rank", min=1,
                                           help="R of the truncated SVDs [default: min(32, min(out,in)/4)]."),
         min_similarity: float = typer.Option(None, "--min-similarity", min=0.0, max=1.0,
                                              help="Skip modules whose subspace similarity is below this "
                                                   "[auto default: chance + 0.25*(1-chance)]."),
-        layer_map: LayerMap = typer.Option(LayerMap.name, "--layer-map",
+        layer_map: LayerMap = typer.Option("name", "--layer-map",
                                            help="How layers pair up when depths differ."),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="paw-vocab-map JSON when tokenizers differ."),
         ridge: float = typer.Option(1e-2, "--ridge", help="Ridge strength of least-squares maps, relative to "
@@ -106,8 +90,8 @@ def register(app: typer.Typer) -> None:
         eval_prompts: Path = typer.Option(None, "--eval-prompts", help="[distill] Held-out inputs for the "
                                           "agreement figures [default: --holdout of the inputs]."),
         holdout: float = typer.Option(0.1, "--holdout", help="[distill] Fraction of inputs kept for agreement."),
-        init: DistillInit = typer.Option(DistillInit.auto, "--init", help="[distill] auto: start from the "
-                                         "weight-space transfer when the target is related; none: PEFT init."),
+        init: DistillInit = typer.Option("auto", "--init", help="[distill] auto: start from the weight-space "
+                                         "transfer when the target is related; none: PEFT init."),
         rank: int = typer.Option(None, "--rank", min=1, help="[distill] LoRA rank [default: the source's]."),
         alpha: float = typer.Option(None, "--alpha", help="[distill] LoRA alpha [default: the source's]."),
         target_modules: str = typer.Option(None, "--target-modules", help="[distill] Comma list [default: the "
@@ -121,46 +105,28 @@ def register(app: typer.Typer) -> None:
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.
 
-        --method distill trains a new LoRA on the target to imitate source + adapter on label-free inputs
-        (any tokenizer, any family).
+        --method distill instead trains a new LoRA on the target to imitate source + adapter on label-free
+        inputs (any tokenizer, any family; docs/distill.md).
 
         Example: paw transfer-lora --adapter ./tiny/lora --source-base ./tiny/base --target-base ./tiny/finetune -o ./moved
 
         Example: paw transfer-lora --method distill --prompts inputs.jsonl --adapter ./lora --source-base ./a --target-base ./b -o ./moved
         """
-        if method == Method.distill:
+        if method.value == DISTILL:
             _distill(locals())
             return
         _no_distill_options(locals())
         from paw.cli._options import command_line, track_once
-        from paw.device import resolve_device
-        from paw.io.adapter import read_adapter
-        from paw.io.atomic import check_output
-        from paw.io.checkpoint import open_checkpoint
-        from paw.io.manifest import describe_input
         from paw.io.tracking import check_kind
-        from paw.io.transfer_report import REPORT_JSON, write_transfer
-        from paw.transfer import transfer_lora
+        from paw.io.transfer_report import REPORT_JSON
+        from paw.transfer.run import transfer_adapter
 
-        check_output(output, overwrite=overwrite)
         check_kind(track)
-        dev = resolve_device(device)
-        lora = read_adapter(adapter)
-        source, target = open_checkpoint(source_base), open_checkpoint(target_base)
-        mapping = None
-        if vocab_map is not None:
-            from paw.io.vocab_map import read_vocab_map
-
-            mapping = read_vocab_map(vocab_map)
-        moved, report = transfer_lora(lora, source, target, method=method.value, subspace_rank=subspace_rank,
-                                      min_similarity=min_similarity, layer_map=layer_map.value,
-                                      vocab_map=mapping, ridge=ridge, force=force, device=dev,
-                                      target_name=target_base)
-        inputs = {"adapter": describe_input(adapter), "source_base": describe_input(source_base),
-                  "target_base": describe_input(target_base)}
-        if vocab_map is not None:
-            inputs["vocab_map"] = describe_input(vocab_map)
-        write_transfer(output, moved, report, command=command_line(), inputs=inputs, overwrite=overwrite)
+        result = transfer_adapter(adapter, source_base, target_base, output, method=method.value,
+                                  subspace_rank=subspace_rank, min_similarity=min_similarity,
+                                  layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
+                                  device=device, overwrite=overwrite)
+        report, inputs = result.report, result.inputs
         s = report["summary"]
         typer.echo(f"transferred {s['transferred']}/{report['adapter']['modules']} modules "
                    f"({', '.join(f'{k}: {v}' for k, v in s['methods'].items())}) -> {output}")

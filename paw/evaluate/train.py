@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from paw import arch
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem
@@ -51,7 +52,8 @@ def _resolve_targets(target_modules: str | Sequence[str]) -> str | list[str]:
     else:
         names = list(target_modules)
     if not names:
-        raise PawError("target modules: give all-linear or a comma-separated list such as q_proj,v_proj")
+        example = ",".join(arch.GENERIC.proj(role).name for role in ("q", "v"))
+        raise PawError(f"target modules: give all-linear or a comma-separated list such as {example}")
     return names
 
 

@@ -7,7 +7,11 @@
 * Hugging Face ``tokenizer.json`` whose model is a byte-level BPE (GPT-2, Llama-3, Qwen2 ...).
 
 All of them come back as a :class:`BpeFile`: ``mergeable_ranks`` ``{token_bytes: rank}`` in
-tiktoken's sense, so one encoder serves them all.
+tiktoken's sense, so one encoder serves them all. This is the one reader of these formats:
+:func:`paw.io.tokenizer.open_tokenizer` sniffs files with :func:`sniff_format` and reads rank
+tables through :func:`read_bpe`, so both see the same ranks, pattern and special tokens.
+
+A rank table becomes a ``tokenizer.json`` in one place, :func:`tokenizer_json_doc`.
 """
 
 from __future__ import annotations
@@ -51,19 +55,29 @@ def read_bpe(path: str | Path) -> BpeFile:
     path = Path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
+    return _READERS[sniff_format(path)](path)
+
+
+def sniff_format(path: Path) -> str:
+    """``'paw'``, ``'hf'`` (JSON) or ``'tiktoken'`` from a file's first bytes.
+
+    Anything that is neither a PAW model nor JSON is taken for a rank file, whose reader names the
+    first line that is not ``base64 rank``.
+    """
     if not path.is_file():
         raise PawError("tokenizer file not found", path=path)
     try:
-        head = path.open("rb").read(64)
+        with path.open("rb") as f:
+            head = f.read(64)
     except OSError as exc:
         raise PawError(f"cannot read: {exc.strerror}", path=path) from None
     if head.startswith(MODEL_VERSION.encode()):
-        return _read_paw(path)
-    if head.lstrip().startswith(b"{"):
-        return _read_hf(path)
+        return "paw"
     if head.startswith(b"paw-bpe"):
         raise PawError(f"unsupported PAW model version {head.splitlines()[0].decode(errors='replace')!r}", path=path)
-    return _read_tiktoken(path)
+    if head.lstrip().startswith(b"{"):
+        return "hf"
+    return "tiktoken"
 
 
 # ---------------------------------------------------------------- PAW .model
@@ -149,7 +163,7 @@ def _read_paw(path: Path) -> BpeFile:
 # A rank file holds neither pattern nor special tokens; tiktoken's own encodings are known by name.
 TIKTOKEN_PATTERNS = {"cl100k_base": "gpt4", "o200k_base": "o200k", "r50k_base": "gpt2", "p50k_base": "gpt2",
                      "gpt2": "gpt2"}
-TIKTOKEN_SPECIALS = {
+TIKTOKEN_SPECIALS: dict[str, dict[str, int]] = {
     "cl100k_base": {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
                     "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276},
     "o200k_base": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
@@ -171,8 +185,22 @@ def _read_tiktoken(path: Path) -> BpeFile:
     if not ranks:
         raise PawError("empty tiktoken rank file", path=path)
     name = path.name.split(".")[0]
-    return BpeFile(ranks, TIKTOKEN_PATTERNS.get(name) and PATTERNS[TIKTOKEN_PATTERNS[name]],
-                   TIKTOKEN_SPECIALS.get(name, {}), "tiktoken")
+    pattern = PATTERNS[TIKTOKEN_PATTERNS[name]] if name in TIKTOKEN_PATTERNS else None
+    specials = {**TIKTOKEN_SPECIALS.get(name, {}), **_sidecar_specials(path)}
+    return BpeFile(ranks, pattern, specials, "tiktoken")
+
+
+def _sidecar_specials(path: Path) -> dict[str, int]:
+    """Added tokens of a rank file from the ``tokenizer_config.json`` beside it, if there is one."""
+    config = path.parent / "tokenizer_config.json"
+    if not config.is_file():
+        return {}
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PawError(f"not valid JSON ({exc})", path=config) from None
+    decoder = (data.get("added_tokens_decoder") if isinstance(data, dict) else None) or {}
+    return {v["content"]: int(k) for k, v in decoder.items() if isinstance(v, dict) and "content" in v}
 
 
 def write_tiktoken_ranks(path: str | Path, mergeable_ranks: dict[bytes, int]) -> Path:
@@ -206,12 +234,16 @@ def _read_hf(path: Path) -> BpeFile:
         merges_b = [(str_to_token(a), str_to_token(b)) for a, b in merges]
     except (KeyError, ValueError):
         raise PawError("tokenizer.json merges are not byte-level", path=path) from None
-    return BpeFile(ranks, _hf_pattern(data.get("pre_tokenizer"), path), specials, "hf", merges_b)
+    return BpeFile(ranks, pretokenizer_pattern(data.get("pre_tokenizer"), path), specials, "hf", merges_b)
 
 
-def _hf_pattern(pre: dict | None, path: Path) -> str | None:
-    """The regex of a ``Split`` pre-tokenizer, or GPT-2's for ``ByteLevel(use_regex=True)``."""
-    if not pre:
+def pretokenizer_pattern(pre: dict | None, path: str | Path = "tokenizer.json") -> str | None:
+    """The regex of a ``Split`` pre-tokenizer, or GPT-2's for ``ByteLevel(use_regex=True)``.
+
+    A regex PAW wrote for Oniguruma (:func:`paw.bpe.patterns.to_oniguruma`) comes back in its
+    registered spelling, so cl100k's ``\\p{N}{1,3}+`` survives a round trip through ``tokenizer.json``.
+    """
+    if not isinstance(pre, dict):
         return None
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     for step in steps:
@@ -228,11 +260,23 @@ def _hf_pattern(pre: dict | None, path: Path) -> str | None:
 
 def write_hf_tokenizer_json(path: str | Path, *, mergeable_ranks: dict[bytes, int], pattern: str | None,
                             special_tokens: dict[str, int]) -> Path:
-    """Write a ``tokenizer.json`` that ``tokenizers`` and ``transformers`` load and that encodes
-    exactly like tiktoken does with the same ranks.
+    """Write :func:`tokenizer_json_doc` atomically; ``tokenizers`` and ``transformers`` load it."""
+    data = tokenizer_json_doc(mergeable_ranks, pattern, special_tokens, path=path)
+    with atomic_file(path, encoding="utf-8", newline="\n") as f:
+        json.dump(data, f, ensure_ascii=False, indent=1)
+    return Path(path)
 
-    The merge list holds every split of every token (as transformers' TikTokenConverter does) and
-    ``ignore_merges`` is on, so a piece that is itself a token stays whole, as in tiktoken.
+
+def tokenizer_json_doc(mergeable_ranks: dict[bytes, int], pattern: str | None, special_tokens: dict[str, int],
+                       *, path: str | Path = "tokenizer.json") -> dict:
+    """A byte-level BPE ``tokenizer.json`` document that encodes exactly like tiktoken with the same ranks.
+
+    The merge list holds every split of every token whose halves are tokens
+    (:func:`paw.bpe.ranks.all_merges`, as transformers' TikTokenConverter does), not only the one
+    merge that built each token: tiktoken merges any adjacent pair whose join is a token, so with
+    ranks ``ca, ac, acac, cac`` it encodes ``aacac`` as ``a|acac`` through ``(a, cac)``, a split that
+    never builds ``acac`` from its bytes. ``ignore_merges`` is on, so a piece that is itself a token
+    stays whole, as in tiktoken. ``pattern=None`` keeps the whole text as one piece.
     """
     vocab = {token_to_str(tok): rank for tok, rank in sorted(mergeable_ranks.items(), key=lambda kv: kv[1])}
     # `tokenizers` ignores the ids in "added_tokens" and numbers added tokens after the vocabulary,
@@ -245,7 +289,7 @@ def write_hf_tokenizer_json(path: str | Path, *, mergeable_ranks: dict[bytes, in
     merges = [[token_to_str(a), token_to_str(b)] for a, b in all_merges(mergeable_ranks)]
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     split = {"type": "Split", "pattern": {"Regex": pattern and to_oniguruma(pattern)}, "behavior": "Isolated", "invert": False}
-    data = {
+    return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -260,9 +304,9 @@ def write_hf_tokenizer_json(path: str | Path, *, mergeable_ranks: dict[bytes, in
                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
                   "vocab": vocab, "merges": merges},
     }
-    with atomic_file(path, encoding="utf-8", newline="\n") as f:
-        json.dump(data, f, ensure_ascii=False, indent=1)
-    return Path(path)
+
+
+_READERS = {"paw": _read_paw, "tiktoken": _read_tiktoken, "hf": _read_hf}  # sniff_format -> reader
 
 
 # ---------------------------------------------------------------- corpora and reports

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from paw import arch
 from paw.errors import PawError
 from paw.io.hub import resolve_path
 
@@ -212,10 +213,8 @@ class Checkpoint(Mapping):
 
     @property
     def tied_embeddings(self) -> bool:
-        """True when the output head shares the input embedding (no separate ``lm_head`` stored)."""
-        cfg = self.config or {}
-        tie = cfg.get("tie_word_embeddings", cfg.get("text_config", {}).get("tie_word_embeddings"))
-        return bool(tie) and "lm_head.weight" not in self._where
+        """True when the output head shares the input embedding (tied by :func:`paw.arch.tied`, no head stored)."""
+        return arch.tied(self.config) and arch.family(self.config).head not in self._where
 
 
 def open_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:

@@ -7,10 +7,21 @@ time, so that the same inputs and seed give byte-identical folders.
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 from paw import __version__
+
+
+def command_line() -> str:
+    """The command line as the user typed it (``paw transfer-lora ...``), for the provenance JSON.
+
+    Library pipelines record it when their caller passes no ``command``: a pipeline run by
+    ``paw demo`` or the benchmark thus names the command that started it.
+    """
+    return " ".join(shlex.quote(a) for a in ["paw", *sys.argv[1:]])
 
 
 def describe_input(spec: str | Path) -> dict[str, Any]:

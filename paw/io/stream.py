@@ -1,63 +1,15 @@
-"""Walk several checkpoints tensor by tensor, in step, with one reason per skipped name.
+"""Walk several checkpoints tensor by tensor, in step.
 
-Task vectors and merges both read ``base`` and ``models`` side by side; this module decides once
-which names are comparable and yields their tensors one name at a time, so memory holds one tensor
-per model whatever the model size.
+Task vectors and merges both read ``base`` and ``models`` side by side; which names are comparable
+is decided by :func:`paw.taskvec.align.align`, and :func:`iter_aligned` yields their tensors one
+name at a time, so memory holds one tensor per model whatever the model size.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 from paw.io.checkpoint import Checkpoint
-
-FLOAT_DTYPES = {"float64", "float32", "float16", "bfloat16"}
-
-
-@dataclass
-class Alignment:
-    """Names every checkpoint has with the base's shape and a float dtype, and why the rest were skipped."""
-
-    names: list[str]
-    skipped: dict[str, str] = field(default_factory=dict)
-
-
-def align(base: Checkpoint, models: Sequence[Checkpoint], *, include: str | None = None,
-          exclude: str | None = None) -> Alignment:
-    """Compare headers only (no tensor is read). Names keep the base's order."""
-    inc = re.compile(include) if include else None
-    exc = re.compile(exclude) if exclude else None
-    names, skipped = [], {}
-    for name in base:
-        if (inc and not inc.search(name)) or (exc and exc.search(name)):
-            continue
-        reason = _skip_reason(name, base, models)
-        if reason:
-            skipped[name] = reason
-        else:
-            names.append(name)
-    for model in models:  # names only a fine-tune has are skipped too, not ignored
-        for name in model:
-            if name not in base and name not in skipped and (not inc or inc.search(name)) \
-                    and not (exc and exc.search(name)):
-                skipped[name] = f"missing in base {base.name}"
-    return Alignment(names, dict(sorted(skipped.items())))
-
-
-def _skip_reason(name: str, base: Checkpoint, models: Sequence[Checkpoint]) -> str | None:
-    if base.dtype(name) not in FLOAT_DTYPES:
-        return f"non-float dtype {base.dtype(name)}"
-    shape = base.shape(name)
-    for model in models:
-        if name not in model:
-            return f"missing in {model.name}"
-        if model.shape(name) != shape:
-            return f"shape mismatch in {model.name}: {list(model.shape(name))} vs base {list(shape)}"
-        if model.dtype(name) not in FLOAT_DTYPES:
-            return f"non-float dtype {model.dtype(name)} in {model.name}"
-    return None
 
 
 def iter_aligned(checkpoints: Sequence[Checkpoint], names: Sequence[str], *, device=None,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paw.errors import PawError
+from paw.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class MergeMethod:
         return self.fn(base, deltas, weights, **self.fixed, **used)
 
 
-METHODS: dict[str, MergeMethod] = {}
+METHODS: Registry[MergeMethod] = Registry("merge method")
 
 
 def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = True, summary: str = "",
@@ -61,10 +61,8 @@ def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = Tr
     """Register the decorated function as method ``name`` with ``fixed`` keyword arguments bound."""
 
     def register(fn: Callable) -> Callable:
-        if name in METHODS:
-            raise ValueError(f"merge method {name!r} registered twice")
-        METHODS[name] = MergeMethod(name, fn, dict(fixed), tuple(params), needs_base, summary,
-                                    normalise_weights, random="generators" in params, elementwise=elementwise)
+        METHODS.add(name, MergeMethod(name, fn, dict(fixed), tuple(params), needs_base, summary,
+                                    normalise_weights, random="generators" in params, elementwise=elementwise))
         return fn
 
     return register
@@ -72,10 +70,7 @@ def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = Tr
 
 def get_method(name: str) -> MergeMethod:
     """The method called ``name``; an unknown name lists the valid ones."""
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise PawError(f"unknown merge method {name!r}; choose one of: {', '.join(METHODS)}") from None
+    return METHODS.lookup(name)
 
 
 # ---------------------------------------------------------------- sparsification (one task vector)

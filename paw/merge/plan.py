@@ -9,17 +9,13 @@ how many tensors differ and the first one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from paw import arch
 from paw.errors import PawError
 from paw.io.checkpoint import Checkpoint
-from paw.io.stream import FLOAT_DTYPES, align
-
-# Tensors indexed by token id along dim 0: input embeddings and output heads of common families.
-VOCAB_TENSOR = re.compile(r"(embed_tokens|embed_in|wte|word_embeddings|tok_embeddings|lm_head|embed_out"
-                          r"|(^|\.)output)\.weight$")
+from paw.taskvec.align import FLOAT_DTYPES, align
 
 
 @dataclass
@@ -66,7 +62,7 @@ def plan_merge(base: Checkpoint, models: Sequence[Checkpoint], *, vocab_policy: 
 
 def _vocab_rows(name: str, base: Checkpoint, models: Sequence[Checkpoint]) -> int | None:
     """Rows shared by all when ``name`` is a vocabulary tensor that differs only in dim 0, else None."""
-    if not VOCAB_TENSOR.search(name) or name not in base:
+    if not (name.endswith(".weight") and arch.is_vocab_tensor(name)) or name not in base:
         return None
     shape = base.shape(name)
     rows = [shape[0]]

@@ -22,18 +22,15 @@ import math
 from collections.abc import Callable, Sequence
 
 from paw.errors import PawError
+from paw.registry import Registry
 
-WEIGHT_MODES: dict[str, Callable[..., list[float]]] = {}
+WEIGHT_MODES: Registry[Callable[..., list[float]]] = Registry("weight mode")
 
 
 def weight_mode(name: str):
     """Register ``f(norms, *, beta, alpha) -> unnormalised scores`` as mode ``name``."""
 
-    def register(fn):
-        WEIGHT_MODES[name] = fn
-        return fn
-
-    return register
+    return WEIGHT_MODES.register(name)
 
 
 @weight_mode("exp")
@@ -75,14 +72,13 @@ def weights_from_norms(norms: Sequence[float], mode: str = "exp", *, beta: float
     >>> [round(w, 4) for w in weights_from_norms([1, 2, 3], "exp")]
     [0.5065, 0.3072, 0.1863]
     """
-    if mode not in WEIGHT_MODES:
-        raise PawError(f"unknown --mode {mode!r}; choose one of: {', '.join(WEIGHT_MODES)}")
+    score = WEIGHT_MODES.lookup(mode, what="--mode")
     if not norms:
         raise PawError("no norms to weight (empty model list)")
     for n in norms:
         if not math.isfinite(n) or n < 0:
             raise PawError(f"L2 norm {n!r} is not a finite non-negative number")
-    scores = WEIGHT_MODES[mode](list(norms), beta=beta, alpha=alpha)
+    scores = score(list(norms), beta=beta, alpha=alpha)
     total = sum(scores)
     if not math.isfinite(total) or total <= 0:
         raise PawError(f"--mode {mode} gives weights that cannot be normalised (scores {scores}); "

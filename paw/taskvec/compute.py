@@ -18,15 +18,15 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from paw import arch
 from paw.device import single_threaded_cpu
 from paw.errors import PawError
 from paw.io.checkpoint import Checkpoint
-from paw.io.stream import align, iter_aligned
+from paw.io.stream import iter_aligned
 from paw.progress import track
+from paw.taskvec.align import align
 from paw.taskvec.groups import aggregate, module_group
 from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
-
-LM_HEAD = "lm_head.weight"
 
 
 @dataclass
@@ -179,18 +179,17 @@ def _tied_lm_head(base: Checkpoint, models: Sequence[Checkpoint], names: list[st
     embed = next((n for n in names if module_group(n) == "embed" and len(base.shape(n)) == 2), None)
     if embed is None:
         return {"tied": False}
+    head = arch.family(base.config).head
     if base.tied_embeddings:  # not stored at all: the embedding's row already covers it
-        return {"tied": True, "lm_head": LM_HEAD, "embedding": embed,
+        return {"tied": True, "lm_head": head, "embedding": embed,
                 "note": f"lm_head is tied to {embed} (not stored); counted once, in the embed group"}
-    cfg = base.config or {}
-    tie_flag = cfg.get("tie_word_embeddings", (cfg.get("text_config") or {}).get("tie_word_embeddings"))
-    if LM_HEAD in names and tie_flag and base.shape(LM_HEAD) == base.shape(embed):
+    if head in names and arch.tied(base.config) and base.shape(head) == base.shape(embed):
         import torch
 
-        if all(torch.equal(c[LM_HEAD], c[embed]) for c in (base, *models)):
-            names.remove(LM_HEAD)
-            skipped[LM_HEAD] = f"tied to {embed} (same weights); counted once, as {embed}"
-            return {"tied": True, "lm_head": LM_HEAD, "embedding": embed,
+        if all(torch.equal(c[head], c[embed]) for c in (base, *models)):
+            names.remove(head)
+            skipped[head] = f"tied to {embed} (same weights); counted once, as {embed}"
+            return {"tied": True, "lm_head": head, "embedding": embed,
                     "note": f"lm_head is stored but equal to {embed}; counted once, in the embed group"}
     return {"tied": False}
 

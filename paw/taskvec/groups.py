@@ -1,4 +1,4 @@
-"""Which part of the network a parameter belongs to, from its name: one table of regex rules.
+"""Which part of the network a parameter belongs to, from its name (rules in :mod:`paw.arch`).
 
 Every parameter falls in exactly one *module group* (the first rule that matches, else ``other``)
 and, if its name holds a layer index, in one *layer group* ``layer_N`` as well:
@@ -10,45 +10,32 @@ and, if its name holds a layer index, in one *layer group* ``layer_N`` as well:
     transformer.h.0.attn.c_attn.weight         -> attn,  layer_0
     lm_head.weight                             -> lm_head
 
-Norms are tested before attention and MLP, so ``self_attn.q_norm`` (Qwen3) counts as a norm.
+The rules are :func:`paw.arch.module_kind` (norms are tested before attention and MLP, so
+``self_attn.q_norm`` (Qwen3) counts as a norm) and :func:`paw.arch.layer_index`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-MODULE_GROUPS: dict[str, str] = {
-    # group: pattern searched in the parameter name (first match wins, in this order)
-    "embed": r"embed|token_embedding|(^|\.)(wte|wpe)(\.|$)",
-    "lm_head": r"(^|\.)(lm_head|output)(\.weight|\.bias)?$",
-    "norm": r"norm|(^|\.)ln_?(f|\d+)?(\.|$)",
-    "attn": r"attn|attention|(^|\.)(q|k|v|o|qkv)_proj(\.|$)|(^|\.)(wq|wk|wv|wo)(\.|$)",
-    "mlp": r"mlp|(^|\.|_)fc\d*(\.|$)|dense|(^|\.)(gate|up|down|gate_up)_proj(\.|$)|feed_forward|ffn"
-           r"|(^|\.)w[123](\.|$)",
-}
-OTHER = "other"
-LAYER_PATTERN = r"(?:^|\.)(?:layers|layer|h|blocks)\.(\d+)\."
-"""``model.layers.12.`` or ``transformer.h.12.`` -> layer 12."""
+from paw import arch
 
+OTHER = "other"
+_GROUP_OF_KIND = {"head": "lm_head"}  # report names of the arch kinds that differ from them
 GROUP_ORDER = ("embed", "lm_head", "attn", "mlp", "norm", OTHER)
-"""Order in which the module groups are reported (rules above are tried in their own order)."""
-_COMPILED = {name: re.compile(pattern) for name, pattern in MODULE_GROUPS.items()}
-_LAYER = re.compile(LAYER_PATTERN)
+"""Order in which the module groups are reported."""
 
 
 def module_group(name: str) -> str:
     """``'model.layers.0.mlp.up_proj.weight' -> 'mlp'``; ``'other'`` when no rule matches."""
-    for group, pattern in _COMPILED.items():
-        if pattern.search(name):
-            return group
-    return OTHER
+    kind = arch.module_kind(name)
+    return _GROUP_OF_KIND.get(kind, kind)
 
 
 def layer_group(name: str) -> str | None:
     """``'model.layers.12.mlp.up_proj.weight' -> 'layer_12'``; ``None`` outside the layer stack."""
-    match = _LAYER.search(name)
-    return f"layer_{int(match.group(1))}" if match else None
+    index = arch.layer_index(name)
+    return None if index is None else f"layer_{index}"
 
 
 def groups_of(name: str) -> list[str]:

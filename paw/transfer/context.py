@@ -10,27 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from paw import arch
 from paw.errors import PawError
 from paw.transfer import linalg, structural
-from paw.transfer.layers import count_layers, split_layer
+from paw.transfer.layers import FINAL, count_layers, role_of, split_layer
 from paw.transfer.vocab import VocabIndex
 
-EMBED = "model.embed_tokens.weight"
-LM_HEAD = "lm_head.weight"
-FINAL_NORM = "model.norm.weight"
-_LAYER_WEIGHTS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
-                  "o_proj": "self_attn.o_proj", "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj",
-                  "down_proj": "mlp.down_proj"}
 
-
-def head_dim_of(config: dict | None) -> int | None:
-    cfg = config or {}
-    cfg = cfg.get("text_config", cfg)
-    if cfg.get("head_dim"):
-        return int(cfg["head_dim"])
-    if cfg.get("hidden_size") and cfg.get("num_attention_heads"):
-        return int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
-    return None
+def family_of(ckpt) -> arch.Family:
+    """The :mod:`paw.arch` family of a checkpoint (its ``config``; :data:`paw.arch.GENERIC` without one)."""
+    return arch.family(getattr(ckpt, "config", None))
 
 
 @dataclass
@@ -58,6 +47,7 @@ class Context:
 
         self.dtype = torch.float32
         self.n_layers = (count_layers(self.source), count_layers(self.target))
+        self.families = {"s": family_of(self.source), "t": family_of(self.target)}
 
     # ---- tensors ------------------------------------------------------------------------------
     def weight(self, side: str, name: str):
@@ -77,16 +67,19 @@ class Context:
         if norm_name is None or norm_name not in ckpt:
             return torch.ones(width, device=self.device)
         g = self.weight(side, norm_name)
-        model_type = str((ckpt.config or {}).get("model_type", ""))
-        return g + 1.0 if model_type.startswith("gemma") else g
+        offset = self.families[side].norm_offset
+        return g + offset if offset else g
 
-    def norm_name(self, module: str, norm: str | None) -> str | None:
-        if norm is None:
+    def input_norm(self, side: str, module: str) -> str | None:
+        """The norm tensor whose gains scale ``module``'s input on one side (None for writers)."""
+        fam = self.families[side]
+        role = role_of(module, fam)
+        if role is None or role.norm is None:
             return None
-        if norm == "final":
-            return FINAL_NORM
+        if role.norm == FINAL:
+            return fam.final_norm
         parts = split_layer(module)
-        return f"{parts[0]}.{parts[1]}.{norm}.weight" if parts else None
+        return f"{parts[0]}.{parts[1]}.{role.norm}.weight" if parts else None
 
     # ---- truncated SVD, once per base weight --------------------------------------------------
     def svd(self, side: str, name: str, W=None):
@@ -103,13 +96,12 @@ class Context:
         """Matched rows of shared tokens: embeddings, plus final-norm-folded unembeddings when both are untied."""
         import torch
 
-        if EMBED not in self.source or EMBED not in self.target:
-            raise PawError(f"embed-map needs {EMBED} in both base models")
-        X_s, X_t = self.vocab.fit_rows(self.weight("s", EMBED), self.weight("t", EMBED), seed=self.seed)
+        X_s, X_t = self._embeddings("embed-map")
         blocks = [(X_s, X_t)]
-        if LM_HEAD in self.source and LM_HEAD in self.target:
-            H_s = self.weight("s", LM_HEAD) * self.gain("s", FINAL_NORM, X_s.shape[1])
-            H_t = self.weight("t", LM_HEAD) * self.gain("t", FINAL_NORM, X_t.shape[1])
+        if self._untied_heads():
+            fs, ft = self.families["s"], self.families["t"]
+            H_s = self.weight("s", fs.head) * self.gain("s", fs.final_norm, X_s.shape[1])
+            H_t = self.weight("t", ft.head) * self.gain("t", ft.final_norm, X_t.shape[1])
             blocks.append(self.vocab.fit_rows(H_s, H_t, seed=self.seed))
         scale = [1.0 / max(float(s.norm()), 1e-12) for s, _ in blocks]  # each block weighs the same
         return (torch.cat([s * c for (s, _), c in zip(blocks, scale, strict=True)]),
@@ -122,7 +114,7 @@ class Context:
             M_st = linalg.ridge_map(X_s, X_t, self.ridge)
             M_ts = linalg.ridge_map(X_t, X_s, self.ridge)
             self.facts["residual_map"] = {
-                "tokens": int(X_s.shape[0]) // (2 if LM_HEAD in self.source and LM_HEAD in self.target else 1),
+                "tokens": int(X_s.shape[0]) // (2 if self._untied_heads() else 1),
                 "fit_residual_source_to_target": round(linalg.scaled_residual(X_t, X_s @ M_st.T), 6),
                 "fit_residual_target_to_source": round(linalg.scaled_residual(X_s, X_t @ M_ts.T), 6),
                 "ridge": self.ridge}
@@ -132,30 +124,39 @@ class Context:
     # ---- structural correspondences -----------------------------------------------------------
     def hidden_map(self) -> structural.UnitMap:
         if self._hidden is None:
-            if EMBED not in self.source or EMBED not in self.target:
-                raise PawError(f"structural needs {EMBED} in both base models")
-            X_s, X_t = self.vocab.fit_rows(self.weight("s", EMBED), self.weight("t", EMBED), seed=self.seed)
+            X_s, X_t = self._embeddings("structural")
             self._hidden = structural.hidden_channel_map(X_s, X_t)
             self.facts["hidden_channels"] = {"target": len(self._hidden.index), "paired": self._hidden.paired,
                                              "source": int(X_s.shape[1]),
                                              "mean_correlation": round(self._hidden.score, 6)}
         return self._hidden
 
+    def _embeddings(self, method: str):
+        """Matched embedding rows of shared tokens, source and target."""
+        e_s, e_t = self.families["s"].embed, self.families["t"].embed
+        if e_s not in self.source or e_t not in self.target:
+            raise PawError(f"{method} needs the embedding ({e_s}, {e_t}) in both base models")
+        return self.vocab.fit_rows(self.weight("s", e_s), self.weight("t", e_t), seed=self.seed)
+
+    def _untied_heads(self) -> bool:
+        return self.families["s"].head in self.source and self.families["t"].head in self.target
+
     def layer_weights(self, side: str, layer: int) -> dict:
-        prefix = "model.layers"
+        """``{role: weight}`` of one layer's projections (``'q'``, ..., ``'down'``; missing ones left out)."""
+        fam = self.families[side]
         ckpt = self.source if side == "s" else self.target
         out = {}
-        for short, rest in _LAYER_WEIGHTS.items():
-            name = f"{prefix}.{layer}.{rest}.weight"
+        for proj in fam.projections:
+            name = fam.layer_tensor(layer, proj.path)
             if name in ckpt:
-                out[short] = self.weight(side, name)
+                out[proj.role] = self.weight(side, name)
         return out
 
     def unit_maps(self, layer_s: int, layer_t: int) -> dict[str, structural.UnitMap]:
         """Head and neuron maps of one layer pair (the last pair is memoised: modules come layer by layer)."""
         key = (layer_s, layer_t)
         if key not in self._units:
-            hd_s, hd_t = head_dim_of(self.source.config), head_dim_of(self.target.config)
+            hd_s, hd_t = arch.head_dim(self.source.config), arch.head_dim(self.target.config)
             if hd_s is None or hd_s != hd_t:
                 raise PawError(f"structural needs the same head_dim in both configs (source {hd_s}, target {hd_t})")
             maps = structural.layer_unit_maps(self.layer_weights("s", layer_s), self.layer_weights("t", layer_t),
@@ -170,14 +171,15 @@ class Context:
         """Per-hidden-channel fingerprint of a layer (norm gains, reader column norms, writer row norms)."""
         import torch
 
+        fam = self.families[side]
         ckpt = self.source if side == "s" else self.target
         parts = []
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            name = f"model.layers.{layer}.{norm}.weight"
+        for norm in fam.hidden_norms:
+            name = fam.layer_tensor(layer, norm.path)
             if name in ckpt:
                 parts.append(self.weight(side, name))
-        for short, W in self.layer_weights(side, layer).items():
-            parts.append(W.norm(dim=1) if short in ("o_proj", "down_proj") else W.norm(dim=0))
+        for role, W in self.layer_weights(side, layer).items():
+            parts.append(W.norm(dim=1) if fam.proj(role).side == arch.OUT else W.norm(dim=0))
         return torch.stack(parts)  # (k, d)
 
     def similarity_scores(self) -> list[list[float]]:

@@ -32,6 +32,7 @@ from paw.transfer import distill_data as data
 from paw.transfer import distill_train as T
 from paw.transfer.distill_data import Prompt
 
+DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
 INITS = ("auto", "none")
 LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
 GENERIC = "generic"
@@ -232,7 +233,8 @@ def _init_adapter(adapter, teacher, student, init, columns, rank, alpha, target_
     """``(LoraAdapter to start from or None, note)``: the ``auto`` transfer when it applies."""
     if init == "none":
         return None, {"how": "none", "why": "--init none"}
-    same_ids = columns is not None and bool((columns == _arange(len(columns))).all())
+    mapped = columns >= 0 if columns is not None else None  # rows past the tokenizer (padding) map to nothing
+    same_ids = columns is not None and bool((columns[mapped] == _arange(len(columns))[mapped]).all())
     if not same_ids:
         return None, {"how": "none", "why": "the tokenizers differ, so no weight-space map keeps the gain"}
     if rank is not None or alpha is not None or target_modules:
@@ -300,9 +302,11 @@ def _report(adapter, teacher, student, moved, info, losses_used, columns, init_n
     finite = [x for x in curve["loss"] if math.isfinite(x)]
     window = max(1, min(10, len(finite)))
     return {
-        "format": "paw-transfer-report", "version": 1, "method": "distill",
+        "format": "paw-transfer-report", "version": 1, "method": DISTILL,
         "source": teacher.name, "target": student.name,
         "adapter": {"r": adapter.r, "alpha": adapter.alpha, "modules": len(adapter.modules())},
+        "summary": {"transferred": len(moved.modules()), "not_transferred": 0,
+                    "methods": {DISTILL: len(moved.modules())}},
         "distill": {
             "inputs": info, "losses": losses_used,
             "vocabulary": "shared: every target token is a source token (token-level KL)" if columns is not None

@@ -14,6 +14,7 @@ from pathlib import Path
 from paw.errors import PawError
 from paw.transfer.distill import GENERIC, LM, distill_lora
 from paw.transfer.distill_data import MAX_SEEDS
+from paw.transfer.run import TransferredAdapter
 
 TEXT_KEYS = ("text", "prompt")
 
@@ -23,9 +24,9 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
                 eval_prompts: str | Path | None = None, discriminator: bool = False, init: str = "auto",
                 rank: int | None = None, alpha: float | None = None, target_modules: Sequence[str] | None = None,
                 steps: int = 200, batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16,
-                holdout: float = 0.1, seed: int = 0, device: str = "auto", command: str = "",
-                overwrite: bool = False, progress: bool = True) -> tuple[Path, dict]:
-    """Distill ``adapter`` (trained on ``source_base``) onto ``target_base``; returns ``(output, report)``.
+                holdout: float = 0.1, seed: int = 0, device: str = "auto", command: str | None = None,
+                overwrite: bool = False, progress: bool = True) -> TransferredAdapter:
+    """Distill ``adapter`` (trained on ``source_base``) onto ``target_base`` and write ``output``.
 
     ``prompts``: a prompt file or ``'generic'``; or ``synthesize=N`` with ``seed_examples`` (a file of
     at most five inputs). See :func:`~paw.transfer.distill.distill_lora` for the knobs.
@@ -34,7 +35,7 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
     from paw.io.adapter import read_adapter
     from paw.io.atomic import check_output
     from paw.io.distill_files import write_distill
-    from paw.io.manifest import describe_input
+    from paw.io.manifest import command_line, describe_input
 
     check_output(output, overwrite=overwrite)
     inputs = {"adapter": describe_input(adapter), "source_base": describe_input(source_base),
@@ -73,8 +74,8 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
                                  batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, holdout=holdout,
                                  eval_prompts=held, seed=seed, device=dev, target_name=str(target_base),
                                  progress=progress)
-    write_distill(output, moved, report, command=command, inputs=inputs, overwrite=overwrite)
-    return Path(output), report
+    write_distill(output, moved, report, command=command or command_line(), inputs=inputs, overwrite=overwrite)
+    return TransferredAdapter(Path(output), report, inputs)
 
 
 def _side(base: str | Path, info, device, *, adapter: str | Path | None = None) -> LM:
@@ -91,8 +92,8 @@ def _side(base: str | Path, info, device, *, adapter: str | Path | None = None) 
 def read_inputs(path: str | Path, *, what: str = "prompt file") -> list:
     """Inputs of a file: ``MCItem`` s of any layout ``paw eval`` reads (the answers are dropped later),
     ``str`` s of JSON records with a ``text``/``prompt`` field, or its plain lines."""
+    from paw.evaluate.formats import detect_format, read_items
     from paw.io.distill_files import read_prompt_lines
-    from paw.io.mcdata import detect_format, read_items
 
     lines = read_prompt_lines(path, what=what)
     first = _json_object(lines[0])

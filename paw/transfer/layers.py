@@ -1,19 +1,20 @@
 """Where each adapted module sits: its layer, its role in the residual stream, and layer matching.
 
 A decoder layer's projections either *read* the residual stream through an RMSNorm (q, k, v read
-``input_layernorm``; gate and up read ``post_attention_layernorm``; ``lm_head`` reads ``model.norm``)
-or *write* into it (o, down). The other side of a projection lives in a per-layer space: query
+the attention input norm; gate and up read the MLP input norm; the output head reads the final
+norm) or *write* into it (o, down). The other side of a projection lives in a per-layer space: query
 heads (``q``), key/value heads (``kv``) or MLP neurons (``neuron``). Transfer methods map each side
-with the map of its space.
+with the map of its space. Which module is which comes from :mod:`paw.arch`.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-_LAYER = re.compile(r"^(?P<prefix>.*?\blayers)\.(?P<index>\d+)\.(?P<rest>.+)$")
+from paw import arch
+from paw.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -22,48 +23,41 @@ class Role:
 
     side: str            # 'in': input is the (normed) residual; 'out': output goes to the residual
     other: str           # the space of the other side: 'q', 'kv', 'neuron', 'vocab'
-    norm: str | None     # the RMSNorm whose gains scale the input (readers only), relative to the layer
+    norm: str | None     # the norm whose gains scale the input (readers only): in-layer path, or 'final'
 
 
-ROLES: dict[str, Role] = {
-    "q_proj": Role("in", "q", "input_layernorm"),
-    "k_proj": Role("in", "kv", "input_layernorm"),
-    "v_proj": Role("in", "kv", "input_layernorm"),
-    "gate_proj": Role("in", "neuron", "post_attention_layernorm"),
-    "up_proj": Role("in", "neuron", "post_attention_layernorm"),
-    "o_proj": Role("out", "q", None),
-    "down_proj": Role("out", "neuron", None),
-    "lm_head": Role("in", "vocab", "final"),
-    "embed_tokens": Role("out", "vocab", None),
-}
+FINAL = "final"
 
 
-def role_of(module: str) -> Role | None:
-    """``'model.layers.0.self_attn.q_proj'`` -> the q_proj :class:`Role`; None for unknown modules."""
-    return ROLES.get(module.rsplit(".", 1)[-1])
+def role_of(module: str, family: arch.Family = arch.GENERIC) -> Role | None:
+    """``'model.layers.0.self_attn.q_proj'`` -> Role('in', 'q', 'input_layernorm'); None for unknown modules."""
+    if arch.is_head(module):
+        return Role(arch.IN, "vocab", FINAL)
+    if arch.is_embedding(module):
+        return Role(arch.OUT, "vocab", None)
+    proj = family.proj_of(module)
+    return Role(proj.side, proj.space, proj.norm) if proj else None
 
 
 def split_layer(module: str) -> tuple[str, int, str] | None:
     """``'model.layers.3.mlp.up_proj'`` -> ``('model.layers', 3, 'mlp.up_proj')``; None outside layers."""
-    m = _LAYER.match(module)
-    return (m["prefix"], int(m["index"]), m["rest"]) if m else None
+    return arch.split_layer(module)
 
 
 def rename_layer(module: str, layer_map: dict[int, int]) -> str | None:
     """The target module path for a source module path; None when its layer has no partner."""
-    parts = split_layer(module)
-    if parts is None:
+    index = arch.layer_index(module)
+    if index is None:
         return module
-    prefix, index, rest = parts
     if index not in layer_map:
         return None
-    return f"{prefix}.{layer_map[index]}.{rest}"
+    return arch.rename_layer(module, layer_map[index])
 
 
 def count_layers(names) -> int:
-    """Number of decoder layers: 1 + the largest ``layers.N`` index among tensor names."""
-    found = [split_layer(n) for n in names]
-    return 1 + max((p[1] for p in found if p), default=-1)
+    """Number of decoder layers: 1 + the largest layer index among tensor names."""
+    found = [arch.layer_index(n) for n in names]
+    return 1 + max((i for i in found if i is not None), default=-1)
 
 
 def monotone_assignment(score: list[list[float]]) -> list[tuple[int, int]]:
@@ -118,3 +112,27 @@ def match_layers(score: list[list[float]], *, by_name: bool = False) -> dict[int
         n = min(len(score), len(score[0]))
         return {i: i for i in range(n)}
     return dict(monotone_assignment(score))
+
+
+# ``(n_source, n_target, similarity) -> {source layer: target layer}``; ``similarity()`` computes the
+# (n_source, n_target) weight-similarity scores on demand, so only the map that needs them pays.
+LayerMapFn = Callable[[int, int, Callable[[], list[list[float]]]], dict[int, int]]
+LAYER_MAPS: Registry[LayerMapFn] = Registry("layer map")
+
+
+@LAYER_MAPS.register("name")
+def _by_name(n_source: int, n_target: int, similarity) -> dict[int, int]:
+    """Layer i to layer i; when depths differ the extra layers stay unpaired."""
+    return match_layers(name_scores(n_source, n_target), by_name=True)
+
+
+@LAYER_MAPS.register("relative-depth")
+def _by_relative_depth(n_source: int, n_target: int, similarity) -> dict[int, int]:
+    """Layers at the same fraction of the depth pair up (monotone)."""
+    return match_layers(relative_depth_scores(n_source, n_target))
+
+
+@LAYER_MAPS.register("similarity")
+def _by_similarity(n_source: int, n_target: int, similarity) -> dict[int, int]:
+    """The monotone pairing that maximises total weight similarity (pruned or grown targets)."""
+    return match_layers(similarity())

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paw import arch
+from paw.registry import Registry
 from paw.transfer import linalg
 from paw.transfer.layers import Role
 
@@ -53,15 +55,11 @@ class Mapped:
 
 
 MethodFn = Callable[[Any, Job], Mapped]
-METHODS: dict[str, MethodFn] = {}
+METHODS: Registry[MethodFn] = Registry("transfer method")
 
 
 def register(name: str):
-    def deco(fn: MethodFn) -> MethodFn:
-        METHODS[name] = fn
-        return fn
-
-    return deco
+    return METHODS.register(name)
 
 
 def _identity(x):
@@ -140,8 +138,9 @@ def frobenius(ctx, job: Job) -> Mapped:
 
 def _role(job: Job, method: str) -> Any:
     if job.role is None:
+        known = ", ".join(arch.GENERIC.linear_names)
         raise Unavailable(f"{method} does not know how {job.module} touches the residual stream "
-                          "(supported: q/k/v/o/gate/up/down_proj, lm_head, embed_tokens)")
+                          f"(supported: {known}, the output head and the input embedding)")
     return job.role
 
 
@@ -180,8 +179,8 @@ def embed_map(ctx, job: Job) -> Mapped:
     W_s, W_t = job.W_s, job.W_t
     trace_t = float(W_t.reshape(-1) @ W_t.reshape(-1))
     if role.side == "in":
-        g_s = ctx.gain("s", ctx.norm_name(job.module, role.norm), W_s.shape[1])
-        g_t = ctx.gain("t", ctx.norm_name(job.target_module, role.norm), W_t.shape[1])
+        g_s = ctx.gain("s", ctx.input_norm("s", job.module), W_s.shape[1])
+        g_t = ctx.gain("t", ctx.input_norm("t", job.target_module), W_t.shape[1])
         into_s = g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :]    # (in_s, in_t): target input -> source input
         into_t = g_t[:, None] * M_st * _safe_inverse(g_s)[None, :]    # (in_t, in_s)
         gram = W_s.T @ W_s  # (in_s, in_s), shared by the output map and the residual
@@ -223,7 +222,7 @@ def structural_map(ctx, job: Job) -> Mapped:
         other = None
     else:
         if job.layers[0] is None:
-            raise Unavailable(f"structural cannot place {job.module} (not inside model.layers.N)")
+            raise Unavailable(f"structural cannot place {job.module} (not inside a decoder layer)")
         maps = ctx.unit_maps(*job.layers)
         if role.other not in maps:
             raise Unavailable(f"structural found no {role.other} units for {job.module}")
@@ -260,6 +259,4 @@ def _paired_residual(W_t, W_hat, out_idx, in_idx) -> float:
 
 
 def _head_dim(ctx) -> int:
-    from paw.transfer.context import head_dim_of
-
-    return head_dim_of(ctx.target.config) or 1
+    return arch.head_dim(ctx.target.config) or 1

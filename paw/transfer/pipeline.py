@@ -11,14 +11,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from paw.errors import PawError
+from paw import arch
+from paw.errors import NotApplicable, PawError, Refused
 from paw.progress import track
 from paw.transfer import linalg
-from paw.transfer.context import EMBED, LM_HEAD, Context
+from paw.transfer.context import Context, family_of
 from paw.transfer.layers import (
-    match_layers,
-    name_scores,
-    relative_depth_scores,
+    LAYER_MAPS,
     rename_layer,
     role_of,
     split_layer,
@@ -27,7 +26,6 @@ from paw.transfer.methods import METHODS, Job, Mapped, Unavailable
 from paw.transfer.vocab import VocabIndex
 
 AUTO = "auto"
-LAYER_MAPS = ("name", "relative-depth", "similarity")
 RELATED_RESIDUAL = 0.8    # re-mix residual at or below this: the target module is a re-mix of the source's
 SIMILARITY_LIFT = 0.25    # default --min-similarity: chance + 0.25 · (1 - chance)
 NORM_GUARD = 3.0          # ‖ΔW_t‖/‖ΔW_s‖ above this is a blow-up, not a transfer
@@ -57,7 +55,8 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     ``source``/``target``: checkpoints (``Mapping`` name -> tensor with ``.config``, ``.name``, ``.path``).
     Returns ``(adapter for the target, report dict)``; every output module keeps its rank r.
     ``vocab_map``: a :class:`paw.io.vocab_map.VocabMapping` or None (same tokenizer).
-    Raises PawError on bad input and when ``auto`` finds the target unrelated (unless ``force``).
+    Raises PawError on bad input, :class:`~paw.errors.NotApplicable` when the method cannot map the
+    adapter, and :class:`~paw.errors.Refused` when ``auto`` finds the target unrelated (unless ``force``).
     """
     import torch
 
@@ -94,10 +93,10 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     if vocab_map is not None:
         report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE]
     if method == AUTO and report["summary"]["unrelated"] and not force:
-        raise PawError(_refusal(report))
+        raise Refused(_refusal(report))
     done = [r for r in records if r["transferred"]]
     if not done:
-        raise PawError("no module was transferred (see the reasons with --force or another --method): "
+        raise NotApplicable("no module was transferred (see the reasons with --force or another --method): "
                        + "; ".join(f"{r['module']}: {r['decision']}" for r in records[:3]))
     for key, value in extras["tensors"].items():
         tensors[key] = value
@@ -112,13 +111,14 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
 # ------------------------------------------------------------------------------------------ checks
 
 def _rows(ckpt) -> int:
-    return int(ckpt.shape(EMBED)[0]) if EMBED in ckpt else 0
+    embed = family_of(ckpt).embed
+    return int(ckpt.shape(embed)[0]) if embed in ckpt else 0
 
 
 def _base_name(module: str, ckpt) -> str:
-    name = f"{module}.weight"
-    if name not in ckpt and module == "lm_head" and EMBED in ckpt:
-        return EMBED  # tied head: lm_head reads the embedding table
+    name, embed = f"{module}.weight", family_of(ckpt).embed
+    if name not in ckpt and arch.is_head(module) and embed in ckpt:
+        return embed  # tied head: the output head reads the embedding table
     return name
 
 
@@ -144,16 +144,12 @@ def _check_module(adapter, lm, source) -> str:
 
 
 def _layer_map(ctx: Context, how: str) -> dict[int, int]:
-    n_s, n_t = ctx.n_layers
-    if how == "name":
-        pairs = match_layers(name_scores(n_s, n_t), by_name=True)
-    elif how == "relative-depth":
-        pairs = match_layers(relative_depth_scores(n_s, n_t))
-    else:
+    def similarity() -> list[list[float]]:
         scores = ctx.similarity_scores()
-        ctx.facts["layer_similarity"] = scores
-        pairs = match_layers(scores)
-    return pairs
+        ctx.facts["layer_similarity"] = scores  # reported: why layers paired up as they did
+        return scores
+
+    return LAYER_MAPS[how](*ctx.n_layers, similarity)
 
 
 # --------------------------------------------------------------------------------------- per module
@@ -169,7 +165,8 @@ def _job(ctx: Context, lm, source_name: str) -> Job | str:
     if lm.kind == "embedding":
         W_s, W_t = W_s.T, W_t.T
     ls, lt = split_layer(lm.module), split_layer(target_module)
-    return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t, role_of(lm.module),
+    return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t,
+               role_of(lm.module, ctx.families["s"]),
                source_name, target_name, (ls[1] if ls else None, lt[1] if lt else None))
 
 
@@ -232,7 +229,7 @@ def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tup
         try:
             mapped = METHODS[method](ctx, job)
         except Unavailable as err:
-            raise PawError(str(err)) from None
+            raise NotApplicable(str(err)) from None
         evidence = _measure(ctx, job, mapped, lm)
         decision, keep = method, True
         if min_similarity is not None and (evidence["similarity"] or 0.0) < min_similarity:
@@ -258,7 +255,7 @@ def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tup
             return {**base, "method": name, "decision": f"{name} (related)", "transferred": True,
                     "related": True, **evidence, "candidates": tried}, mapped
     if first is None:
-        raise PawError(f"no method can map {lm.module}: " + "; ".join(t["unavailable"] for t in tried))
+        raise NotApplicable(f"no method can map {lm.module}: " + "; ".join(t["unavailable"] for t in tried))
     name, mapped, evidence = first
     decision = f"{name} (unrelated, forced)" if force else "not transferred: target module unrelated"
     return {**base, "method": name, "decision": decision, "transferred": force, "related": False,
@@ -308,24 +305,25 @@ def _map_delta(ctx: Context, base: str, delta, shape, how: str):
     """Map a (vocab, hidden) delta: rows through the vocabulary map, hidden columns as ``how`` says."""
     from paw.transfer import structural
 
-    if base not in (EMBED, LM_HEAD):
+    fam_s, fam_t = ctx.families["s"], ctx.families["t"]
+    if base not in (fam_s.embed, fam_s.head):
         if tuple(delta.shape) == tuple(shape):
             return delta
-        raise PawError(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
+        raise NotApplicable(f"cannot carry the saved tensor {base!r} from shape {list(delta.shape)} to {list(shape)}")
     rows = ctx.vocab.rows(delta)
     if how == "structural":
         return structural.gather(rows, ctx.hidden_map().index, 1)
     if how == "embed-map":
         M_st, M_ts = ctx.residual_maps()
-        if base == EMBED:
+        if base == fam_s.embed:
             return rows @ M_st.T
-        g_s = ctx.gain("s", "model.norm.weight", delta.shape[1])
-        g_t = ctx.gain("t", "model.norm.weight", shape[1])
+        g_s = ctx.gain("s", fam_s.final_norm, delta.shape[1])
+        g_t = ctx.gain("t", fam_t.final_norm, shape[1])
         from paw.transfer.methods import _safe_inverse
 
         return rows @ (g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :])
     if rows.shape[1] != shape[1]:
-        raise PawError(f"cannot carry {base!r} across hidden sizes {rows.shape[1]} -> {shape[1]} with this method")
+        raise NotApplicable(f"cannot carry {base!r} across hidden sizes {rows.shape[1]} -> {shape[1]} with this method")
     return rows
 
 

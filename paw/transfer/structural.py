@@ -104,7 +104,7 @@ def expand(unit_map: UnitMap, block: int) -> list[int]:
 def layer_unit_maps(src: dict, tgt: dict, hidden: UnitMap, head_dim: int) -> dict[str, UnitMap]:
     """Maps of query heads ('q'), KV heads ('kv') and neurons ('neuron') between one layer pair.
 
-    ``src``/``tgt``: ``{'q_proj': W, 'k_proj': W, ..., 'down_proj': W}`` (missing ones are skipped).
+    ``src``/``tgt``: ``{'q': W, 'k': W, ..., 'down': W}`` by :mod:`paw.arch` role (missing ones are skipped).
     Source columns are gathered at the hidden-channel map first so both sides share coordinates.
     """
     import torch
@@ -120,19 +120,19 @@ def layer_unit_maps(src: dict, tgt: dict, hidden: UnitMap, head_dim: int) -> dic
         return ws[cs.to(ws.device)].T, wt[ct.to(wt.device)].T
 
     maps: dict[str, UnitMap] = {}
-    if "k_proj" in src and "v_proj" in src:
-        fs = [block_rows(x, head_dim) for x in (*reader(src["k_proj"], tgt["k_proj"]),
-                                                *reader(src["v_proj"], tgt["v_proj"]))]
+    if "k" in src and "v" in src:
+        fs = [block_rows(x, head_dim) for x in (*reader(src["k"], tgt["k"]),
+                                                *reader(src["v"], tgt["v"]))]
         maps["kv"] = match_units(torch.cat([fs[1], fs[3]], 1), torch.cat([fs[0], fs[2]], 1))
-    if "q_proj" in src and "o_proj" in src:
-        qs, qt = reader(src["q_proj"], tgt["q_proj"])
-        os_, ot = writer(src["o_proj"], tgt["o_proj"])
+    if "q" in src and "o" in src:
+        qs, qt = reader(src["q"], tgt["q"])
+        os_, ot = writer(src["o"], tgt["o"])
         maps["q"] = match_units(torch.cat([block_rows(qt, head_dim), block_rows(ot, head_dim)], 1),
                                 torch.cat([block_rows(qs, head_dim), block_rows(os_, head_dim)], 1))
-    if all(k in src for k in ("gate_proj", "up_proj", "down_proj")):
-        gs, gt = reader(src["gate_proj"], tgt["gate_proj"])
-        us, ut = reader(src["up_proj"], tgt["up_proj"])
-        ds, dt = writer(src["down_proj"], tgt["down_proj"])
+    if all(k in src for k in ("gate", "up", "down")):
+        gs, gt = reader(src["gate"], tgt["gate"])
+        us, ut = reader(src["up"], tgt["up"])
+        ds, dt = writer(src["down"], tgt["down"])
         maps["neuron"] = match_units(sketch(torch.cat([gt, ut, dt], 1)), sketch(torch.cat([gs, us, ds], 1)))
     return maps
 

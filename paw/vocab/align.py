@@ -27,16 +27,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from paw.errors import PawError
 from paw.io.tokenizer import TokenizerInfo
 from paw.io.vocab_map import VocabMapping
+from paw.registry import Registry
+from paw.vocab.roles import role_id, role_of
+
+if TYPE_CHECKING:  # numpy only annotates here; the CLI reads the method names without importing it
+    import numpy as np
 
 Entry = tuple[list[int], list[float]]
-METHODS: dict[str, Callable[[AlignContext, list[int]], dict[int, Entry]]] = {}
+METHODS: Registry[Callable[[AlignContext, list[int]], dict[int, Entry]]] = Registry("alignment method")
 NEEDS: dict[str, str] = {}  # method -> what it needs ('embeddings', 'counts')
 DEFAULT_METHODS = ("exact", "decompose")
 
@@ -44,7 +47,7 @@ DEFAULT_METHODS = ("exact", "decompose")
 def register(name: str, *, needs: str | None = None):
     """Decorator adding an alignment method to :data:`METHODS`."""
     def wrap(fn):
-        METHODS[name] = fn
+        METHODS.add(name, fn)
         if needs:
             NEEDS[name] = needs
         return fn
@@ -65,8 +68,7 @@ class AlignContext:
 
 def check_methods(methods: list[str], *, have_embeddings: bool, have_counts: bool) -> None:
     for m in methods:
-        if m not in METHODS:
-            raise PawError(f"unknown alignment method {m!r}; choose from {', '.join(METHODS)}")
+        METHODS.lookup(m)
         need = NEEDS.get(m)
         if need == "embeddings" and not have_embeddings:
             raise PawError(f"method {m!r} needs the source model's embeddings (--source-model)")
@@ -96,7 +98,7 @@ def match_specials(source: TokenizerInfo, target: TokenizerInfo) -> dict[int, in
             continue
         if s.content in by_content:
             out[i] = by_content[s.content]
-        elif s.role and s.role != "chat" and (j := source.role_id(s.role)) is not None:
+        elif (role := role_of(s)) and role != "chat" and (j := role_id(source, role)) is not None:
             out[i] = j
     return out
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from paw.io.tokenizer import ROLES, TokenizerInfo
+from paw.io.tokenizer import TokenizerInfo
+from paw.vocab.roles import ROLES, role_of
 
 __all__ = ["vocab_diff", "special_table", "display_token", "encoding_rows", "summarize_rows", "token_counts"]
 
@@ -65,7 +66,7 @@ def special_table(source: TokenizerInfo, target: TokenizerInfo) -> dict[str, dic
     """``{role: {'source': [contents], 'target': [contents]}}`` for every role either side has."""
     out = {}
     for role in ROLES:
-        pair = {name: [s.content for _, s in sorted(tok.specials.items()) if s.role == role]
+        pair = {name: [s.content for _, s in sorted(tok.specials.items()) if role_of(s) == role]
                 for name, tok in (("source", source), ("target", target))}
         if pair["source"] or pair["target"]:
             out[role] = pair

@@ -24,44 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from paw.vocab.resize import grow_rows, new_rows
-
-
-@lru_cache(maxsize=1)
-def byte_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from the 256 bytes to printable characters (``0x20 -> 'Ġ'``)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    chars = keep[:]
-    n = 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
-
-
-@lru_cache(maxsize=1)
-def unicode_to_byte() -> dict[str, int]:
-    return {c: b for b, c in byte_to_unicode().items()}
-
-
-def bytes_to_symbols(token: bytes) -> str:
-    """``b' hi' -> 'Ġhi'`` (byte-level alphabet)."""
-    table = byte_to_unicode()
-    return "".join(table[b] for b in token)
-
-
-def symbols_to_bytes(token: str) -> bytes | None:
-    """``'Ġhi' -> b' hi'``; None when ``token`` has a character outside the byte-level alphabet."""
-    table = unicode_to_byte()
-    try:
-        return bytes(map(table.__getitem__, token))
-    except KeyError:
-        return None
 
 
 def bpe_pieces(word: str, ranks: Mapping[tuple[str, str], int]) -> list[str]:
@@ -161,14 +125,18 @@ def with_vocab_size(config: Mapping | None, rows: int) -> dict | None:
 
 
 def find_vocab_tensors(names: Sequence[str]) -> tuple[str, str | None]:
-    """``(embedding key, output head key or None)`` among checkpoint tensor names."""
-    embeds = [n for n in names if n.endswith("embed_tokens.weight")]
+    """``(embedding key, output head key or None)`` among checkpoint tensor names (:mod:`paw.arch` aliases)."""
+    from paw import arch
+
+    weights = [n for n in names if n.endswith(".weight")]
+    embeds = [n for n in weights if arch.is_embedding(n)]
     if len(embeds) != 1:
         from paw.errors import PawError
 
         found = ", ".join(embeds) or "none"
-        raise PawError(f"expected exactly one '*embed_tokens.weight' tensor, found {found}")
-    heads = [n for n in names if n == "lm_head.weight" or n.endswith(".lm_head.weight")]
+        raise PawError(f"expected exactly one input embedding tensor ({', '.join(arch.EMBED_ALIASES)}), "
+                       f"found {found}")
+    heads = [n for n in weights if arch.is_head(n)]
     return embeds[0], (heads[0] if heads else None)
 
 

@@ -12,22 +12,22 @@ the tokenizers agree). It measures how much of the input side survived; it is no
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from paw import arch
 from paw.errors import PawError
 from paw.io.tokenizer import TokenizerInfo
 from paw.io.vocab_map import VocabMapping
 from paw.vocab.embed import apply_mapping
+from paw.vocab.roles import role_id
 
-_EMBED_NAME = re.compile(r"(^|\.)(embed_tokens|lm_head|wte|embed_out|word_embeddings|output)(\.weight)?$")
 _TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def embedding_names(shapes: Mapping[str, tuple[int, ...]], rows: int) -> list[str]:
-    """Names of the 2-D vocabulary tensors: an embedding/lm_head name and ``rows`` rows."""
-    return sorted(n for n, s in shapes.items() if len(s) == 2 and s[0] == rows and _EMBED_NAME.search(n))
+    """Names of the 2-D vocabulary tensors: an embedding or head name (:func:`paw.arch.is_vocab_tensor`), ``rows`` rows."""
+    return sorted(n for n, s in shapes.items() if len(s) == 2 and s[0] == rows and arch.is_vocab_tensor(n))
 
 
 def vocab_rows(config: dict) -> int:
@@ -40,8 +40,7 @@ def vocab_rows(config: dict) -> int:
 def new_config(config: dict, target: TokenizerInfo, rows: int) -> dict:
     """``config`` with ``vocab_size = rows`` and bos/eos/pad ids taken from the target tokenizer."""
     out = copy.deepcopy(config)
-    ids = {"bos_token_id": target.role_id("bos"), "eos_token_id": target.role_id("eos"),
-           "pad_token_id": target.role_id("pad")}
+    ids = {f"{role}_token_id": role_id(target, role) for role in ("bos", "eos", "pad")}
     for cfg in (out, out.get("text_config")):
         if not isinstance(cfg, dict):
             continue
@@ -67,10 +66,6 @@ def first_piece(mapping: VocabMapping) -> VocabMapping:
     return VocabMapping(mapping.source_size, mapping.target_size, entries, mapping.source, mapping.target)
 
 
-def is_output_name(name: str) -> bool:
-    return "lm_head" in name or name.endswith("embed_out.weight") or name == "output.weight"
-
-
 def transplanted_tensors(tensors: Mapping[str, Any], names: list[str], mapping: VocabMapping, *,
                          rows: int, fallback: str = "mean", head: str = "mapping", tied: bool = False,
                          device: Any = "cpu") -> Iterator[tuple[str, Any]]:
@@ -88,7 +83,7 @@ def transplanted_tensors(tensors: Mapping[str, Any], names: list[str], mapping: 
     for name in tensors:
         t = tensors[name]
         if name in names:
-            m = out_mapping if is_output_name(name) and not tied else mapping
+            m = out_mapping if arch.is_head(name) and not tied else mapping
             new = apply_mapping(t.to(device), m, fallback=fallback)  # (Nt, d)
             if rows > new.shape[0]:
                 pad = new.float().mean(0, keepdim=True).expand(rows - new.shape[0], -1).to(new.dtype)

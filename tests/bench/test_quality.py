@@ -104,14 +104,15 @@ def _results():
     rows = []
     for target in ("source", "upgrade"):
         for cond, acc in (("base", 0.25), ("direct", 0.9), ("auto", 0.85), ("copy", 0.8), ("random", 0.26)):
-            row = {"task": "facts", "target": target, "condition": cond, "status": "ok",
+            row = {"task": "facts", "target": target, "condition": cond, "status": ["ok"],
                    "accuracy": {"mean": acc, "stderr": 0.02}}
             if cond not in ("base", "direct"):
                 row["recovered"] = {"value": (acc - 0.25) / 0.65, "stderr": 0.03, "ceiling_ok": True}
             rows.append(row)
-    rows.append({"task": "facts", "target": "unrelated", "condition": "base", "status": "ok",
+    rows.append({"task": "facts", "target": "unrelated", "condition": "base", "status": ["ok"],
                  "accuracy": {"mean": 0.25, "stderr": 0.02}})
-    rows.append({"task": "facts", "target": "unrelated", "condition": "copy", "status": "n/a: shapes differ"})
+    rows.append({"task": "facts", "target": "unrelated", "condition": "copy", "status": ["n/a"],
+                 "reasons": ["shapes differ"]})
     return {"settings": {"methods": ["auto", "copy"]}, "rows": rows,
             "notes": {"targets": {"tokenizer": {"skipped": "not run: transplant-tokenizer unavailable"}}}}
 
@@ -147,16 +148,38 @@ def test_cli_refuses_existing_output(cli, tmp_path):
 @pytest.mark.slow
 def test_quick_benchmark_end_to_end(tmp_path):
     """The whole pipeline on tiny settings: every target kind, every method, outputs written."""
-    from paw.bench.quality import merge_results, quick_options, run_benchmark
+    from paw.bench.options import quick_options
+    from paw.bench.quality import run_benchmark
     from paw.bench.report import write_results
+    from paw.bench.results import merge_results
 
     opts = quick_options(targets=("upgrade", "pruned", "unrelated"), methods=("auto", "copy", "structural"))
     results = run_benchmark(opts, tmp_path / "work", progress=False)
     rows = {(r["task"], r["target"], r["condition"]): r for r in results["rows"]}
-    assert rows[("facts", "pruned", "copy")]["status"].startswith("n/a")  # shapes differ: copy cannot apply
+    assert rows[("facts", "pruned", "copy")]["status"] == ["n/a"]  # shapes differ: copy cannot apply
+    assert "copy needs equal shapes" in rows[("facts", "pruned", "copy")]["reasons"][0]
     assert rows[("facts", "source", "copy")]["accuracy"] == rows[("facts", "source", "direct")]["accuracy"]
     assert rows[("rule", "unrelated", "base")]["accuracy"]["n"] == 20
     merged = merge_results([results])
     assert merged["rows"] == results["rows"]  # pooling one run changes nothing
     out = write_results(tmp_path / "out", results)
     assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "recovered.png"}
+
+
+def test_version_1_results_pool_into_typed_statuses():
+    """Files written before statuses were an enum ('n/a: <why>' in one string) still pool."""
+    from paw.bench.results import TransferStatus, merge_results
+
+    run = {"version": 1, "settings": {"methods": ["auto", "copy"], "n_boot": 10, "seeds": [0], "tasks": ["facts"]},
+           "notes": {"seconds": {"total": 1.0}}, "lora": {},
+           "raw": {"facts": {"unrelated": {"0": {
+               "outcomes": {"base": "0101", "direct": "1111", "random": "0101", "auto": "0101"},
+               "status": {"auto": "refused", "copy": "n/a: copy needs equal shapes"},
+               "summaries": {"auto": {"message": "target looks unrelated"}, "copy": {}}}}}}}
+    rows = {r["condition"]: r for r in merge_results([run])["rows"]}
+    assert rows["copy"]["status"] == [TransferStatus.NOT_APPLICABLE.value] == ["n/a"]
+    assert rows["copy"]["reasons"] == ["copy needs equal shapes"] and "accuracy" not in rows["copy"]
+    assert rows["auto"]["status"] == ["refused"] and rows["auto"]["accuracy"]["mean"] == 0.5
+    assert rows["base"]["status"] == ["ok"] and "reasons" not in rows["base"]
+    text = markdown(merge_results([run]))
+    assert "| unrelated | 50.0 ± 25.0 | 100.0 ± 0.0 | 50.0 ± 25.0 (refused) | n/a | 50.0 ± 25.0 |" in text

@@ -69,7 +69,7 @@ def test_bias_model_answers_are_known(bias_only):
 
 
 def test_bias_model_matches_numpy_reference_on_real_text(bias_only, shared_data):
-    from paw.io.mcdata import read_items
+    from paw.evaluate.formats import read_items
 
     model, tok, logp = bias_only
     base = shared_data / "commonsense" / "raw"

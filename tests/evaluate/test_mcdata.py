@@ -7,8 +7,8 @@ import json
 import pytest
 
 from paw.errors import PawError
+from paw.evaluate.formats import READERS, detect_format, read_items, strip_labels
 from paw.evaluate.items import MCItem
-from paw.io.mcdata import READERS, detect_format, read_items, strip_labels
 
 
 def write_lines(path, lines: list[str]):

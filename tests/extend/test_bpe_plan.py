@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paw.vocab.extend import bpe_pieces, byte_to_unicode, bytes_to_symbols, plan_bpe_merges, symbols_to_bytes
+from paw.bpe.bytelevel import bytes_to_unicode, str_to_token, token_to_str
+from paw.vocab.extend import bpe_pieces, plan_bpe_merges
 
 
 def test_docstring_example():
@@ -32,9 +34,11 @@ def test_already_produced_and_shared_prefix():
 def test_byte_alphabet_matches_tokenizers():
     from tokenizers import pre_tokenizers
 
-    assert set(byte_to_unicode().values()) == set(pre_tokenizers.ByteLevel.alphabet())
-    assert bytes_to_symbols(b" hi\n") == "ĠhiĊ"
-    assert symbols_to_bytes("ĠhiĊ") == b" hi\n" and symbols_to_bytes("日") is None
+    assert set(bytes_to_unicode().values()) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert token_to_str(b" hi\n") == "ĠhiĊ"
+    assert str_to_token("ĠhiĊ") == b" hi\n"
+    with pytest.raises(KeyError):
+        str_to_token("日")
 
 
 WORD = st.text(alphabet="abcd", min_size=1, max_size=7)

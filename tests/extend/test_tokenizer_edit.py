@@ -1,4 +1,4 @@
-"""Editing tokenizer.json in memory (paw.io.hf_tokenizer_edit): formats PAW meets in the wild."""
+"""Editing tokenizer.json in memory (paw.vocab.tokenizer_edit): formats PAW meets in the wild."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 from tokenizers import Tokenizer
 
 from paw import zoo
-from paw.io.hf_tokenizer_edit import HfTokenizerJson, extend_tokenizer_json
+from paw.io.hf_tokenizer_edit import HfTokenizerJson
+from paw.vocab.tokenizer_edit import extend_tokenizer_json
 
 
 def _doc(tmp_path, **edits):

@@ -128,6 +128,17 @@ def test_shared_tokenizer_uses_token_kl_and_starts_from_the_auto_transfer(src, s
     assert "unrelated" in d["init"]["why"]
 
 
+def test_batched_generation_equals_one_by_one(world):
+    from paw.io.lm import load_lm
+    from paw.transfer.distill_data import generate
+
+    teacher, tok = load_lm(world["source"], adapter=world["lora"], device="cpu")
+    texts = ["Fact: the colour of", "Fact: the colour of " + world["task"][3].question.split()[-2] + " is", "A"]
+    batched = generate(teacher, tok, texts, max_new_tokens=6, batch_size=3)
+    assert batched == [generate(teacher, tok, [t], max_new_tokens=6)[0] for t in texts]  # left padding is inert
+    assert all("\n" not in t for t in batched) and any(t.strip() for t in batched)
+
+
 def test_synthesis_from_seed_examples_with_the_discriminator(world):
     from paw.io.lm import load_lm
     from paw.transfer.distill_data import Prompt, synthesize

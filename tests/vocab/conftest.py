@@ -11,22 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from paw.io.tokenizer import byte_decoder
+from paw.bpe.bytelevel import token_to_str
 
 SP_SPECIALS = ["<unk>", "<s>", "</s>"]
 
 
 def _gpt2(s: str) -> str:
-    enc = {b: c for c, b in byte_decoder().items()}
-    return "".join(enc[b] for b in s.encode("utf-8"))
+    return token_to_str(s.encode("utf-8"))
 
 
 def byte_level_json(multi: list[str], merges: list[tuple[str, str]], specials: list[str]) -> str:
     """A GPT-2 style byte-level BPE: 256 single bytes (ids 0..255), then ``multi``, then ``specials``."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    alphabet = sorted(byte_decoder(), key=byte_decoder().__getitem__)
-    vocab = {c: i for i, c in enumerate(alphabet)}
+    vocab = {token_to_str(bytes([b])): b for b in range(256)}  # id = byte value
     for t in multi:
         vocab[_gpt2(t)] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[(_gpt2(a), _gpt2(b)) for a, b in merges]))

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paw.errors import PawError
-from paw.io.tokenizer import byte_decoder, open_tokenizer
+from paw.io.tokenizer import CL100K_PATTERN, open_tokenizer
 
 TEXT = "Hello world, the quick fox 北京 🤗"
 
 
+def _hf(ranks: dict[bytes, int], pattern: str | None):
+    """The one rank-table converter's output, loaded by the ``tokenizers`` library."""
+    from tokenizers import Tokenizer
+
+    from paw.io.bpe_files import tokenizer_json_doc
+
+    return Tokenizer.from_str(json.dumps(tokenizer_json_doc(ranks, pattern, {})))
+
+
 def test_gpt2_byte_alphabet():
-    dec = byte_decoder()
+    from paw.bpe.bytelevel import unicode_to_bytes
+
+    dec = unicode_to_bytes()
     assert len(dec) == 256 and sorted(dec.values()) == list(range(256))
     assert dec["Ġ"] == 0x20 and dec["Ċ"] == 0x0A and dec["A"] == 0x41 and dec["ĉ"] == 0x09
 
@@ -43,6 +55,14 @@ def test_tiktoken_fast_path_matches_tokenizers(trained, texts):
     assert fast.fast is not None and slow.fast is None
     assert fast.encode_batch(texts) == slow.encode_batch(texts)
     assert fast.encode_with_ends(texts) == slow.encode_with_ends(texts)
+
+
+def test_fast_twin_is_built_on_first_use(trained):
+    """Opening runs no tiktoken parity check; the first encode does, once."""
+    tok = open_tokenizer(trained["byte-bpe"])
+    assert tok.make_fast is not None and "fast" not in vars(tok)
+    ids = tok.encode(TEXT)
+    assert vars(tok)["fast"] is not None and tok.fast.encode_ordinary(TEXT) == ids
 
 
 def test_sentencepiece_space_and_byte_fallback(trained):
@@ -83,7 +103,9 @@ def test_canonical_forms_make_conventions_comparable(trained):
 
 def test_specials_and_roles(trained):
     tok = open_tokenizer(trained["byte-bpe"])
-    assert [tok.role_id(r) for r in ("bos", "eos", "pad", "unk")] == [0, 1, 2, 3]
+    from paw.vocab.roles import role_id
+
+    assert [role_id(tok, r) for r in ("bos", "eos", "pad", "unk")] == [0, 1, 2, 3]
     assert tok.special_ids == [0, 1, 2, 3] and tok.added_ids == []
     assert tok.token_bytes(1) == b"<|eos|>"
 
@@ -117,14 +139,11 @@ def llama3_small(tmp_path_factory):
 def test_tiktoken_file_matches_tiktoken_and_hf_conversion(llama3_small):
     import tiktoken
 
-    from paw.io.tokenizer import CL100K_PATTERN
-    from paw.vocab.convert import ranks_to_tokenizer
-
     path, ranks = llama3_small
     tok = open_tokenizer(path)
-    assert tok.kind == "tiktoken" and tok.size == 3000
+    assert tok.kind == "tiktoken" and tok.size == 3000 and tok.pattern == CL100K_PATTERN
     ref = tiktoken.Encoding("ref", pat_str=CL100K_PATTERN, mergeable_ranks=ranks, special_tokens={})
-    hf = ranks_to_tokenizer(ranks, CL100K_PATTERN)
+    hf = _hf(ranks, CL100K_PATTERN)
     from paw import zoo
 
     for text in zoo.sample_texts("multi"):
@@ -138,11 +157,24 @@ def test_paw_bpe_model_file(llama3_small, tmp_path):
     from paw.io.bpe_files import write_paw_model
 
     path, ranks = llama3_small
-    model = write_paw_model(tmp_path / "m", mergeable_ranks=ranks, pattern=None, special_tokens={"<|end|>": 3000})
+    model = write_paw_model(tmp_path / "m", mergeable_ranks=ranks, pattern=CL100K_PATTERN,
+                            special_tokens={"<|end|>": 3000})
     tok = open_tokenizer(model)
     ref = open_tokenizer(path)
     assert tok.kind == "paw-bpe" and tok.special_ids == [3000]
     assert tok.encode(TEXT) == ref.encode(TEXT)
+
+
+def test_paw_bpe_model_without_pattern_is_one_piece(llama3_small, tmp_path):
+    """No pattern means no pre-tokenization, for open_tokenizer as for PAW's own encoder."""
+    from paw.bpe import BpeEncoder
+    from paw.io.bpe_files import write_paw_model
+
+    _, ranks = llama3_small
+    tok = open_tokenizer(write_paw_model(tmp_path / "m", mergeable_ranks=ranks, pattern=None, special_tokens={}))
+    text = "year 20261121"  # cl100k cuts digits in threes; one piece merges across them
+    assert tok.pattern is None and tok.encode(text) == BpeEncoder(ranks, None, {}).encode(text)
+    assert tok.encode(text) != open_tokenizer(llama3_small[0]).encode(text)
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"model": 3}', "garbage line\n"])
@@ -157,13 +189,12 @@ def test_unreadable_tokenizer_is_a_paw_error(tmp_path, content):
 def test_rank_file_pattern_and_hf_conversion(llama3_small, name):
     """Named patterns reach the encoder; possessive 'gpt4' still converts for tokenizers (Oniguruma)."""
     from paw.bpe.patterns import resolve_pattern
-    from paw.vocab.convert import ranks_to_tokenizer
 
     path, ranks = llama3_small
     tok = open_tokenizer(path, pattern=resolve_pattern(name))
     digits = [tok.token_bytes(i) for i in tok.encode("year 20261121")]
     assert (b"2" in digits) == (name == "qwen2")  # qwen2 splits single digits, cl100k groups of 3
-    hf = ranks_to_tokenizer(ranks, resolve_pattern(name))
+    hf = _hf(ranks, resolve_pattern(name))
     from paw import zoo
 
     for text in zoo.sample_texts("multi") + ["year 20261121  \n\n x"]:

@@ -1,0 +1,125 @@
+"""What ``paw bpe`` runs, from files: train a tokenizer, open one, compare several on texts.
+
+    from paw.bpe.pipeline import compare_files, train_files
+    bpe = train_files(["corpus.txt"], 8000, "my", pattern="llama3", export_hf="my-hf")
+    table = compare_files(["my.model", "llama3/tokenizer.json"], ["en.txt", "zh.txt"], plot="cmp.png")
+
+The training and encoding themselves are the pure functions of :mod:`paw.bpe`; reading and writing
+go through :mod:`paw.io.bpe_files`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from paw.errors import PawError
+
+PathLike = str | Path
+
+
+def open_encoder(spec: PathLike, pattern: str | None = None):
+    """A :class:`~paw.bpe.BpeEncoder` for a tokenizer file; ``pattern`` fills in a rank file's missing one."""
+    from paw.bpe import BpeEncoder, resolve_pattern
+    from paw.io.bpe_files import read_bpe
+
+    bpe = read_bpe(spec)
+    if pattern is not None:
+        bpe.pattern = resolve_pattern(pattern)
+    elif bpe.pattern is None and bpe.kind == "tiktoken":
+        raise PawError("a tiktoken rank file does not say how to pre-tokenize; pass --pattern", path=spec)
+    return BpeEncoder(bpe.mergeable_ranks, bpe.pattern, bpe.special_tokens)
+
+
+def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *, pattern: str = "gpt4",
+                special_tokens: Sequence[str] = (), min_frequency: int = 0, export_hf: PathLike | None = None,
+                processes: int = 0, overwrite: bool = False, command: str | None = None,
+                track: Callable | None = None):
+    """Learn a byte-level BPE from text files; write ``OUTPUT.model`` / ``OUTPUT.vocab`` (and
+    ``EXPORT_HF/tokenizer.json``). Returns the :class:`~paw.bpe.TrainedBpe`.
+
+    ``track(steps, n)`` wraps the merge loop (a progress bar); ``processes=0`` counts on every core.
+    """
+    from paw.bpe import resolve_pattern, train_tokenizer
+    from paw.bpe.tokenizer import check_vocab_size
+    from paw.io.atomic import check_output
+    from paw.io.bpe_files import read_text_files
+    from paw.progress import status
+
+    regex = resolve_pattern(pattern)
+    check_vocab_size(vocab_size, list(special_tokens))
+    check_output(f"{output}.model", overwrite=overwrite)
+    if export_hf is not None:
+        check_output(export_hf, overwrite=overwrite)
+    texts = read_text_files(files)
+    if not any(texts):
+        raise PawError("the corpus is empty (no text to learn from)")
+    status(f"counting pre-tokens in {sum(len(t) for t in texts):,} characters")
+    bpe = train_tokenizer(texts, vocab_size, pattern=regex, special_tokens=list(special_tokens),
+                          min_frequency=min_frequency, processes=processes or None, track=track)
+    _write_trained(bpe, Path(output), export_hf, overwrite=overwrite, inputs=files, command=command)
+    return bpe
+
+
+def _write_trained(bpe, output: Path, export_hf: PathLike | None, *, overwrite: bool, inputs, command) -> None:
+    from paw.io.atomic import atomic_dir
+    from paw.io.bpe_files import write_hf_tokenizer_json, write_paw_model
+    from paw.io.manifest import command_line, describe_input, write_manifest
+
+    write_paw_model(output, mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
+                    special_tokens=bpe.special_tokens, merges=bpe.merges)
+    if export_hf is None:
+        return
+    with atomic_dir(export_hf, overwrite=overwrite) as tmp:
+        write_hf_tokenizer_json(tmp / "tokenizer.json", mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
+                                special_tokens=bpe.special_tokens)
+        write_manifest(tmp, "paw_bpe.json", command=command or command_line(),
+                       inputs={str(p): describe_input(p) for p in inputs},
+                       vocab_size=len(bpe.mergeable_ranks) + len(bpe.special_tokens), merges=len(bpe.merges))
+
+
+def compare_files(tokenizers: Sequence[PathLike], files: Sequence[PathLike], *, plot: PathLike | None = None,
+                  pattern: str | None = None) -> dict:
+    """``{(tokenizer name, file name): Compression}`` for every pair, and a bar chart at ``plot``.
+
+    Arguments in ``files`` that name tokenizer files (``*.model``, ``*.tiktoken``, ``tokenizer.json``,
+    a folder with one) join the tokenizers, so ``--tokenizers T1 T2 FILES...`` reads naturally.
+    """
+    from paw.bpe import compression
+    from paw.io.bpe_files import read_text_files, write_bar_chart
+
+    specs, texts_files = split_specs([Path(t) for t in tokenizers], [Path(f) for f in files])
+    texts = dict(zip([f.name for f in texts_files], read_text_files(texts_files), strict=True))
+    names = short_names(specs)
+    table = {}
+    for name, spec in zip(names, specs, strict=True):
+        encoder = open_encoder(spec, pattern) if pattern else open_encoder(spec)
+        for file, text in texts.items():
+            table[(name, file)] = compression(encoder.encode_ordinary(text), text)
+    if plot is not None:
+        chart = {file: {name: table[(name, file)].bytes_per_token for name in names} for file in texts}
+        write_bar_chart(plot, chart, ylabel="bytes per token (higher = better compression)",
+                        title="Compression by tokenizer and file")
+    return table
+
+
+def split_specs(tokenizers: list[Path], args: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Move arguments that name tokenizer files (not text) from the text list to the tokenizers."""
+
+    def is_tokenizer(p: Path) -> bool:
+        return p.suffix in (".model", ".tiktoken") or p.name == "tokenizer.json" or (p / "tokenizer.json").is_file()
+
+    specs = [*tokenizers, *(p for p in args if is_tokenizer(p))]
+    texts = [p for p in args if not is_tokenizer(p)]
+    if not texts:
+        raise PawError("no text files to compare on (give UTF-8 files after the tokenizers)")
+    return specs, texts
+
+
+def short_names(paths: list[Path]) -> list[str]:
+    """``tok/llama3/tokenizer.json`` -> ``llama3``; ``my.model`` -> ``my``; duplicates get a suffix."""
+    names = []
+    for p in paths:
+        base = p.parent.name if p.name == "tokenizer.json" else p.name if p.is_dir() else p.name.split(".")[0]
+        names.append(base if base not in names else f"{base}#{len(names)}")
+    return names

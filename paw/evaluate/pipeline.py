@@ -1,0 +1,124 @@
+"""``evaluate_model`` and ``train_lora_adapter``: what ``paw eval`` and ``paw train-lora`` run, from files.
+
+Both read a multiple-choice JSON-lines file (:func:`paw.evaluate.formats.read_items`), load the model
+through :mod:`paw.io.lm` and call the in-memory functions :func:`paw.evaluate.mc.evaluate` and
+:func:`paw.evaluate.train.train_lora`::
+
+    from paw.evaluate.pipeline import evaluate_model
+    evaluate_model("./tiny/base", "arc-easy_test.jsonl", limit=200).metrics["accuracy"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Metrics of one model on one data file; ``output`` is the JSON written (None when not asked)."""
+
+    metrics: dict[str, Any]
+    output: Path | None
+    tracking: Path | None          # where ``track`` logged, None for ``track='none'``
+
+
+def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None = None, format: str = "auto",
+                   limit: int | None = None, batch_size: int = 8, output: PathLike | None = None,
+                   device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
+                   progress: bool = True, command: str | None = None) -> Evaluation:
+    """Multiple-choice accuracy (raw and length-normalised) ± stderr, and the answers' loss and perplexity.
+
+    ``track`` (none, csv, swanlab) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
+    """
+    from paw.device import resolve_device
+    from paw.evaluate.formats import read_items
+    from paw.evaluate.mc import evaluate
+    from paw.io.atomic import check_output
+    from paw.io.lm import load_lm, quiet_transformers, write_results
+    from paw.io.manifest import command_line
+    from paw.io.tracking import check_kind, log_once
+
+    quiet_transformers()
+    check_kind(track)  # before any heavy work
+    output = None if output is None else Path(output)
+    if output is not None:
+        check_output(output, overwrite=overwrite)
+    command = command or command_line()
+    items = read_items(data, format=format, limit=limit)
+    lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
+    metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=progress)
+    inputs = describe_inputs(model=model, adapter=adapter, data=data)
+    tracking = None
+    if track != "none":
+        run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
+        config = {"command": command, **{k: v["path"] for k, v in inputs.items()}}
+        tracking = log_once(track, run_dir, config, {"test": metrics})
+    if output is not None:
+        write_results(output, command=command, inputs=inputs, metrics=metrics, format=format, limit=limit)
+    return Evaluation(metrics, output, tracking)
+
+
+@dataclass(frozen=True)
+class TrainedAdapter:
+    """A LoRA written to ``output`` (PEFT folder with ``metrics.json``); ``metrics`` as in that file."""
+
+    output: Path
+    metrics: dict[str, Any]
+    tracking: Path | None          # OUTPUT-tracking/ when ``track`` is not 'none'
+
+
+def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, rank: int = 16, alpha: float = 32,
+                       target_modules: str = "all-linear", steps: int = 600, batch_size: int = 6, lr: float = 1.5e-5,
+                       seed: int = 0, eval_data: PathLike | None = None, format: str = "auto",
+                       limit: int | None = None, eval_limit: int | None = None, save_every: int | None = None,
+                       device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
+                       command: str | None = None) -> TrainedAdapter:
+    """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
+
+    With ``eval_data`` the metrics hold the test scores before and after training; ``save_every``
+    also writes ``OUTPUT/checkpoint-STEP`` adapters. The folder appears atomically.
+    """
+    from paw.device import resolve_device
+    from paw.evaluate.formats import read_items
+    from paw.evaluate.train import train_lora
+    from paw.io.atomic import atomic_dir, check_output
+    from paw.io.lm import load_lm, quiet_transformers, write_adapter_into
+    from paw.io.manifest import command_line, write_manifest
+    from paw.io.tracking import make_tracker
+
+    quiet_transformers()
+    output = Path(output)
+    check_output(output, overwrite=overwrite)
+    items = read_items(data, format=format, limit=limit)
+    eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
+    lm, tokenizer = load_lm(model, device=resolve_device(device), dtype=dtype)
+    settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
+                    lr=lr, seed=seed)
+    inputs = describe_inputs(model=model, data=data, eval_data=eval_data)
+    run_dir = output.with_name(output.name + "-tracking")  # beside the adapter, which appears atomically
+    tracker = make_tracker(track, run_dir, {"name": output.name, **settings, **{k: v["path"] for k, v in inputs.items()}})
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        def checkpoint(step: int, peft_model) -> None:
+            if save_every and step % save_every == 0 and step < steps:
+                write_adapter_into(peft_model, tmp / f"checkpoint-{step}", base=model)
+
+        try:
+            peft_model, metrics = train_lora(lm, tokenizer, items, **settings, eval_items=eval_items, tracker=tracker,
+                                             on_step=checkpoint)
+        finally:
+            tracker.finish()
+        write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
+        write_manifest(tmp, "paw_train_lora.json", command=command or command_line(), inputs=inputs,
+                       settings=settings)
+    return TrainedAdapter(output, metrics, run_dir if track != "none" else None)
+
+
+def describe_inputs(**paths) -> dict:
+    """``{name: {'path': ..., 'bytes': ...}}`` for the paths given (None skipped), for provenance JSON."""
+    from paw.io.manifest import describe_input
+
+    return {name: describe_input(path) for name, path in paths.items() if path is not None}

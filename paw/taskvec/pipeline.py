@@ -1,0 +1,73 @@
+"""``task_vectors``: what ``paw task-vectors`` runs, from model folders to a report folder.
+
+    from paw.taskvec.pipeline import task_vectors
+    run = task_vectors("./tiny/base", ["./tiny/finetune"], "tv_stats")
+    run.results.global_l2(0), run.results.cosines()
+
+Streams one tensor at a time (peak memory about two copies of the largest tensor) and writes
+``OUTDIR/MODEL/{per_param_stats.csv, top50_by_l2.csv, top50_by_maxabs.csv, summary.json,
+group_l2_bar.png}`` and ``OUTDIR/pairwise_cosines.csv``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paw.errors import PawError
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class TaskVectorRun:
+    """The statistics (:class:`~paw.taskvec.compute.TaskVectorResults`) and where their report went."""
+
+    outdir: Path
+    results: Any
+    devices: list                 # the devices the tensors were spread over
+
+
+def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = "tv_stats", *,
+                 device: str = "cpu", multi_gpu: bool = False, top_k: int = 50, include: str | None = None,
+                 exclude: str | None = None, workers: int = 0, overwrite: bool = False,
+                 command: str | None = None) -> TaskVectorRun:
+    """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot."""
+    from paw.device import resolve_device
+    from paw.io.checkpoint import open_checkpoint
+    from paw.io.manifest import command_line, describe_input
+    from paw.taskvec.compute import compute_task_vectors, unique_names
+    from paw.taskvec.report import check_report_outputs, write_report
+
+    specs = [str(m) for m in models]
+    base_ckpt = open_checkpoint(base)
+    model_ckpts = [open_checkpoint(m) for m in specs]
+    check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite)
+    devices = _devices(resolve_device(device), multi_gpu, workers)
+    results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include, exclude=exclude)
+    inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}
+    try:
+        write_report(outdir, results, top_k=top_k, command=command or command_line(), inputs=inputs,
+                     overwrite=overwrite)
+    except OSError as err:  # e.g. the output folder is a file, or the disk is full
+        raise PawError(f"cannot write the report: {err.strerror or err}", path=outdir) from None
+    return TaskVectorRun(Path(outdir), results, devices)
+
+
+def _devices(primary, multi_gpu: bool, workers: int) -> list:
+    """One entry per parallel worker: CPU threads, or every visible GPU with ``multi_gpu``."""
+    from paw.device import visible_devices
+    from paw.progress import status
+    from paw.taskvec.compute import cpu_workers
+
+    single = [primary] * (cpu_workers(workers) if primary.type == "cpu" else 1)
+    if not multi_gpu:
+        return single
+    devices = visible_devices(primary)
+    if len(devices) < 2:
+        status(f"--multi-gpu: fewer than two GPUs visible; running on {primary} only")
+        return single
+    status(f"--multi-gpu: spreading tensors over {len(devices)} GPUs")
+    return devices

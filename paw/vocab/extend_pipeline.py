@@ -1,0 +1,136 @@
+"""``extend_tokenizer``: add tokens to a model's tokenizer and grow its embeddings, folder to folder.
+
+What ``paw extend-tokenizer`` runs; callable directly::
+
+    from paw.vocab.extend_pipeline import extend_tokenizer
+    result = extend_tokenizer("./tiny/base", "./tiny-ext", [" zebra", "PAW"])
+    result.rows, result.lines()  # 302, ['added 2 token(s) as real byte-bpe vocabulary: ...', ...]
+
+Byte-level BPE tokenizers get the tokens as vocabulary plus appended merges, so encoding produces
+them; other tokenizers (and ``special``) get added tokens. ``embed_tokens`` and ``lm_head`` (tied or
+not) grow; ``config.vocab_size`` follows; logits of old-token text stay identical.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paw.errors import PawError
+
+PathLike = str | Path
+
+
+def tokens_from(*, tokens: Sequence[str] | None = None, tokens_file: PathLike | None = None,
+                from_tokenizer: PathLike | None = None) -> list:
+    """The tokens to add, from exactly one source: a list, a file (one per line), or another tokenizer."""
+    given = [x for x in (tokens, tokens_file, from_tokenizer) if x]
+    if len(given) != 1:
+        raise PawError("give exactly one of --tokens, --tokens-file, --from-tokenizer")
+    if tokens:
+        return list(tokens)
+    from paw.io.hf_tokenizer_edit import read_token_list, read_tokens_file
+
+    return read_tokens_file(tokens_file) if tokens_file else read_token_list(from_tokenizer)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What ``extend_tokenizer`` wrote; ``manifest`` is ``paw_extend.json``."""
+
+    output: Path
+    manifest: dict[str, Any]
+    added: Any                   # paw.io.hf_tokenizer_edit extension: tokens (with route), present, skipped
+    tokenizer_kind: str          # 'byte-bpe', 'bpe', 'wordpiece', ...
+    keys: tuple                  # (embedding tensor, lm_head tensor or None when tied)
+    old_rows: int
+    rows: int
+    init: str
+
+    def lines(self) -> list[str]:
+        """What was added and how, for people (the CLI prints these)."""
+        ext, kind = self.added, self.tokenizer_kind
+        lines = []
+        if ext.count("bpe") + ext.count("bpe-intermediate"):
+            lines.append(f"added {ext.count('bpe')} token(s) as real {kind} vocabulary: {ext.merges_added} merge(s) "
+                         "appended, so encoding produces them")
+            inter = [t.text for t in ext.tokens if t.how == "bpe-intermediate"]
+            if inter:
+                shown = ", ".join(repr(t) for t in inter[:8]) + (" ..." if len(inter) > 8 else "")
+                lines.append(f"  + {len(inter)} intermediate token(s) needed to chain the merges: {shown}")
+        for how, why in (("added", "added tokens (matched as whole strings before BPE)"),
+                         ("special", "special added tokens")):
+            n = ext.count(how)
+            if n:
+                reason = " (the pre-tokenizer splits them, or --max-intermediates ruled their merge chain out)" \
+                    if kind == "byte-bpe" and how == "added" else ""
+                lines.append(f"added {n} token(s) as {why}{reason}")
+        if kind != "byte-bpe" and not ext.count("special"):
+            lines.append(f"  (tokenizer model is {kind}, not byte-level BPE: added tokens are the safe way)")
+        if ext.present:
+            lines.append(f"skipped {len(ext.present)} token(s) already in the tokenizer")
+        if ext.skipped:
+            lines.append(f"skipped {len(ext.skipped)} token(s) that are not valid UTF-8 "
+                         "(byte fragments need byte-level BPE)")
+        heads = f"{self.keys[0]} and {self.keys[1]}" if self.keys[1] else f"{self.keys[0]} (tied output head)"
+        pad = f", padded to {self.rows}" if self.rows > ext.size and self.rows > self.old_rows else ""
+        lines.append(f"resized {heads}: {self.old_rows} -> {self.rows} rows{pad}; new rows: {self.init}")
+        lines.append(f"wrote {self.output}")
+        return lines
+
+
+def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, special: bool = False,
+                     init: str = "interpolate", pad_to_multiple: int = 0, max_intermediates: int | None = None,
+                     device: str = "cpu", overwrite: bool = False, command: str | None = None) -> Extension:
+    """Read model and tokenizer, plan the new tokens, grow the tensors, write ``output`` atomically."""
+    from paw import __version__
+    from paw.device import resolve_device
+    from paw.io.atomic import check_output
+    from paw.io.checkpoint import open_checkpoint
+    from paw.io.hf_tokenizer_edit import open_tokenizer_json, save_tokenizer_folder
+    from paw.io.manifest import command_line, describe_input
+    from paw.io.writer import write_checkpoint
+    from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
+    from paw.vocab.resize import INITS
+    from paw.vocab.resize import pad_to_multiple as padded
+    from paw.vocab.tokenizer_edit import extend_tokenizer_json
+
+    check_output(output, overwrite=overwrite)
+    if init not in INITS:
+        raise PawError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    torch_device = resolve_device(device)
+    tok = open_tokenizer_json(model)
+    ckpt = open_checkpoint(model)
+    keys = find_vocab_tensors(list(ckpt))
+    rows = ckpt.shape(keys[0])[0]
+    if tok.size() > rows:
+        raise PawError(f"tokenizer has {tok.size()} ids but {keys[0]} has only {rows} rows", path=model)
+    ext = extend_tokenizer_json(tok, list(tokens), special=special, max_intermediates=max_intermediates)
+    if not ext.tokens:
+        why = [f"{len(ext.present)} already in the tokenizer"] if ext.present else []
+        why += [f"{len(ext.skipped)} not valid UTF-8 (added tokens must be text)"] if ext.skipped else []
+        raise PawError(f"nothing to add: {', '.join(why) or 'no tokens given'}")
+    total = padded(max(rows, ext.size), pad_to_multiple)
+    manifest = {"paw_version": __version__, "command": command or command_line(),
+                "inputs": {"model": describe_input(model)},
+                "init": init, "special": special, "old_rows": rows, "rows": total, "tied": keys[1] is None,
+                "merges_added": ext.merges_added, "new_tokens": _by_route(ext.tokens)}
+    grown = extend_tensors(ckpt, new_ids=[t.id for t in ext.tokens], pieces=[t.pieces for t in ext.tokens],
+                           total_rows=total, init=init, keys=keys, device=torch_device)
+    with tempfile.TemporaryDirectory(prefix="paw-tok-") as scratch:
+        save_tokenizer_folder(ext.doc, tok.path, scratch, new_tokens=ext.tokens)
+        write_checkpoint(output, grown, config=with_vocab_size(ckpt.config, total), copy_from=ckpt.path,
+                         tokenizer_from=scratch, overwrite=overwrite, extra_files={"paw_extend.json": manifest})
+    return Extension(Path(output), manifest, ext, tok.kind, tuple(keys), rows, total, init)
+
+
+def _by_route(tokens) -> dict[str, dict[str, int]]:
+    """``{'bpe': {text: id}, 'bpe-intermediate': {...}, 'added': {...}, 'special': {...}}`` (flat, so that
+    a manifest of 40k tokens is quick to write)."""
+    out: dict[str, dict[str, int]] = {}
+    for t in tokens:
+        out.setdefault(t.how, {})[t.text] = t.id
+    return out

@@ -1,0 +1,287 @@
+"""Tokenizer pipelines from files to files: compare two tokenizers, align their vocabularies, and
+give a model a new tokenizer.
+
+These are what ``paw analyze-tokenizers``, ``paw align-vocab`` and ``paw transplant-tokenizer``
+run, and what the demo and the benchmark call directly::
+
+    from paw.vocab.pipelines import transplant_tokenizer
+    result = transplant_tokenizer("./tiny/base", "./other-tok", "./tiny-t2", check=False)
+    result.coverage  # {'exact': 213, 'decompose': 87, 'fallback': 0}
+
+Each reads through :mod:`paw.io`, computes with the pure functions of :mod:`paw.vocab`, writes one
+output atomically and returns a small typed result; none prints.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paw import arch
+from paw.errors import PawError
+from paw.vocab.align import DEFAULT_METHODS, METHODS, NEEDS
+
+PathLike = str | Path
+
+
+def methods_help() -> str:
+    """``--method`` help built from the alignment registry (so a new method shows up by itself)."""
+    needs = {"embeddings": "needs the source model", "counts": "needs --corpus"}
+    names = [f"{m} ({needs[NEEDS[m]]})" if m in NEEDS else m for m in METHODS]
+    return f"Alignment methods, chained in order (repeat or comma-separate): {', '.join(names)}."
+
+
+def parse_methods(values: Sequence[str] | None) -> list[str]:
+    """``['exact,decompose', 'semantic']`` -> ``['exact', 'decompose', 'semantic']``; empty -> the default chain."""
+    out = [m.strip() for v in values or [] for m in v.split(",") if m.strip()]
+    return out or list(DEFAULT_METHODS)
+
+
+def open_tokenizer_spec(spec: PathLike, rank_pattern: str | None = None):
+    """Any tokenizer PAW reads; ``rank_pattern`` (a name or regex) fills in a rank file's missing pattern."""
+    from paw.io.tokenizer import open_tokenizer
+
+    if rank_pattern is None:
+        return open_tokenizer(spec)
+    from paw.bpe.patterns import resolve_pattern
+
+    return open_tokenizer(spec, pattern=resolve_pattern(rank_pattern))
+
+
+def corpus_texts(corpus: Sequence[PathLike] | None) -> list[str]:
+    """The texts of ``corpus`` files, or the embedded multilingual sample when none are given."""
+    from paw import zoo
+    from paw.io.tokenizer import read_corpus
+
+    return read_corpus(corpus) if corpus else zoo.sample_texts("multi")
+
+
+# ------------------------------------------------------------------------------------------ analyze
+
+@dataclass(frozen=True)
+class TokenizerAnalysis:
+    """What ``analyze_tokenizers`` wrote: ``report`` is ``report.json`` (sizes, vocabulary, encoding, ...)."""
+
+    outdir: Path
+    report: dict[str, Any]
+    figures: bool                # whether the PNG figures were written
+
+
+def analyze_tokenizers(source: PathLike, target: PathLike, outdir: PathLike, *,
+                       corpus: Sequence[PathLike] | None = None, plots: bool = True,
+                       rank_pattern: str | None = None, overwrite: bool = False,
+                       command: str | None = None) -> TokenizerAnalysis:
+    """Compare two tokenizers on ``corpus`` and write ``outdir/`` (report.json, encoding.csv, ...)."""
+    from paw import __version__
+    from paw.io.atomic import check_output
+    from paw.io.manifest import command_line, describe_input
+    from paw.io.vocab_map import write_analysis
+    from paw.vocab.analyze import analyze
+
+    check_output(outdir, overwrite=overwrite)
+    src, tgt = open_tokenizer_spec(source, rank_pattern), open_tokenizer_spec(target, rank_pattern)
+    result = analyze(src, tgt, corpus_texts(corpus), plots=plots)
+    report = {"paw_version": __version__, "command": command or command_line(),
+              "inputs": {"source": describe_input(source), "target": describe_input(target),
+                         "corpus": [describe_input(c) for c in corpus or []] or "embedded sample 'multi'"},
+              **result.report}
+    write_analysis(outdir, report=report, rows=result.rows, source_only=result.source_only,
+                   target_only=result.target_only, figures=result.figures, overwrite=overwrite)
+    return TokenizerAnalysis(Path(outdir), report, bool(result.figures))
+
+
+# ------------------------------------------------------------------------------------------ align
+
+def align_context(source, target, methods: Sequence[str], *, embeddings=None,
+                  corpus: Sequence[PathLike] | None = None, anchors: int = 8):
+    """The :class:`~paw.vocab.align.AlignContext` ``methods`` need; refuses a method whose input is missing."""
+    from paw.vocab.align import AlignContext, check_methods
+    from paw.vocab.compare import token_counts
+
+    need_counts = "frequency" in methods
+    check_methods(list(methods), have_embeddings=embeddings is not None, have_counts=not need_counts or bool(corpus))
+    counts = token_counts(source.encode_batch(corpus_texts(corpus)), source.size) if need_counts else None
+    return AlignContext(source, target, source_embeddings=embeddings, source_counts=counts, k=anchors)
+
+
+def input_embeddings(model: PathLike, device: str = "cpu"):
+    """The model's input embedding matrix (Ns, d), float32 on ``device``."""
+    from paw.device import resolve_device
+    from paw.io.checkpoint import open_checkpoint
+    from paw.vocab.transplant import embedding_names, vocab_rows
+
+    ckpt = open_checkpoint(model)
+    names = embedding_names({n: ckpt.shape(n) for n in ckpt}, vocab_rows(ckpt.config or {}))
+    pick = [n for n in names if not arch.is_head(n)] or names
+    if not pick:
+        raise PawError("no input embedding matrix found (a tensor with vocab_size rows named "
+                       f"{' / '.join(arch.EMBED_ALIASES)})", path=model)
+    return ckpt[pick[0]].float().to(resolve_device(device))
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """What ``align_vocab`` wrote: the mapping (also in ``output``)."""
+
+    output: Path
+    mapping: Any                  # paw.io.vocab_map.VocabMapping
+
+    @property
+    def coverage(self) -> dict[str, int]:
+        return self.mapping.coverage()
+
+
+def align_vocab(source: PathLike, target: PathLike, output: PathLike, *, methods: Sequence[str] = DEFAULT_METHODS,
+                source_model: PathLike | None = None, corpus: Sequence[PathLike] | None = None, anchors: int = 8,
+                rank_pattern: str | None = None, device: str = "cpu", overwrite: bool = False) -> Alignment:
+    """Map every target token to source tokens with the chained ``methods``; write ``output`` (paw-vocab-map v1)."""
+    from paw.io.atomic import check_output
+    from paw.io.vocab_map import write_vocab_map
+    from paw.vocab.align import align
+
+    check_output(output, overwrite=overwrite)
+    src, tgt = open_tokenizer_spec(source, rank_pattern), open_tokenizer_spec(target, rank_pattern)
+    emb = input_embeddings(source_model, device) if source_model else None
+    mapping = align(align_context(src, tgt, methods, embeddings=emb, corpus=corpus, anchors=anchors), list(methods))
+    write_vocab_map(output, mapping)
+    return Alignment(Path(output), mapping)
+
+
+# ------------------------------------------------------------------------------------------ transplant
+
+@dataclass(frozen=True)
+class Transplant:
+    """What ``transplant_tokenizer`` wrote; ``record`` is ``paw_transplant.json``."""
+
+    output: Path
+    record: dict[str, Any]
+
+    @property
+    def coverage(self) -> dict[str, int]:
+        return self.record["coverage"]
+
+    @property
+    def target_size(self) -> int:
+        return self.record["target_size"]
+
+    @property
+    def semantic_check(self) -> dict | None:
+        return self.record.get("semantic_check")
+
+
+def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike, *,
+                         methods: Sequence[str] = DEFAULT_METHODS, vocab_map: PathLike | None = None,
+                         init: str = "mean", head: str = "mapping", corpus: Sequence[PathLike] | None = None,
+                         check: bool = True, check_texts: int = 64, anchors: int = 8,
+                         rank_pattern: str | None = None, device: str = "cpu", overwrite: bool = False,
+                         command: str | None = None) -> Transplant:
+    """Give ``model`` the tokenizer ``tokenizer``: remapped embedding/head rows, new config, T's files.
+
+    Aligns the vocabularies with ``methods`` (or reads ``vocab_map``), writes ``output`` atomically
+    with ``paw_vocab_map.json`` and ``paw_transplant.json``, then (``check``) compares hidden states
+    of the old and new model on ``check_texts`` texts.
+    """
+    from paw import __version__
+    from paw.device import resolve_device
+    from paw.io.atomic import check_output
+    from paw.io.checkpoint import open_checkpoint
+    from paw.io.manifest import command_line, describe_input, write_json
+    from paw.io.vocab_map import mapping_to_json
+    from paw.io.writer import write_checkpoint
+    from paw.vocab import transplant as T
+    from paw.vocab.embed import FALLBACKS
+
+    check_output(output, overwrite=overwrite)
+    if init not in FALLBACKS:
+        raise PawError(f"unknown --init {init!r}; choose from {', '.join(FALLBACKS)}")
+    if head not in T.HEAD_POLICIES:
+        raise PawError(f"unknown --head {head!r}; choose from {', '.join(T.HEAD_POLICIES)}")
+    dev = resolve_device(device)
+    ckpt = open_checkpoint(model)
+    if not ckpt.config:
+        raise PawError("model folder has no config.json", path=model)
+    rows = T.vocab_rows(ckpt.config)
+    names = T.embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
+    if not names:
+        raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=model)
+    src, tgt = open_tokenizer_spec(model, rank_pattern), open_tokenizer_spec(tokenizer, rank_pattern)
+    if src.size > rows:
+        raise PawError(f"the model's tokenizer has {src.size} ids but its embedding only {rows} rows", path=model)
+    mapping, methods = _mapping(ckpt, names, src, tgt, rows, list(methods), vocab_map, corpus, anchors, dev)
+    config = T.new_config(ckpt.config, tgt, tgt.size)
+    tied = bool(ckpt.tied_embeddings or arch.tied(config))
+    record = {"paw_version": __version__, "command": command or command_line(),
+              "inputs": {"model": describe_input(model), "tokenizer": describe_input(tokenizer)},
+              "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names,
+              "rows": {"before": rows, "after": tgt.size},
+              "coverage": mapping.coverage(), "target_size": mapping.target_size}
+    extra = {"paw_vocab_map.json": mapping_to_json(mapping)}
+    with tempfile.TemporaryDirectory() as empty:
+        tok_from = tgt.folder if tgt.kind not in ("tiktoken", "paw-bpe") else Path(empty)
+        if tgt.kind in ("tiktoken", "paw-bpe"):
+            extra["tokenizer.json"] = json.loads(tgt.tokenizer_json())
+            extra["tokenizer_config.json"] = _minimal_tokenizer_config(tgt)
+        gen = ckpt.path / "generation_config.json" if ckpt.path.is_dir() else None
+        if gen is not None and gen.is_file():
+            extra["generation_config.json"] = _generation_config(gen, config)
+        tensors = T.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, head=head, tied=tied,
+                                         device=dev)
+        write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=overwrite,
+                         extra_files={**extra, "paw_transplant.json": record})
+    if check:
+        record["semantic_check"] = _semantic_check(model, output, src, tgt, corpus_texts(corpus)[:check_texts], dev)
+        write_json(Path(output) / "paw_transplant.json", record)
+    return Transplant(Path(output), record)
+
+
+def _mapping(ckpt, names, src, tgt, rows, methods, vocab_map, corpus, anchors, dev):
+    """``(mapping, methods as recorded)``: read from ``vocab_map``, else aligned with ``methods``."""
+    from paw.io.vocab_map import read_vocab_map
+    from paw.vocab.align import align
+
+    if vocab_map is not None:
+        mapping = read_vocab_map(vocab_map)
+        if mapping.source_size > rows or mapping.target_size != tgt.size:
+            raise PawError(f"mapping is {mapping.source_size} -> {mapping.target_size} ids but the model has "
+                           f"{rows} rows and the tokenizer {tgt.size} ids", path=vocab_map)
+        return mapping, ["from " + str(vocab_map)]
+    emb = ckpt[next((n for n in names if not arch.is_head(n)), names[0])].float().to(dev) \
+        if "semantic" in methods else None
+    return align(align_context(src, tgt, methods, embeddings=emb, corpus=corpus, anchors=anchors), methods), methods
+
+
+def _minimal_tokenizer_config(tgt) -> dict:
+    from paw.vocab.roles import role_id
+
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+    for role in ("bos", "eos", "pad", "unk"):
+        i = role_id(tgt, role)
+        if i is not None:
+            cfg[f"{role}_token"] = tgt.specials[i].content
+    return cfg
+
+
+def _generation_config(path: Path, config: dict) -> dict:
+    gen = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if key in gen or config.get(key) is not None:
+            gen[key] = config.get(key)
+    return gen
+
+
+def _semantic_check(model, output, src, tgt, texts, dev) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from paw.vocab.transplant import semantic_check
+
+    original = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).to(dev).eval()
+    new = AutoModelForCausalLM.from_pretrained(output, dtype=torch.float32).to(dev).eval()
+    limit = getattr(original.config, "max_position_embeddings", None) or 2048
+    texts = [t[:2000] for t in texts]  # same text span on both sides; ids cut only past the position limit
+    cut = lambda rows: [r[:limit] for r in rows]  # noqa: E731
+    return semantic_check(original, new, cut(src.encode_batch(texts)), cut(tgt.encode_batch(texts)), device=dev)

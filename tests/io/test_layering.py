@@ -1,0 +1,61 @@
+"""``paw.io`` reads and writes; it imports no package that computes (vocab, evaluate, zoo, merge, ...)."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import paw.io
+
+ROOT = Path(__file__).resolve().parents[2]
+# packages that hold algorithms, pipelines or the CLI; pure paw.bpe and paw.lora may be used
+FORBIDDEN = ("paw.vocab", "paw.evaluate", "paw.zoo", "paw.merge", "paw.taskvec", "paw.transfer", "paw.bench",
+             "paw.cli", "paw.adaptercheck", "paw.demo")
+
+
+def _loaded_after(*modules: str) -> list[str]:
+    """``paw`` modules in ``sys.modules`` of a fresh interpreter after importing ``modules``."""
+    code = ("import importlib, json, sys\n"
+            f"for m in {list(modules)!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('paw'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def _offending(loaded: list[str]) -> list[str]:
+    return [m for m in loaded if m.startswith(FORBIDDEN)]
+
+
+def test_tokenizer_reader_imports_no_vocab():
+    loaded = _loaded_after("paw.io.tokenizer")
+    assert "paw.io.bpe_files" in loaded and not _offending(loaded)
+
+
+def test_no_io_module_imports_an_algorithm_package():
+    names = [f"paw.io.{m.name}" for m in pkgutil.iter_modules(paw.io.__path__)]
+    assert len(names) > 15 and "paw.io.mcdata" in names
+    assert _offending(_loaded_after(*names)) == []
+
+
+def _imports(node) -> list[str]:
+    """Modules a file imports anywhere (inside functions too), except under ``if TYPE_CHECKING:``."""
+    import ast
+
+    if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+        return []
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""]
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    return [m for child in ast.iter_child_nodes(node) for m in _imports(child)]
+
+
+def test_no_io_module_imports_an_algorithm_package_even_lazily():
+    import ast
+
+    bad = {path.name: m for path in Path(paw.io.__path__[0]).glob("*.py")
+           for m in _imports(ast.parse(path.read_text(encoding="utf-8"))) if m.startswith(FORBIDDEN)}
+    assert bad == {}

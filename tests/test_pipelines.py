@@ -1,0 +1,76 @@
+"""Library pipelines called directly write the same bytes as the ``paw`` commands that wrap them.
+
+The provenance JSON records ``paw`` plus this process's argv in both cases, so whole folders compare.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _same_folders(a: Path, b: Path) -> None:
+    fa, fb = _files(a), _files(b)
+    assert sorted(fa) == sorted(fb)
+    assert [name for name in fa if fa[name] != fb[name]] == []
+
+
+def test_transplant_tokenizer_matches_the_cli(cli, tiny_llama, tiny_qwen, tmp_path):
+    from paw.vocab.pipelines import transplant_tokenizer
+
+    res = cli("transplant-tokenizer", "-m", tiny_llama, "-t", tiny_qwen, "-o", tmp_path / "cli", "--no-check",
+              "--device", "cpu")
+    assert res.exit_code == 0, res.stderr
+    result = transplant_tokenizer(tiny_llama, tiny_qwen, tmp_path / "lib", check=False)
+    _same_folders(tmp_path / "cli", tmp_path / "lib")
+    assert result.output == tmp_path / "lib" and result.semantic_check is None
+    assert sum(result.coverage.values()) == result.target_size == result.record["rows"]["after"]
+    assert result.coverage["exact"] > 0 and result.record["methods"] == ["exact", "decompose"]
+
+
+def test_extend_tokenizer_matches_the_cli(cli, tiny_llama, tmp_path):
+    from paw.vocab.extend_pipeline import extend_tokenizer, tokens_from
+
+    res = cli("extend-tokenizer", "--model", tiny_llama, "--output", tmp_path / "cli", "--tokens", " zebra", "PAW")
+    assert res.exit_code == 0, res.stderr
+    result = extend_tokenizer(tiny_llama, tmp_path / "lib", tokens_from(tokens=[" zebra", "PAW"]))
+    _same_folders(tmp_path / "cli", tmp_path / "lib")
+    cli_lines = res.stdout.splitlines()
+    assert result.lines()[:-1] == cli_lines[:-1] and result.lines()[-1] == f"wrote {tmp_path / 'lib'}"
+    assert result.rows == result.manifest["rows"] > result.old_rows
+
+
+def test_resize_base_matches_the_cli(cli, tiny_llama, tmp_path):
+    from paw.adaptercheck.pipeline import check_adapter, resize_base
+    from paw.vocab.extend_pipeline import extend_tokenizer
+    from tests.extend.conftest import make_adapter
+
+    ext = extend_tokenizer(tiny_llama, tmp_path / "ext", [" zebra", "PAW"])
+    new_ids = sorted(i for route in ext.manifest["new_tokens"].values() for i in route.values())
+    adapter = make_adapter(ext.output, tmp_path / "adapter", kind="save", new_ids=new_ids, tokenizer=True)
+    report = check_adapter(adapter, tiny_llama)
+    assert not report.ok and report.vocab_mismatch and report.expected_vocab == ext.rows
+    res = cli("adapter", "resize-base", "--adapter", adapter, "--base", tiny_llama, "--output", tmp_path / "cli",
+              "--device", "cpu")
+    assert res.exit_code == 0, res.stderr
+    result = resize_base(adapter, tiny_llama, tmp_path / "lib")
+    _same_folders(tmp_path / "cli", tmp_path / "lib")
+    assert (result.old_rows, result.rows) == (ext.old_rows, ext.rows)
+    assert set(result.rows_from_adapter) == {"model.embed_tokens.weight", "lm_head.weight"}
+    assert check_adapter(adapter, result.output).ok
+
+
+def test_pipelines_refuse_an_existing_output_before_reading(tiny_llama, tmp_path):
+    from paw.errors import PawError
+    from paw.vocab.extend_pipeline import extend_tokenizer
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("x")
+    with pytest.raises(PawError, match="exists"):
+        extend_tokenizer(tmp_path / "no-such-model", tmp_path / "out", ["PAW"])
+    assert (tmp_path / "out" / "keep.txt").read_text() == "x"
