@@ -53,9 +53,9 @@ def _side(base, model=None):
 
 def inputs_for(kind: str, task, seed: int) -> dict[str, Any]:
     """``distill_lora`` keyword arguments of one input budget (training prompts never carry their answer)."""
-    from paw.transfer.distill_data import Prompt
+    from paw.transfer.distill_data import Prompt, prompts_from
 
-    prompts = [Prompt(item.question) for item in task.train]
+    prompts = prompts_from([Prompt(item.question) for item in task.train])  # unique questions, no answers
     if kind == "inputs":
         return {"prompts": prompts}
     if kind == "synth":

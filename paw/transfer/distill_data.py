@@ -101,8 +101,9 @@ def check_seeds(seeds: Sequence[Prompt]) -> list[Prompt]:
 # ----------------------------------------------------------------------------------- generation
 
 def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sample: bool = False,
-             temperature: float = 1.0, seed: int = 0, batch_size: int = 16, device=None) -> list[str]:
-    """The model's continuation of each text, cut at the first line break or end of sequence.
+             temperature: float = 1.0, seed: int = 0, batch_size: int = 16, device=None,
+             stop: str = "\n") -> list[str]:
+    """The model's continuation of each text, cut before the first ``stop`` (a line break) or at end of sequence.
 
     Greedy unless ``sample``; sampling draws from a generator seeded with ``seed`` per batch, so
     the same inputs give the same texts on one device. Batches are left-padded with a KV cache; the
@@ -119,9 +120,9 @@ def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sam
         chunk = [prefix + tokenizer.encode(t, add_special_tokens=False) for t in texts[start:start + batch_size]]
         gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + start)
         rows = _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device,
-                               lambda ids: "\n" in tokenizer.decode(ids, skip_special_tokens=True))
+                               lambda ids: stop in tokenizer.decode(ids, skip_special_tokens=True))
         for ids in rows:
-            out.append(tokenizer.decode(ids, skip_special_tokens=True).split("\n", 1)[0])
+            out.append(tokenizer.decode(ids, skip_special_tokens=True).split(stop, 1)[0])
     return out
 
 
@@ -168,18 +169,44 @@ def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature,
 
 # ----------------------------------------------------------------------------------- synthesis
 
+def separator(seeds: Sequence[Prompt]) -> str:
+    """One line per example, or a blank line between examples when an example spans lines."""
+    return "\n\n" if any("\n" in s.text for s in seeds) else "\n"
+
+
 def few_shot_context(seeds: Sequence[Prompt], rng: random.Random) -> str:
-    """The seeds' texts in a shuffled order, one per line, ending with a line break."""
-    texts = [s.text.replace("\n", " ") for s in seeds]
+    """The seeds' texts in a shuffled order, each followed by :func:`separator`."""
+    texts = [s.text for s in seeds]
     rng.shuffle(texts)
-    return "\n".join(texts) + "\n"
+    sep = separator(seeds)
+    return sep.join(texts) + sep
+
+
+def template_end(seeds: Sequence[Prompt], *, min_chars: int = 2) -> str:
+    """The longest ending every seed shares, from a word boundary on (``'. Again:'``), or ``''`` if short.
+
+    Seeds that are prompts end where the answer begins; a teacher that learned the task writes the
+    answer right after, so a synthetic input is cut after this ending (and dropped without it).
+
+    >>> template_end([Prompt("Word: road. Again:"), Prompt("Word: tree. Again:")])
+    '. Again:'
+    """
+    texts = [s.text for s in seeds]
+    n = 0
+    while n < min(len(t) for t in texts) and len({t[len(t) - n - 1] for t in texts}) == 1:
+        n += 1
+    end = texts[0][len(texts[0]) - n:] if n else ""
+    while end and end[0].isalnum():  # 'r likes the colour' of names ending in r: from the word boundary
+        end = end[1:]
+    return end if len(end.strip()) >= min_chars else ""
 
 
 def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, max_new_tokens: int = 48,
                batch_size: int = 16, filter_lines: Sequence[str] | None = None, device=None) -> tuple[list[Prompt], dict]:
     """``n`` new task inputs written by the teacher from the seeds, and what happened on the way.
 
-    Each candidate is the line the teacher samples after the seeds (shuffled anew per candidate).
+    Each candidate is the line the teacher samples after the seeds (shuffled anew per candidate),
+    cut after the ending all seeds share (:func:`template_end`; without it, dropped as off-template).
     Blank lines, seeds and repeats are dropped; with ``filter_lines`` (generic text), candidates
     that :func:`task_likeness` scores below every seed's own score are dropped too.
     """
@@ -187,7 +214,9 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     rng = random.Random(f"synth-{seed}")
     known = {_norm(s.text) for s in seeds}
     kept: list[Prompt] = []
-    stats = {"requested": n, "generated": 0, "blank": 0, "duplicates": 0, "filtered": 0, "surplus": 0, "rounds": 0}
+    ending = template_end(seeds)
+    stats = {"requested": n, "generated": 0, "blank": 0, "off_template": 0, "duplicates": 0, "filtered": 0,
+             "surplus": 0, "rounds": 0, "template_end": ending}
     threshold = None
     if filter_lines is not None:
         threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
@@ -196,11 +225,16 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     while len(kept) < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)):
         contexts = [few_shot_context(seeds, rng) for _ in range(batch_size)]
         lines = generate(model, tokenizer, contexts, max_new_tokens=max_new_tokens, sample=True,
-                         seed=seed + 7919 * stats["rounds"], batch_size=batch_size, device=device)
+                         seed=seed + 7919 * stats["rounds"], batch_size=batch_size, device=device,
+                         stop=separator(seeds))
         stats["rounds"] += 1
         stats["generated"] += len(lines)
         fresh = []
         for line in (x.strip() for x in lines):
+            if ending and line and ending not in line:
+                stats["off_template"] += 1
+                continue
+            line = line[:line.index(ending) + len(ending)] if ending else line
             if not line:
                 stats["blank"] += 1
             elif _norm(line) in known:
@@ -230,7 +264,8 @@ def task_likeness(model, tokenizer, texts: Sequence[str], seeds: Sequence[Prompt
 
     rng = random.Random(0)
     task_ctx = few_shot_context(seeds, rng) if seeds else ""
-    generic_ctx = "\n".join(list(generic)[: max(1, len(seeds))]) + "\n"
+    sep = separator(seeds) if seeds else "\n"
+    generic_ctx = sep.join(list(generic)[: max(1, len(seeds))]) + sep
     encoded = [encode_pair(tokenizer, ctx, text) for text in texts for ctx in (task_ctx, generic_ctx)]
     device = device or next(model.parameters()).device
     scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), device=device, progress=False)

@@ -149,7 +149,8 @@ def test_synthesis_from_seed_examples_with_the_discriminator(world):
     made, stats = synthesize(teacher, tok, seeds, 6, seed=0, max_new_tokens=12, filter_lines=["The sky is blue."])
     assert 1 <= len(made) <= 6 and stats["kept"] == len(made) and "filter_threshold" in stats
     assert len({p.text for p in made}) == len(made) and not {p.text for p in made} & {s.text for s in seeds}
-    assert stats["generated"] == sum(stats[k] for k in ("blank", "duplicates", "filtered", "surplus", "kept"))
+    assert stats["generated"] == sum(stats[k] for k in ("blank", "off_template", "duplicates", "filtered", "surplus", "kept"))
+    assert stats["template_end"] == " is" and all(p.text.endswith(" is") for p in made)  # no answer written
     again, _ = synthesize(teacher, tok, seeds, 6, seed=0, max_new_tokens=12, filter_lines=["The sky is blue."])
     assert again == made
 

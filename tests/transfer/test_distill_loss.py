@@ -14,9 +14,11 @@ from paw.transfer.distill_data import (
     MAX_SEEDS,
     Prompt,
     check_seeds,
+    few_shot_context,
     generic_prompts,
     prompts_from,
     split_holdout,
+    template_end,
 )
 
 KL_HALF_QUARTER = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)  # KL([.5, .5] || [.25, .75])
@@ -84,3 +86,20 @@ def test_generic_prompts_and_holdout_split():
     assert len(held) == 4 and len(train) == 36 and not set(train) & set(held)
     assert split_holdout(prompts, 0.1, seed=3) == (train, held)
     assert split_holdout(prompts[:9], 0.5, seed=0) == (prompts[:9], [])
+
+
+def test_synthesis_template_end_and_few_shot_layout():
+    import random
+
+    seeds = [Prompt("Word: road. Again:"), Prompt("Word: tree. Again:"), Prompt("Word: sea. Again:")]
+    assert template_end(seeds) == ". Again:"
+    assert template_end([Prompt("Kavo Milret likes the colour"), Prompt("Brin Tal likes the colour")]) == \
+        " likes the colour"
+    assert template_end([Prompt("Ann Bar likes the colour"), Prompt("Tom Ter likes the colour")]) == \
+        " likes the colour"  # not "r likes...": the ending starts at a word boundary
+    assert template_end([Prompt("a cat"), Prompt("a bat")]) == ""  # "at" is inside a word
+    assert template_end([Prompt("x ."), Prompt("y .")]) == ""  # one character is no template
+    context = few_shot_context(seeds, random.Random(0))
+    assert context.endswith("\n") and sorted(context.splitlines()) == sorted(s.text for s in seeds)
+    two_line = [Prompt("Question: why?\nAnswer:"), Prompt("Question: how?\nAnswer:")]
+    assert few_shot_context(two_line, random.Random(0)).count("\n\n") == 2  # examples apart by a blank line
