@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="", help="facts,rule (default: all)")
     parser.add_argument("--targets", default="", help="upgrade,pruned,grown,distilled,tokenizer,unrelated (default: all)")
     parser.add_argument("--methods", default="", help="transfer methods (default: auto and all)")
+    parser.add_argument("--distill", default="inputs,synth,generic", help="distill rows: inputs,synth,generic or none")
     parser.add_argument("--items", type=int, default=300, help="held-out items per task and seed")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = options_from(seeds=args.seeds, tasks=args.tasks, targets=args.targets, methods=args.methods,
                             items=args.items, hidden_size=args.hidden_size, num_layers=args.num_layers,
                             pretrain_steps=args.pretrain_steps, lora_steps=args.lora_steps,
-                            lora_rank=args.lora_rank, data=args.data, device=args.device, quick=args.quick)
+                            lora_rank=args.lora_rank, data=args.data, device=args.device, quick=args.quick,
+                            distill=args.distill)
         opts = replace(opts, model_seed=args.model_seed)
         opts.check()
         results = benchmark_to_folder(opts, args.output, workdir=args.workdir, overwrite=args.overwrite,

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paw import arch
 from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
 from paw.bench.options import BenchOptions
 from paw.bench.results import BUILD, SOURCE, TransferStatus, summarize
@@ -36,7 +37,7 @@ from paw.bench.tasks import TASKS, build_corpora, common_words
 from paw.errors import PawError, Refused, Skipped
 from paw.progress import status
 
-LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
 
 
 @dataclass
@@ -284,6 +285,10 @@ def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts
                 out["outcomes"][method] = score_items(base.model, base.tokenizer, items)
         elif moved.status is TransferStatus.REFUSED:  # the user keeps the base: score it as such
             out["outcomes"][method] = list(base_outcome)
+    if opts.distill:  # distillation rows: paw/bench/distill.py
+        from paw.bench import distill
+
+        distill.run(out, base, source, adapter, task, opts, seed, score_items, device)
     return out
 
 
@@ -351,7 +356,13 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
                 raw.setdefault(task_name, {}).setdefault(base.name, {})[BUILD * opts.model_seed + seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
-    return summarize(raw, asdict(opts) | {"methods": methods}, notes, lora_notes)
+    return summarize(raw, asdict(opts) | {"methods": methods + _distill_conditions(opts)}, notes, lora_notes)
+
+
+def _distill_conditions(opts: BenchOptions) -> list[str]:
+    from paw.bench.distill import conditions
+
+    return conditions(opts.distill)
 
 
 def _embedded() -> list[str]:

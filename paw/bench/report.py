@@ -105,6 +105,9 @@ def markdown(results: dict) -> str:
             lines += [f"| {t} | {_spread(index.get((task, t, 'auto')))} | {_decided(index.get((task, t, 'auto')))} |"
                       for t in targets]
         lines.append("")
+    from paw.bench.distill import markdown as distill_markdown  # kept fraction and CPU s of the distill rows
+
+    lines.append(distill_markdown(results))
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         lines.append(f"Target `{name}`: {why}.")

@@ -38,13 +38,14 @@ def method_names() -> list[str]:
     return [AUTO, *METHODS]
 
 
+DISTILL_HINT = "distill it with --method distill --prompts FILE (label-free task inputs; docs/distill.md)"
 # Measured by scripts/bench_transfer_quality.py: with the source's weights and a transplanted
 # tokenizer, every data-free method recovered ~0 of the gain (the adapter learned token sequences
 # that no longer occur), although each module looks perfectly related.
 TOKENIZER_CHANGE = ("source and target tokenizers differ (--vocab-map): the adapter was trained on the "
                     "source's token sequences, and in PAW's benchmark no data-free method kept any of the "
                     "gain across a tokenizer change although every module looked related; evaluate before "
-                    "use, or retrain")
+                    f"use, or {DISTILL_HINT}")
 
 
 def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank: int | None = None,
@@ -430,4 +431,4 @@ def _refusal(report: dict, attempts: list[dict]) -> str:
             f"lift >= {SIMILARITY_LIFT} or residual lift >= {RESIDUAL_LIFT}); last pairing: median subspace "
             f"similarity {s['median_similarity']} vs {s['median_similarity_null']} for the other layers "
             f"(chance {s['median_chance']}), median lift {s['median_similarity_lift']}; no data-free map would "
-            "transfer anything useful. Pass --force to write the adapter anyway")
+            "transfer anything useful. Pass --force to write the adapter anyway, or " + DISTILL_HINT)
