@@ -396,7 +396,10 @@ def load_gguf_model(path: str | Path, *, dtype=None):
     config = gguf_config(path)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
     params = dict(model.named_parameters())
-    missing = [n for n in params if n not in ckpt and not (n == "lm_head.weight" and config.tie_word_embeddings)]
+    from paw import arch
+
+    head = arch.family(config.to_dict()).head
+    missing = [n for n in params if n not in ckpt and not (n == head and config.tie_word_embeddings)]
     if missing:
         raise PawError(f"GGUF lacks {len(missing)} weight(s) of the model, e.g. {missing[0]}", path=path)
     with torch.no_grad():
