@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from paw import arch
 from paw.errors import PawError, Refused
 from paw.progress import status
 
@@ -47,6 +48,7 @@ PUBLISHED: dict[str, dict[str, tuple[float, str, str, str]]] = {
     GEMMA: {"ARC-Easy": (57.7, "acc", "0-shot", _GEMMA_SRC), "PIQA": (67.7, "acc", "0-shot", _GEMMA_SRC),
             "BoolQ": (61.4, "acc", "0-shot", _GEMMA_SRC)},
 }
+LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
 
 
 @dataclass(frozen=True)

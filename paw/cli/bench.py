@@ -23,6 +23,8 @@ def register(app: typer.Typer) -> None:
         targets: str = typer.Option("", help="Target kinds (comma list): upgrade, pruned, grown, distilled, "
                                     "tokenizer, unrelated. Default: all."),
         methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
+        distill: str = typer.Option("inputs,synth,generic", help="Distillation rows (comma list of input budgets: "
+                                    "inputs, synth, generic), or none."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
         hidden_size: int = typer.Option(64, help="Source hidden size."),
         num_layers: int = typer.Option(4, help="Source depth."),
@@ -46,7 +48,8 @@ def register(app: typer.Typer) -> None:
 
         opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
-                            lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick)
+                            lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
+                            distill=distill)
         results = benchmark_to_folder(opts, output, workdir=workdir, overwrite=overwrite)
         typer.echo(markdown(results))
         typer.echo(f"wrote {output}/results.json, results.md, recovered.png "

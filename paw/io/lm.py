@@ -41,6 +41,10 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     except (OSError, ValueError, TypeError) as err:
         raise PawError(f"cannot load a tokenizer from the model folder ({_first_line(err)})", path=path) from None
+    if path.is_dir():  # headers checked and pickles refused the way every other command does, first
+        from paw.io.checkpoint import open_checkpoint
+
+        open_checkpoint(path)
     try:
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except (OSError, ValueError, KeyError) as err:
@@ -68,9 +72,12 @@ def _load_gguf_lm(path: Path, *, adapter, device, dtype):
 def _apply_adapter(lm, adapter: str | Path):
     from peft import PeftModel
 
+    from paw.io.adapter_check import read_adapter_header
+
     folder = resolve_path(adapter, what="adapter")
     if not (folder / "adapter_config.json").is_file():
         raise PawError("not a PEFT adapter folder (no adapter_config.json)", path=folder)
+    read_adapter_header(folder)  # config against tensor shapes, as PEFT would, but in one line
     try:
         return PeftModel.from_pretrained(lm, folder)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
@@ -101,12 +108,22 @@ def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str,
     """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model."""
     from paw.io.manifest import write_json
 
-    if base is not None:
-        for config in peft_model.peft_config.values():
+    for config in peft_model.peft_config.values():
+        if base is not None:
             config.base_model_name_or_path = str(base)
+        sort_target_modules(config)
     peft_model.save_pretrained(folder)
     for name, data in (extra_files or {}).items():
         write_json(Path(folder) / name, data)
+
+
+def sort_target_modules(config) -> None:
+    """PEFT keeps ``target_modules`` as a set and saves it in set order, which changes with Python's
+    string hashing from run to run; a sorted list makes ``adapter_config.json`` byte-identical."""
+    for key in ("target_modules", "modules_to_save"):
+        value = getattr(config, key, None)
+        if isinstance(value, (set, frozenset, list, tuple)):
+            setattr(config, key, sorted(value))
 
 
 def write_results(path: str | Path, *, command: str, inputs: dict[str, Any], **fields: Any) -> Path:
