@@ -363,13 +363,11 @@ def run_real(opts: RealOptions, workdir: str | Path) -> dict:
             out["transfer"] = part_transfer(opts, models, vocab_map, source)
             seconds["transfer"] = time.perf_counter() - t
             _save_partial(workdir, out)
-        _save_partial(workdir, out)
         if "merge" in opts.parts:
             t = time.perf_counter()
             out["merge"] = part_merge(opts, models, source, workdir)
             seconds["merge"] = time.perf_counter() - t
             _save_partial(workdir, out)
-        _save_partial(workdir, out)
     seconds["total"] = time.perf_counter() - t_all
     out["seconds"] = seconds
     out["machine"]["load_after"] = list(os.getloadavg())
