@@ -63,10 +63,12 @@ def test_cli_choices_follow_the_registries(cli):
     from paw.cli.transfer import LayerMap, Method
     from paw.merge.methods import METHODS as MERGE_METHODS
     from paw.merge.weights import WEIGHT_MODES
+    from paw.transfer.distill import DISTILL
     from paw.transfer.layers import LAYER_MAPS
     from paw.transfer.pipeline import method_names
 
-    assert [m.value for m in Method] == method_names() and method_names()[0] == "auto"
+    # the data-free maps of the registry, then distill (a training pipeline of its own)
+    assert [m.value for m in Method] == [*method_names(), DISTILL] and method_names()[0] == "auto"
     assert [m.value for m in LayerMap] == LAYER_MAPS.names()
     assert [m.value for m in _Method] == MERGE_METHODS.names()
     assert [m.value for m in _Mode] == WEIGHT_MODES.names()

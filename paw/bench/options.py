@@ -41,6 +41,7 @@ class BenchOptions:
     commonsense: str | None = None              # folder of *_formatted.jsonl; None = embedded fallback
     device: str = "cpu"
     threads: int = 1                            # torch CPU threads: tiny models run best on one
+    distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw/bench/distill.py); () = none
 
     def check(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS] + [t for t in self.targets if t not in TARGETS]
@@ -49,6 +50,9 @@ class BenchOptions:
                            f"targets: {', '.join(TARGETS)}")
         if not self.seeds:
             raise PawError("give at least one seed")
+        from paw.bench.distill import conditions
+
+        conditions(self.distill)  # an unknown distill input budget fails here, before any training
         if self.items < 10:
             raise PawError(f"--items {self.items}: at least 10 held-out items per task")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
@@ -70,10 +74,11 @@ def _csv(value: str, cast=str) -> tuple:
 
 def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
                  num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
-                 device: str, quick: bool) -> BenchOptions:
+                 device: str, quick: bool, distill: str = "inputs,synth,generic") -> BenchOptions:
     """:class:`BenchOptions` from command-line strings (comma lists), checked.
 
     ``quick`` starts from :func:`quick_options` and keeps only the lists and ``data`` given here.
+    ``distill``: comma list of distill input budgets (inputs, synth, generic) or ``none``.
     """
     try:
         seed_values = _csv(seeds, int)
@@ -86,6 +91,7 @@ def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: i
                                                       pretrain_steps=pretrain_steps, lora_steps=lora_steps,
                                                       lora_rank=lora_rank, items=items)
     opts = replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
-                   methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device)
+                   methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device,
+                   distill=() if distill.strip() == "none" else _csv(distill))
     opts.check()
     return opts

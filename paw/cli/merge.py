@@ -28,7 +28,7 @@ _Dtype = choices("Dtype", DTYPES)
 _VocabPolicy = choices("VocabPolicy", VOCAB_POLICIES)
 
 _HELP = {
-    "base": "The common base model (folder, .safetensors file or cached ID); optional for --method linear.",
+    "base": "The common base model (folder, .safetensors or .gguf file, or cached ID); optional for --method linear.",
     "models": "Fine-tunes of the base, space separated: --models A B C.",
     "output": "Folder to write (sharded safetensors + config + tokenizer + paw_merge.json).",
     "method": "task-arithmetic, ties, dare-linear, dare-ties, breadcrumbs or linear.",

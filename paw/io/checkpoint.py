@@ -8,6 +8,7 @@ for the model. Supported inputs (see :func:`open_checkpoint`):
   ``model.safetensors.index.json``, or ``pytorch_model*.bin`` (with or without index);
 - a single ``.safetensors`` file;
 - a ``.pt`` / ``.pth`` / ``.bin`` file, unpickled with ``weights_only=True`` and ``mmap=True``;
+- a llama.cpp ``.gguf`` file, dequantized tensor by tensor under Hugging Face names (:mod:`paw.io.gguf`);
 - a Hugging Face model ID already in the local cache (never downloaded).
 """
 
@@ -200,6 +201,10 @@ def open_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:
     if isinstance(spec, Checkpoint):
         return spec
     path = resolve_path(spec, what="model")
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        from paw.io.gguf import open_gguf
+
+        return open_gguf(path)
     if path.is_dir():
         files = _weight_files(path)
         config = read_json_if_exists(path / "config.json")

@@ -32,6 +32,8 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     torch_dtype: Any = "auto" if device.type == "cuda" else torch.float32
     if dtype != "auto":
         torch_dtype = getattr(torch, dtype)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return _load_gguf_lm(path, adapter=adapter, device=device, dtype=torch_dtype)
     tokenizer_source = path
     if not _has_tokenizer(path) and adapter is not None and _has_tokenizer(Path(adapter)):
         tokenizer_source = Path(adapter)
@@ -47,6 +49,21 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except (OSError, ValueError, KeyError) as err:
         raise PawError(f"cannot load a causal language model ({_first_line(err)})", path=path) from None
+    if adapter is not None:
+        lm = _apply_adapter(lm, adapter)
+    return lm.to(device).eval(), tokenizer
+
+
+def _load_gguf_lm(path: Path, *, adapter, device, dtype):
+    """A GGUF file: the model filled from :func:`paw.io.gguf.open_gguf`, transformers' tokenizer."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from paw.io.gguf import gguf_side_folder, load_gguf_model
+
+    model_dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    lm = load_gguf_model(path, dtype=model_dtype)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_side_folder(path))
     if adapter is not None:
         lm = _apply_adapter(lm, adapter)
     return lm.to(device).eval(), tokenizer

@@ -158,6 +158,10 @@ def copy_side_files(source: str | Path | None, dest: Path, names: Iterable[str])
     if source is None:
         return []
     source = Path(source)
+    if source.is_file() and source.suffix.lower() == ".gguf":  # its config and tokenizer, as files
+        from paw.io.gguf import gguf_side_folder
+
+        source = gguf_side_folder(source)
     if source.is_file():
         source = source.parent
     copied = []

@@ -34,7 +34,7 @@ class TransferredAdapter:
 
 def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: PathLike, output: PathLike, *,
                      method: str = "auto", subspace_rank: int | None = None, min_similarity: float | None = None,
-                     layer_map: str = "name", vocab_map: PathLike | None = None, ridge: float = 1e-2,
+                     layer_map: str = "auto", vocab_map: PathLike | None = None, ridge: float = 1e-2,
                      force: bool = False, device: str = "cpu", overwrite: bool = False,
                      allow_nonfinite: bool = False, command: str | None = None) -> TransferredAdapter:
     """Read the adapter and both bases, transfer (training-free, rank-preserving), write ``output`` atomically.

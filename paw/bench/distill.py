@@ -1,0 +1,193 @@
+"""Distillation rows of the transfer benchmark: ``distill[inputs]``, ``distill[synth]``, ``distill[generic]``.
+
+For every target, task and seed the source LoRA is distilled onto the target
+(:func:`paw.transfer.distill.distill_lora`) with the recipe of the benchmark's own LoRAs (steps,
+batch, learning rate) and three input budgets, none with a label:
+
+- ``inputs``: the prompts of the source LoRA's training set, answers dropped (a pool apart from the
+  held-out items; for the memorisation task ``facts`` the questions coincide with the held-out
+  questions, which ask the same facts against new distractors);
+- ``synth``: 5 of those prompts as seeds; the teacher writes as many inputs as ``inputs`` has,
+  kept by the likelihood-ratio filter (:mod:`paw.transfer.distill_data`);
+- ``generic``: the embedded sample text, no task data.
+
+Besides the recovered fraction this reports the **kept fraction**
+``(transfer - target base) / (source + LoRA - source base)``: a perfect imitation of the teacher
+cannot beat the teacher, so 1 is the most distillation can reach, whatever the target's own LoRA gets.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Any
+
+from paw.errors import PawError
+
+KINDS = ("inputs", "synth", "generic")
+N_SEEDS = 5
+N_EVAL = 32   # held-out items on which the report's teacher-student agreement is measured
+
+
+def condition(kind: str) -> str:
+    return f"distill[{kind}]"
+
+
+def conditions(kinds) -> list[str]:
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise PawError(f"unknown distill input budget {unknown[0]!r}; choose from {', '.join(KINDS)}")
+    return [condition(k) for k in kinds]
+
+
+def _side(base, model=None):
+    """``base`` as a distillation side; ``model`` replaces its model (the teacher: a copy with the LoRA merged)."""
+    from paw.io.checkpoint import open_checkpoint
+    from paw.io.tokenizer import open_tokenizer
+    from paw.transfer.distill import LM
+
+    return LM(base.model if model is None else model, base.tokenizer, base.name,
+              checkpoint=open_checkpoint(base.folder), tokenizer_info=open_tokenizer(base.folder))
+
+
+def inputs_for(kind: str, task, seed: int) -> dict[str, Any]:
+    """``distill_lora`` keyword arguments of one input budget (training prompts never carry their answer)."""
+    from paw.transfer.distill_data import Prompt, prompts_from
+
+    prompts = prompts_from([Prompt(item.question) for item in task.train])  # unique questions, no answers
+    if kind == "inputs":
+        return {"prompts": prompts}
+    if kind == "synth":
+        seeds = random.Random(f"distill-seeds-{seed}").sample(prompts, N_SEEDS)
+        return {"synthesize": len(prompts), "seed_examples": seeds, "discriminator": True}
+    return {"prompts": "generic"}
+
+
+def run(out: dict, base, source, adapter, task, opts, seed: int, score, device) -> None:
+    """Distill ``adapter`` onto ``base`` for every kind in ``opts.distill``; fill ``out`` like a transfer method.
+
+    ``score(model, tokenizer, items)`` gives 0/1 per held-out item; CPU seconds of each distillation
+    (process time, so other jobs on the machine do not count) go into its summary.
+    """
+    import copy
+
+    import torch
+
+    from paw.bench.quality import adapter_deltas, applied
+    from paw.bench.results import TransferStatus
+    from paw.transfer.distill import distill_lora
+
+    student, teacher = _side(base), _side(source, copy.deepcopy(source.model))
+    params = dict(teacher.model.named_parameters())
+    with torch.no_grad():
+        for name, delta in adapter_deltas(adapter).items():
+            params[name].add_(delta.to(params[name].device, params[name].dtype))
+    for kind in opts.distill:
+        name = condition(kind)
+        cpu, wall = time.process_time(), time.perf_counter()
+        try:
+            moved, report = distill_lora(adapter, teacher, student, **inputs_for(kind, task, seed),
+                                         steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
+                                         eval_prompts=task.test[:N_EVAL], seed=seed, device=device,
+                                         target_name=base.name, progress=False)
+        except PawError as err:  # e.g. the teacher wrote no usable input from the seeds
+            out["status"][name], out["summaries"][name] = TransferStatus.NOT_APPLICABLE.value, {}
+            out["reasons"][name] = str(err)[:160]
+            continue
+        d = report["distill"]
+        out["status"][name] = TransferStatus.OK.value
+        out["summaries"][name] = {
+            "cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.perf_counter() - wall, 2),
+            "inputs": d["inputs"]["train"], "losses": d["losses"], "init": d["init"]["how"],
+            "loss_start": d["loss_start"], "loss_end": d["loss_end"], "agreement": d["agreement"]["after"],
+            "agreement_before": d["agreement"]["before"],
+            **({"synthesis": d["inputs"]["synthesis"]} if "synthesis" in d["inputs"] else {})}
+        with applied(base.model, adapter_deltas(moved)):
+            out["outcomes"][name] = score(base.model, base.tokenizer, task.test)
+
+
+# ------------------------------------------------------------------------------------ statistics
+
+def kept(transfer, target_base, source_lora, source_base, *, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Kept fraction ``sum_s (t - b_t) / sum_s (a - b_s)`` over seeds, with a paired bootstrap over items.
+
+    All four are per-seed 0/1 outcomes on the same held-out items (source and target are scored on
+    one item list), so one resample of item indices per replicate serves all four.
+
+    >>> kept([[1, 1, 0, 0]], [[0, 1, 0, 0]], [[1, 1, 1, 0]], [[0, 1, 0, 0]], n_boot=0)["value"]
+    0.5
+    """
+    import numpy as np
+
+    t, bt, a, bs = (np.asarray(x, dtype=float) for x in (transfer, target_base, source_lora, source_base))
+
+    def ratio(t, bt, a, bs):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (t.mean(-1) - bt.mean(-1)).sum(-1) / (a.mean(-1) - bs.mean(-1)).sum(-1)
+
+    value = float(ratio(t, bt, a, bs))
+    gain = a - bs
+    gain_se = float(gain.std(ddof=1) / math.sqrt(gain.size)) if gain.size > 1 else 0.0
+    out = {"value": value if math.isfinite(value) else None, "stderr": None, "teacher_gain": float(gain.mean()),
+           "teacher_ok": bool(gain.mean() > 2 * gain_se and gain.mean() > 0)}
+    if n_boot > 0:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, t.shape[1], size=(n_boot, *t.shape))
+        rows = np.arange(t.shape[0])[None, :, None]
+        reps = ratio(t[rows, idx], bt[rows, idx], a[rows, idx], bs[rows, idx])
+        reps = reps[np.isfinite(reps)]
+        if len(reps) > 1:
+            out["stderr"] = float(reps.std(ddof=1))
+    return out
+
+
+def add_kept(rows: list[dict], raw: dict, *, source: str, n_boot: int) -> list[dict]:
+    """Put ``kept`` (and the mean CPU seconds per transfer) on every distill row that has outcomes."""
+    for row in rows:
+        if not row["condition"].startswith("distill[") or "accuracy" not in row:
+            continue
+        per_seed, src = raw[row["task"]][row["target"]], raw[row["task"]].get(source)
+        if src is None:
+            continue
+        seeds = sorted(per_seed)
+        pick = [[per_seed[s]["outcomes"][row["condition"]] for s in seeds], [per_seed[s]["outcomes"]["base"] for s in seeds],
+                [src[s]["outcomes"]["direct"] for s in seeds], [src[s]["outcomes"]["base"] for s in seeds]]
+        row["kept"] = kept(*pick, n_boot=n_boot, seed=len(row["task"]) * 7919 + seeds[0])
+        cpu = [(per_seed[s]["summaries"].get(row["condition"]) or {}).get("cpu_seconds") for s in seeds]
+        row["cpu_seconds"] = sum(cpu) / len(cpu) if all(c is not None for c in cpu) else None
+    return rows
+
+
+def markdown(results: dict) -> str:
+    """Per task: accuracy, kept and recovered fractions (± stderr) and CPU seconds of every distill row."""
+    rows = [r for r in results["rows"] if r["condition"].startswith("distill[")]
+    if not rows:
+        return ""
+    lines = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        lines += [f"### Task `{task}`: distillation (kept = (transfer − target base) / (source+LoRA − source base); "
+                  "recovered = (transfer − base) / (direct − base))", "",
+                  "| target | inputs | accuracy (%) | kept | recovered | CPU s / transfer |", "|---|---|---|---|---|---|"]
+        for r in (r for r in rows if r["task"] == task):
+            kind = r["condition"][len("distill["):-1]
+            if "accuracy" not in r:
+                why = "; ".join(r.get("reasons", [])) or "/".join(r["status"])
+                lines.append(f"| {r['target']} | {kind} | n/a ({why[:80]}) | – | – | – |")
+                continue
+            acc = r["accuracy"]
+            cpu = f"{r['cpu_seconds']:.0f}" if r.get("cpu_seconds") is not None else "–"
+            lines.append(f"| {r['target']} | {kind} | {100 * acc['mean']:.1f} ± {100 * acc['stderr']:.1f} | "
+                         f"{_fraction(r.get('kept'))} | {_fraction(r.get('recovered'))} | {cpu} |")
+        lines.append("")
+    lines.append("† for kept: the source LoRA is not two standard errors above the source base; for recovered: the "
+                 "direct LoRA is not two standard errors above the target base.")
+    return "\n".join(lines) + "\n"
+
+
+def _fraction(f: dict | None) -> str:
+    if not f or f.get("value") is None:
+        return "–"
+    if f.get("ceiling_ok") is False or f.get("teacher_ok") is False:
+        return "†"
+    return f"{f['value']:.2f}" + (f" ± {f['stderr']:.2f}" if f.get("stderr") is not None else "")

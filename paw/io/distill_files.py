@@ -1,0 +1,77 @@
+"""Files of ``paw transfer-lora --method distill``: input prompts in, adapter + report + curve out.
+
+Prompt files are read as lines here; :func:`paw.transfer.distill_run.read_inputs` decides what they
+hold (a multiple-choice file ``paw eval`` reads, JSON records with a text field, or plain lines).
+The output folder holds the PEFT adapter (``adapter_model.safetensors``, ``adapter_config.json``
+naming the target), ``transfer_report.json`` with its ``distill`` section and ``distill_curve.png``;
+no clock time, so equal inputs give equal bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from paw import __version__
+from paw.errors import PawError
+from paw.io.adapter import CONFIG_NAME, WEIGHTS_NAME
+from paw.io.atomic import atomic_dir
+from paw.io.manifest import dumps, write_json
+from paw.io.reports import save_figure
+
+REPORT_JSON = "transfer_report.json"
+CURVE_PNG = "distill_curve.png"
+
+
+def read_prompt_lines(path: str | Path, *, what: str = "prompt file") -> list[str]:
+    """The non-blank lines of a prompt file; a missing, unreadable or empty file is a :class:`PawError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise PawError(f"no such {what}", path=path)
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise PawError(f"cannot read the {what} ({err})", path=path) from None
+    if not lines:
+        raise PawError(f"empty {what}: no inputs", path=path)
+    return lines
+
+
+def curve_figure(report: dict):
+    """The distillation loss per step (total, and its sequence / choice parts when both were used)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    section = report["distill"]
+    fig = Figure(figsize=(7, 4), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    curve = section["curve"]
+    parts = [k for k in ("sequence", "choice") if any(v is not None for v in curve.get(k, []))]
+    for key in (["loss"] + (parts if len(parts) > 1 else [])):
+        values = [float("nan") if v is None else v for v in curve[key]]
+        ax.plot(range(1, len(values) + 1), values, lw=1.2 if key == "loss" else 0.8, label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"distill: {' + '.join(section['losses'])} ({section['inputs']['source']}, "
+                 f"{section['inputs']['train']} inputs)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write_distill(output: str | Path, adapter, report: dict, *, command: str, inputs: dict[str, Any],
+                  overwrite: bool = False) -> Path:
+    """Write the adapter, ``transfer_report.json`` and ``distill_curve.png`` into ``output`` atomically."""
+    from safetensors.torch import save_file
+
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
+        save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        write_json(tmp / CONFIG_NAME, adapter.config)
+        full = {"paw_version": __version__, "command": command, "inputs": inputs, **report}
+        (tmp / REPORT_JSON).write_text(dumps(full), encoding="utf-8")
+        fig = curve_figure(report)
+        save_figure(fig, tmp / CURVE_PNG, dpi=fig.dpi)
+    return Path(output)

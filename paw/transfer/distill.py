@@ -1,0 +1,322 @@
+"""``distill_lora``: move a LoRA to any base model by teaching a new LoRA to imitate the old one.
+
+Every weight-space map keeps nothing across a tokenizer change or an unrelated model (PAW's transfer
+benchmark); what survives is the behaviour. So, as in Trans-LoRA (Wang et al. 2024, arXiv
+2405.17258): the **teacher** is the source base with its LoRA, the **student** the target base with
+a new LoRA of the same rank, alpha and module types, trained on label-free task inputs
+(:mod:`paw.transfer.distill_data`) to match the teacher (:mod:`paw.transfer.distill_loss`):
+
+1. the teacher continues every input greedily (up to a line break);
+2. with a shared vocabulary (every target token is a source token with the same bytes and both
+   encode text alike, :func:`shared_vocabulary`) the student matches the teacher's next-token
+   distributions over that continuation (token KL); otherwise it learns the continuation as text
+   (sequence-level distillation); inputs with answer choices add the KL between the two models'
+   distributions over the choices;
+3. agreement with the teacher is measured before and after on held-out inputs.
+
+``init='auto'`` starts the student from the data-free ``auto`` transfer when the target shares the
+source's tokenizer and ``auto`` finds it related, else from PEFT's initialisation (B = 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paw.errors import PawError
+from paw.evaluate.items import MCItem
+from paw.progress import status
+from paw.transfer import distill_data as data
+from paw.transfer import distill_train as T
+from paw.transfer.distill_data import Prompt
+
+DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
+INITS = ("auto", "none")
+LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
+GENERIC = "generic"
+
+
+@dataclass
+class LM:
+    """One side of the distillation: a loaded model, its tokenizer, and (optional) lazy views for ``init='auto'``.
+
+    ``checkpoint``: :func:`paw.io.checkpoint.open_checkpoint` of the base folder (for the weight-space
+    transfer); ``tokenizer_info``: :func:`paw.io.tokenizer.open_tokenizer` of it (for the vocabulary test).
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str = ""
+    checkpoint: Any = None
+    tokenizer_info: Any = None
+
+
+def shared_vocabulary(teacher_info, student_info, rows: int) -> Any:
+    """Student id -> teacher id (LongTensor of ``rows``, -1 where none) when the vocabularies agree, else None.
+
+    They agree when every student token has a teacher token of the same canonical bytes (``exact``
+    alignment, special tokens by role) and both tokenizers encode the embedded sample text to the
+    same ids through that map, so the teacher can read the student's ids.
+    """
+    import torch
+
+    from paw.vocab.align import AlignContext, exact, match_specials
+    from paw.zoo import sample_texts
+
+    mapping = dict(match_specials(teacher_info, student_info))
+    todo = [i for i in range(student_info.size) if student_info.vocab[i] is not None and i not in mapping]
+    mapping.update({t: src[0] for t, (src, _) in exact(AlignContext(teacher_info, student_info), todo).items()})
+    needed = [i for i in range(student_info.size) if student_info.vocab[i] is not None or i in student_info.specials]
+    if any(i not in mapping for i in needed):
+        return None
+    probe = sample_texts("multi")
+    for s_ids, t_ids in zip(student_info.encode_batch(probe), teacher_info.encode_batch(probe), strict=True):
+        if [mapping.get(i, -1) for i in s_ids] != list(t_ids):
+            return None
+    columns = torch.full((max(rows, student_info.size),), -1, dtype=torch.long)
+    for t, s in mapping.items():
+        columns[t] = s
+    return columns[:rows]
+
+
+def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | MCItem | Prompt] | str | None = None,
+                 synthesize: int = 0, seed_examples: Sequence[str | MCItem | Prompt] | None = None,
+                 discriminator: bool = False, init: str = "auto", rank: int | None = None,
+                 alpha: float | None = None, target_modules: Sequence[str] | None = None, steps: int = 200,
+                 batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16, holdout: float = 0.1,
+                 eval_prompts: Sequence[str | MCItem | Prompt] | None = None, seed: int = 0, device="cpu",
+                 target_name: str | None = None, progress: bool = True) -> tuple[Any, dict]:
+    """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
+
+    Inputs, all label-free: ``prompts`` (inputs; answers of MC items are dropped) or ``'generic'``
+    (embedded sample text), or ``synthesize=N`` inputs written by the teacher from at most five
+    ``seed_examples`` (``discriminator`` filters them). ``holdout`` of the inputs (or
+    ``eval_prompts``) measure agreement and are never trained on. Returns ``(LoraAdapter for the
+    target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
+    """
+    from paw.device import resolve_device
+
+    _check_knobs(init, steps, batch_size, lr, max_new_tokens, holdout, synthesize)
+    device = resolve_device(device) if isinstance(device, str) else device
+    inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
+                                 eval_prompts, seed, device)
+    columns = _vocabulary(teacher, student)
+    losses_used = ["token-kl" if columns is not None else "sequence-nll"]
+    if any(p.pairs for p in inputs):
+        losses_used.append("choice-kl")
+    init_adapter, init_note = _init_adapter(adapter, teacher, student, init, columns, rank, alpha, target_modules,
+                                            device)
+    cost = estimate_cost(_n_params(teacher.model), _n_params(student.model), n_inputs=len(inputs) + len(held),
+                         steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
+        status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
+    teacher.model.to(device).eval()
+    train = T.examples(inputs, teacher, student, max_new_tokens, device)
+    tests = T.examples(held, teacher, student, max_new_tokens, device) if held else []
+    if not any(e.sequence is not None or e.choices for e in train):
+        raise PawError("the teacher continued no input with any text and no input has answer choices: "
+                       "nothing to distill")
+    grads = {n: p.requires_grad for n, p in student.model.named_parameters()}
+    peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed, device)
+    try:
+        before = T.agreement(peft_model, teacher.model, tests or train, columns, device)
+        curve = T.train(peft_model, teacher.model, train, columns, steps=steps, batch_size=batch_size, lr=lr,
+                       seed=seed, device=device, progress=progress)
+        after = T.agreement(peft_model, teacher.model, tests or train, columns, device)
+        moved = _adapter_of(peft_model, adapter, target_name or student.name)
+    finally:
+        peft_model.unload()
+        for n, p in student.model.named_parameters():
+            p.requires_grad_(grads.get(n, p.requires_grad))
+    report = _report(adapter, teacher, student, moved, info, losses_used, columns, init_note, curve, cost,
+                     {"before": before, "after": after, "measured_on": "held-out prompts" if tests
+                      else "training prompts (none held out)"},
+                     steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens)
+    return moved, report
+
+
+# ---------------------------------------------------------------------------------- checks, inputs
+
+def _check_knobs(init, steps, batch_size, lr, max_new_tokens, holdout, synthesize) -> None:
+    if init not in INITS:
+        raise PawError(f"unknown --init {init!r}; choose one of {', '.join(INITS)}")
+    if steps < 1 or batch_size < 1 or max_new_tokens < 1:
+        raise PawError(f"--max-steps ({steps}), --batch-size ({batch_size}) and --max-new-tokens "
+                       f"({max_new_tokens}) must be at least 1")
+    if not lr > 0 or not 0 <= holdout < 1 or synthesize < 0:
+        raise PawError(f"--lr ({lr}) must be positive, --holdout ({holdout}) in [0, 1), --synthesize "
+                       f"({synthesize}) not negative")
+
+
+def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device):
+    """``(training prompts, held-out prompts, report section)`` from whichever source was given."""
+    from paw.zoo import sample_texts
+
+    given = [prompts is not None, synthesize > 0]
+    if sum(given) != 1:
+        raise PawError("give exactly one input source: --prompts FILE, --prompts generic, or "
+                       "--synthesize N --seed-examples FILE")
+    if synthesize:
+        seeds = data.prompts_from(seed_examples or [], what="seed examples")
+        made, stats = data.synthesize(teacher.model, teacher.tokenizer, data.check_seeds(seeds), synthesize,
+                                      seed=seed, filter_lines=sample_texts("en") if discriminator else None,
+                                      device=device)
+        info = {"source": "synthesized", "seed_examples": len(seeds), "discriminator": discriminator,
+                "synthesis": stats}
+        inputs = made
+    elif isinstance(prompts, str):
+        if prompts != GENERIC:
+            raise PawError(f"prompts={prompts!r}: pass a list of inputs or 'generic'")
+        inputs, info = data.generic_prompts(sample_texts("en")), {"source": "generic"}
+    else:
+        inputs, info = data.prompts_from(prompts), {"source": "prompts"}
+    if eval_prompts is not None:  # taken as given; an overlap with the inputs is counted, not removed
+        train, held = inputs, data.prompts_from(eval_prompts, what="evaluation prompts")
+        info.update(held_out_from="eval_prompts",
+                    held_out_also_inputs=len({h.text for h in held} & {p.text for p in train}))
+    else:
+        train, held = data.split_holdout(inputs, holdout, seed=seed)
+        info["held_out_from"] = "inputs" if held else "none (fewer than 10 inputs or holdout 0)"
+    info.update(count=len(inputs), train=len(train), held_out=len(held),
+                with_choices=sum(bool(p.pairs) for p in train))
+    return train, held, info
+
+
+def _vocabulary(teacher: LM, student: LM):
+    if teacher.tokenizer_info is None or student.tokenizer_info is None:
+        return None
+    rows = student.model.get_input_embeddings().weight.shape[0]
+    return shared_vocabulary(teacher.tokenizer_info, student.tokenizer_info, rows)
+
+
+def _n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs: int, steps: int, batch_size: int,
+                  max_new_tokens: int, prompt_tokens: int = 64, choices: int = 4) -> dict:
+    """FLOPs of one distillation (``2N`` per token forward, ``4N`` forward+backward through a frozen base).
+
+    Per step: the teacher's forward (``2 N_t``) and the student's forward and backward (``4 N_s``)
+    over ``batch_size`` sequences of ``prompt_tokens + max_new_tokens`` tokens, plus as much again
+    for the choices of multiple-choice inputs; once: the teacher writes every continuation
+    (``2 N_t`` per generated token, KV cache). Throughputs in ``note`` are rough effective rates.
+    """
+    seq = prompt_tokens + max_new_tokens
+    train = steps * batch_size * seq * (2 * teacher_parameters + 4 * student_parameters) * (1 + choices / 2)
+    generate = n_inputs * (prompt_tokens + max_new_tokens) * 2 * teacher_parameters
+    flop = train + generate
+    cpu_h, gpu_min = flop / 5e10 / 3600, flop / 2e14 / 60
+    return {"teacher_parameters": teacher_parameters, "student_parameters": student_parameters, "flop": flop,
+            "tflop": flop / 1e12,
+            "note": f"~{cpu_h:.2g} h on a CPU at 50 GFLOP/s, ~{gpu_min:.2g} min on one GPU at 200 TFLOP/s bf16"}
+
+
+# ---------------------------------------------------------------------------------- student
+
+def _target_modules(adapter, model, target_modules) -> list[str]:
+    """The source adapter's module types (``q_proj`` ...) that the target has, or the ones given."""
+    if target_modules:
+        return list(target_modules)
+    suffixes = sorted({m.rsplit(".", 1)[-1] for m in adapter.modules()})
+    present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    kept = [s for s in suffixes if s in present]
+    if not kept:
+        raise PawError(f"the target has none of the adapter's module types ({', '.join(suffixes)}); "
+                       "pass --target-modules")
+    return kept
+
+
+def _init_adapter(adapter, teacher, student, init, columns, rank, alpha, target_modules, device):
+    """``(LoraAdapter to start from or None, note)``: the ``auto`` transfer when it applies."""
+    if init == "none":
+        return None, {"how": "none", "why": "--init none"}
+    mapped = columns >= 0 if columns is not None else None  # rows past the tokenizer (padding) map to nothing
+    same_ids = columns is not None and bool((columns[mapped] == _arange(len(columns))[mapped]).all())
+    if not same_ids:
+        return None, {"how": "none", "why": "the tokenizers differ, so no weight-space map keeps the gain"}
+    if rank is not None or alpha is not None or target_modules:
+        return None, {"how": "none", "why": "rank, alpha or target modules differ from the source adapter's"}
+    if teacher.checkpoint is None or student.checkpoint is None:
+        return None, {"how": "none", "why": "no checkpoints given for the weight-space transfer"}
+    from paw.transfer.pipeline import transfer_lora
+
+    try:
+        moved, report = transfer_lora(adapter, teacher.checkpoint, student.checkpoint, method="auto", device=device)
+    except PawError as err:
+        return None, {"how": "none", "why": f"auto transfer did not apply: {str(err)[:300]}"}
+    return moved, {"how": "auto transfer", "methods": report["summary"]["methods"]}
+
+
+def _arange(n: int):
+    import torch
+
+    return torch.arange(n)
+
+
+def _student(adapter, model, init_adapter, rank, alpha, target_modules, seed, device):
+    """The target base wrapped in a fresh (or ``init_adapter``-initialised) trainable LoRA."""
+    import torch
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    if init_adapter is not None:
+        cfg = init_adapter.config
+        config = LoraConfig(r=cfg["r"], lora_alpha=cfg["lora_alpha"], target_modules=cfg["target_modules"],
+                            rank_pattern=cfg.get("rank_pattern") or {}, alpha_pattern=cfg.get("alpha_pattern") or {},
+                            use_rslora=bool(cfg.get("use_rslora")), lora_dropout=0.0, task_type="CAUSAL_LM")
+    else:
+        config = LoraConfig(r=rank or adapter.r, lora_alpha=alpha if alpha is not None else adapter.alpha,
+                            target_modules=_target_modules(adapter, model, target_modules),
+                            use_rslora=bool(adapter.config.get("use_rslora")), lora_dropout=0.0,
+                            task_type="CAUSAL_LM")
+    torch.manual_seed(seed)
+    try:
+        peft_model = get_peft_model(model.to(device), config)
+    except ValueError as err:
+        raise PawError(f"cannot attach a LoRA to the target: {err}") from None
+    if init_adapter is not None:
+        set_peft_model_state_dict(peft_model, {k: v.to(device) for k, v in init_adapter.tensors.items()})
+    return peft_model
+
+
+def _adapter_of(peft_model, adapter, base_name: str):
+    from peft import get_peft_model_state_dict
+
+    from paw.io.adapter import LoraAdapter, lora_config_dict
+
+    cfg = peft_model.peft_config["default"]
+    tensors = {k: v.detach().to("cpu").float().clone().contiguous() for k, v in
+               get_peft_model_state_dict(peft_model).items()}
+    targets = sorted(cfg.target_modules) if not isinstance(cfg.target_modules, str) else [cfg.target_modules]
+    config = lora_config_dict(r=cfg.r, alpha=cfg.lora_alpha, target_modules=targets, base_model=base_name,
+                              rank_pattern=dict(cfg.rank_pattern or {}), alpha_pattern=dict(cfg.alpha_pattern or {}),
+                              use_rslora=bool(cfg.use_rslora))
+    return LoraAdapter(config=config, tensors=tensors)
+
+
+def _report(adapter, teacher, student, moved, info, losses_used, columns, init_note, curve, cost, agreement,
+            **settings) -> dict:
+    cfg = moved.config
+    finite = [x for x in curve["loss"] if math.isfinite(x)]
+    window = max(1, min(10, len(finite)))
+    return {
+        "format": "paw-transfer-report", "version": 1, "method": DISTILL,
+        "source": teacher.name, "target": student.name,
+        "adapter": {"r": adapter.r, "alpha": adapter.alpha, "modules": len(adapter.modules())},
+        "summary": {"transferred": len(moved.modules()), "not_transferred": 0,
+                    "methods": {DISTILL: len(moved.modules())}},
+        "distill": {
+            "inputs": info, "losses": losses_used,
+            "vocabulary": "shared: every target token is a source token (token-level KL)" if columns is not None
+            else "different tokenizers: the teacher's continuations are re-tokenised (sequence-level)",
+            "init": init_note, "student": {"r": cfg["r"], "alpha": cfg["lora_alpha"],
+                                           "target_modules": cfg["target_modules"], "modules": len(moved.modules())},
+            **settings, "cost": cost,
+            "loss_start": round(sum(finite[:window]) / window, 6) if finite else None,
+            "loss_end": round(sum(finite[-window:]) / window, 6) if finite else None,
+            "curve": {k: [round(x, 6) if math.isfinite(x) else None for x in v] for k, v in curve.items()},
+            "agreement": agreement,
+        },
+    }

@@ -1,0 +1,277 @@
+"""What a distillation trains on: label-free task inputs, the teacher's continuations, synthetic inputs.
+
+Inputs are :class:`Prompt` s: a text the teacher continues and, for multiple-choice inputs, the
+``(context, continuation)`` pairs of its choices (never which one is right). They come from
+
+- a file of task inputs (:func:`prompts_from`; answers of a multiple-choice file are dropped);
+- :func:`generic_prompts`, the embedded sample text cut into sentence prefixes (no task data);
+- :func:`synthesize`, the teacher prompted with at most :data:`MAX_SEEDS` seed inputs, one per line,
+  sampling the next line (Trans-LoRA's few-shot generator; Wang et al. 2024, arXiv 2405.17258),
+  de-duplicated, optionally filtered by :func:`task_likeness`.
+
+Trans-LoRA filters with a discriminator LoRA trained to tell the seeds from synthetic samples. PAW
+keeps that role without training anything: a candidate is kept when the seeds make the teacher find
+it more likely than generic text does, at least as much as for the least such seed (a likelihood
+ratio calibrated on the seeds, leave-one-out).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paw.errors import PawError
+from paw.evaluate.items import MCItem
+
+MAX_SEEDS = 5          # Trans-LoRA's budget of real examples
+MAX_ATTEMPT_ROUNDS = 8  # synthesis gives up after this many batches of candidates per requested input
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A task input: ``text`` for the teacher to continue; ``pairs`` its choices as (context, continuation)."""
+
+    text: str
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, value: str | MCItem | Prompt) -> Prompt:
+        """From a plain string, or an :class:`MCItem` whose answer is dropped (one choice: the answer, dropped too).
+
+        >>> Prompt.of(MCItem("2 + 2 =", (" 3", " 4"), 1)).pairs
+        (('2 + 2 =', ' 3'), ('2 + 2 =', ' 4'))
+        """
+        if isinstance(value, Prompt):
+            return value
+        if isinstance(value, MCItem):
+            pairs = tuple(value.pairs()) if len(value.choices) >= 2 else ()
+            text = value.question.partition("_")[0].rstrip() if value.fill_blank else value.question
+            return cls(text, pairs)
+        return cls(str(value))
+
+
+def prompts_from(values: Sequence[str | MCItem | Prompt], *, what: str = "prompts") -> list[Prompt]:
+    """Prompts with blank texts dropped and exact duplicates merged (first kept); PawError when none is left."""
+    seen: set[Prompt] = set()
+    out = []
+    for value in values:
+        prompt = Prompt.of(value)
+        if prompt.text.strip() and prompt not in seen:
+            seen.add(prompt)
+            out.append(prompt)
+    if not out:
+        raise PawError(f"no {what}: nothing to distill on")
+    return out
+
+
+def generic_prompts(lines: Sequence[str], *, min_words: int = 3, step: int = 3) -> list[Prompt]:
+    """Sentence prefixes of generic text: every ``step``-th word boundary after ``min_words`` words.
+
+    >>> [p.text for p in generic_prompts(["The cat sat on the mat today."], step=2)]
+    ['The cat sat', 'The cat sat on the']
+    """
+    out = []
+    for line in lines:
+        for sentence in re.split(r"(?<=[.!?])\s+", line.strip()):
+            words = sentence.split()
+            out += [Prompt(" ".join(words[:k])) for k in range(min_words, len(words) - 1, step)]
+    return prompts_from(out, what="generic prompts")
+
+
+def split_holdout(prompts: list[Prompt], fraction: float, *, seed: int, cap: int = 64) -> tuple[list[Prompt], list[Prompt]]:
+    """``(train, held_out)``: a seeded ``fraction`` (at most ``cap``, none when fewer than 10 prompts) set aside."""
+    n = min(cap, int(len(prompts) * fraction)) if len(prompts) >= 10 else 0
+    order = list(range(len(prompts)))
+    random.Random(f"holdout-{seed}").shuffle(order)
+    held = set(order[:n])
+    return [p for i, p in enumerate(prompts) if i not in held], [p for i, p in enumerate(prompts) if i in held]
+
+
+def check_seeds(seeds: Sequence[Prompt]) -> list[Prompt]:
+    if not seeds:
+        raise PawError("--synthesize needs seed examples (--seed-examples FILE)")
+    if len(seeds) > MAX_SEEDS:
+        raise PawError(f"{len(seeds)} seed examples: at most {MAX_SEEDS} are allowed (a handful of real "
+                       "inputs is the point of synthesis; pass more as --prompts instead)")
+    return list(seeds)
+
+
+# ----------------------------------------------------------------------------------- generation
+
+def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sample: bool = False,
+             temperature: float = 1.0, seed: int = 0, batch_size: int = 16, device=None,
+             stop: str = "\n") -> list[str]:
+    """The model's continuation of each text, cut before the first ``stop`` (a line break) or at end of sequence.
+
+    Greedy unless ``sample``; sampling draws from a generator seeded with ``seed`` per batch, so
+    the same inputs give the same texts on one device. Batches are left-padded with a KV cache; the
+    BOS (or EOS) start marker of :func:`paw.evaluate.encode.encode_pair` comes first.
+    """
+    import torch
+
+    from paw.evaluate.encode import _prefix, pad_id_of
+
+    device = device or next(model.parameters()).device
+    prefix, pad, eos = _prefix(tokenizer), pad_id_of(tokenizer), tokenizer.eos_token_id
+    out: list[str] = []
+    for start in range(0, len(texts), batch_size):
+        chunk = [prefix + tokenizer.encode(t, add_special_tokens=False) for t in texts[start:start + batch_size]]
+        gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + start)
+        rows = _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device,
+                               lambda ids: stop in tokenizer.decode(ids, skip_special_tokens=True))
+        for ids in rows:
+            out.append(tokenizer.decode(ids, skip_special_tokens=True).split(stop, 1)[0])
+    return out
+
+
+def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device, ends_line) -> list[list[int]]:
+    import torch
+
+    width = max(len(c) for c in chunk)
+    ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, c in enumerate(chunk):
+        ids[row, width - len(c):] = torch.tensor(c)
+        mask[row, width - len(c):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    new: list[list[int]] = [[] for _ in chunk]
+    done = [False] * len(chunk)
+    past = None
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            result = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
+                           use_cache=True)
+            past = result.past_key_values
+            logits = result.logits[:, -1].float()
+            if sample:
+                probs = torch.softmax(logits / max(temperature, 1e-6), -1)
+                token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            else:
+                token = logits.argmax(-1)
+            for row, t in enumerate(token.tolist()):
+                if done[row]:
+                    continue
+                if eos is not None and t == eos:
+                    done[row] = True
+                    continue
+                new[row].append(t)
+                done[row] = ends_line(new[row])
+            if all(done):
+                break
+            ids = token[:, None]
+            mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+            positions = positions[:, -1:] + 1
+    return new
+
+
+# ----------------------------------------------------------------------------------- synthesis
+
+def separator(seeds: Sequence[Prompt]) -> str:
+    """One line per example, or a blank line between examples when an example spans lines."""
+    return "\n\n" if any("\n" in s.text for s in seeds) else "\n"
+
+
+def few_shot_context(seeds: Sequence[Prompt], rng: random.Random) -> str:
+    """The seeds' texts in a shuffled order, each followed by :func:`separator`."""
+    texts = [s.text for s in seeds]
+    rng.shuffle(texts)
+    sep = separator(seeds)
+    return sep.join(texts) + sep
+
+
+def template_end(seeds: Sequence[Prompt], *, min_chars: int = 2) -> str:
+    """The longest ending every seed shares, from a word boundary on (``'. Again:'``), or ``''`` if short.
+
+    Seeds that are prompts end where the answer begins; a teacher that learned the task writes the
+    answer right after, so a synthetic input is cut after this ending (and dropped without it).
+
+    >>> template_end([Prompt("Word: road. Again:"), Prompt("Word: tree. Again:")])
+    '. Again:'
+    """
+    texts = [s.text for s in seeds]
+    n = 0
+    while n < min(len(t) for t in texts) and len({t[len(t) - n - 1] for t in texts}) == 1:
+        n += 1
+    end = texts[0][len(texts[0]) - n:] if n else ""
+    while end and end[0].isalnum():  # 'r likes the colour' of names ending in r: from the word boundary
+        end = end[1:]
+    return end if len(end.strip()) >= min_chars else ""
+
+
+def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, max_new_tokens: int = 48,
+               batch_size: int = 16, filter_lines: Sequence[str] | None = None, device=None) -> tuple[list[Prompt], dict]:
+    """``n`` new task inputs written by the teacher from the seeds, and what happened on the way.
+
+    Each candidate is the line the teacher samples after the seeds (shuffled anew per candidate),
+    cut after the ending all seeds share (:func:`template_end`; without it, dropped as off-template).
+    Blank lines, seeds and repeats are dropped; with ``filter_lines`` (generic text), candidates
+    that :func:`task_likeness` scores below every seed's own score are dropped too.
+    """
+    seeds = check_seeds(seeds)
+    rng = random.Random(f"synth-{seed}")
+    known = {_norm(s.text) for s in seeds}
+    kept: list[Prompt] = []
+    ending = template_end(seeds)
+    stats = {"requested": n, "generated": 0, "blank": 0, "off_template": 0, "duplicates": 0, "filtered": 0,
+             "surplus": 0, "rounds": 0, "template_end": ending}
+    threshold = None
+    if filter_lines is not None:
+        threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
+                                      device=device)[0] for s in seeds)
+        stats["filter_threshold"] = threshold
+    while len(kept) < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)):
+        contexts = [few_shot_context(seeds, rng) for _ in range(batch_size)]
+        lines = generate(model, tokenizer, contexts, max_new_tokens=max_new_tokens, sample=True,
+                         seed=seed + 7919 * stats["rounds"], batch_size=batch_size, device=device,
+                         stop=separator(seeds))
+        stats["rounds"] += 1
+        stats["generated"] += len(lines)
+        fresh = []
+        for line in (x.strip() for x in lines):
+            if ending and line and ending not in line:
+                stats["off_template"] += 1
+                continue
+            line = line[:line.index(ending) + len(ending)] if ending else line
+            if not line:
+                stats["blank"] += 1
+            elif _norm(line) in known:
+                stats["duplicates"] += 1
+            else:
+                known.add(_norm(line))
+                fresh.append(line)
+        if threshold is not None and fresh:
+            scores = task_likeness(model, tokenizer, fresh, seeds, filter_lines, device=device)
+            stats["filtered"] += sum(s < threshold for s in scores)
+            fresh = [line for line, s in zip(fresh, scores, strict=True) if s >= threshold]
+        stats["surplus"] += max(0, len(fresh) - (n - len(kept)))
+        kept += [Prompt(line) for line in fresh[: n - len(kept)]]
+    stats["kept"] = len(kept)
+    if not kept:
+        raise PawError(f"the teacher wrote no usable input from the {len(seeds)} seed examples "
+                       f"({stats['generated']} candidates: {stats['blank']} blank, {stats['duplicates']} repeats, "
+                       f"{stats['filtered']} filtered out)")
+    return kept, stats
+
+
+def task_likeness(model, tokenizer, texts: Sequence[str], seeds: Sequence[Prompt], generic: Sequence[str], *,
+                  device=None) -> list[float]:
+    """Per text: mean log p(text | seeds, one per line) - mean log p(text | generic lines), per token."""
+    from paw.evaluate.encode import encode_pair, pad_id_of
+    from paw.evaluate.mc import score_encoded
+
+    rng = random.Random(0)
+    task_ctx = few_shot_context(seeds, rng) if seeds else ""
+    sep = separator(seeds) if seeds else "\n"
+    generic_ctx = sep.join(list(generic)[: max(1, len(seeds))]) + sep
+    encoded = [encode_pair(tokenizer, ctx, text) for text in texts for ctx in (task_ctx, generic_ctx)]
+    device = device or next(model.parameters()).device
+    scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), device=device, progress=False)
+    return [scores[2 * i][0] / max(scores[2 * i][1], 1) - scores[2 * i + 1][0] / max(scores[2 * i + 1][1], 1)
+            for i in range(len(texts))]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())

@@ -1,0 +1,110 @@
+"""Loss and agreement functions of LoRA distillation: tensors in, tensors out, no model, no I/O.
+
+The teacher is the source base with its LoRA, the student the target base with a new LoRA
+(Trans-LoRA, Wang et al. 2024, arXiv 2405.17258; knowledge distillation, Hinton et al. 2015).
+Which loss applies depends on what the two models share:
+
+- same vocabulary: :func:`token_kl`, ``KL(p_teacher || p_student)`` of the next-token distributions
+  at every position of the teacher's continuation, the teacher's columns first put in the
+  student's id order by :func:`to_student_vocab`;
+- different tokenizers: :func:`sequence_nll`, the student's cross-entropy on the teacher's
+  continuation, re-tokenised (sequence-level distillation, Kim & Rush 2016);
+- inputs with answer choices, whatever the tokenizers: :func:`choice_kl` between the teacher's and
+  the student's distributions over the choices, each choice scored by the summed log-likelihood
+  of its tokens (the scoring of :mod:`paw.evaluate.mc`), so no label is ever needed.
+
+Shapes: ``B`` rows, ``T`` positions, ``V`` vocabulary columns, ``C`` choices.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+def to_student_vocab(teacher_logits: Tensor, columns: Tensor) -> Tensor:
+    """Teacher log-probabilities laid out in the student's vocabulary order.
+
+    ``teacher_logits`` (B, T, Vs); ``columns`` (Vt,) holds, for each student id, the teacher id of
+    the same token or -1 where the teacher has none (those get probability 0). The result (B, T, Vt)
+    is renormalised over the mapped columns, in float32.
+
+    >>> to_student_vocab(torch.tensor([[[0.0, 1.0, 2.0]]]), torch.tensor([2, 0, -1])).exp()  # doctest: +SKIP
+    tensor([[[0.8808, 0.1192, 0.0000]]])
+    """
+    import torch
+
+    picked = teacher_logits.float().index_select(-1, columns.clamp(min=0).to(teacher_logits.device))
+    picked = picked.masked_fill((columns < 0).to(picked.device), float("-inf"))
+    return torch.log_softmax(picked, dim=-1)
+
+
+def token_kl(student_logits: Tensor, teacher_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Mean over masked positions of ``sum_v p_t(v) (log p_t(v) - log p_s(v))``.
+
+    ``student_logits`` (B, T, V); ``teacher_logprobs`` (B, T, V), may hold -inf (probability 0);
+    ``mask`` (B, T) bool. Teacher p = [0.5, 0.5] against student p = [0.25, 0.75] gives
+    ``0.5 ln 2 + 0.5 ln(2/3) = 0.1438``.
+    """
+    import torch
+
+    log_q = torch.log_softmax(student_logits.float(), dim=-1)
+    p = teacher_logprobs.exp()
+    terms = torch.where(p > 0, p * (teacher_logprobs - log_q), torch.zeros_like(log_q))
+    per_position = terms.sum(-1)
+    weights = mask.to(per_position.dtype)
+    return (per_position * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def sequence_nll(student_logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Mean cross-entropy of ``targets`` (B, T) at the masked positions (the teacher's text, re-tokenised)."""
+    import torch
+
+    labels = torch.where(mask, targets, torch.full_like(targets, -100))
+    return torch.nn.functional.cross_entropy(student_logits.float().flatten(0, 1), labels.flatten(),
+                                             ignore_index=-100)
+
+
+def choice_logprobs(choice_ll: Tensor, valid: Tensor) -> Tensor:
+    """``log softmax`` over the valid choices of each row: ``choice_ll`` (B, C) summed log-likelihoods."""
+    import torch
+
+    return torch.log_softmax(choice_ll.float().masked_fill(~valid, float("-inf")), dim=-1)
+
+
+def choice_kl(student_ll: Tensor, teacher_ll: Tensor, valid: Tensor) -> Tensor:
+    """Mean over rows of ``KL(p_t || p_s)``, ``p = softmax`` of the choices' summed log-likelihoods.
+
+    ``student_ll``, ``teacher_ll`` (B, C); ``valid`` (B, C) bool marks real choices (rows may have
+    fewer). Teacher log-likelihoods [0, 0] (p = [0.5, 0.5]) against student [0, ln 3]
+    (p = [0.25, 0.75]) give 0.1438, as for :func:`token_kl`.
+    """
+    import torch
+
+    log_p, log_q = choice_logprobs(teacher_ll, valid), choice_logprobs(student_ll, valid)
+    terms = torch.where(valid, log_p.exp() * (log_p - log_q), torch.zeros_like(log_p))
+    return terms.sum(-1).mean()
+
+
+def top1_agreement(student_logits: Tensor, targets: Tensor, mask: Tensor) -> tuple[int, int]:
+    """``(agreeing positions, positions)``: the student's argmax equals the teacher's token at masked positions."""
+    hits = (student_logits.argmax(-1) == targets) & mask
+    return int(hits.sum()), int(mask.sum())
+
+
+def choice_agreement(student_ll: Tensor, teacher_ll: Tensor, valid: Tensor) -> tuple[int, int]:
+    """``(rows whose best choice is the teacher's best choice, rows)``; ties go to the earlier choice."""
+    s = student_ll.float().masked_fill(~valid, float("-inf"))
+    t = teacher_ll.float().masked_fill(~valid, float("-inf"))
+    return int((_first_argmax(s) == _first_argmax(t)).sum()), int(s.shape[0])
+
+
+def _first_argmax(x: Tensor) -> Tensor:
+    """Index of the first maximum per row (``torch.argmax`` does not promise which tie it returns)."""
+    import torch
+
+    top = x.max(-1, keepdim=True).values
+    positions = torch.arange(x.shape[-1], device=x.device).expand_as(x)
+    return torch.where(x == top, positions, torch.full_like(positions, x.shape[-1])).min(-1).values

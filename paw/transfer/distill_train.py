@@ -1,0 +1,184 @@
+"""The training loop of :func:`paw.transfer.distill.distill_lora`: inputs made into examples, losses, agreement.
+
+Teacher outputs that do not change during training (its continuations, its choice scores) are
+computed once per input; its next-token distributions, needed only with a shared vocabulary, are
+recomputed per batch so that nothing of vocabulary size is stored. On CUDA the forward passes run
+under bf16 autocast and the LoRA factors stay float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from paw.progress import track
+from paw.transfer import distill_data as data
+from paw.transfer import distill_loss as L
+from paw.transfer.distill_data import Prompt
+
+if TYPE_CHECKING:
+    from paw.transfer.distill import LM
+
+PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
+
+
+@dataclass
+class Example:
+    """One input ready for training: the student's encodings and the teacher's fixed outputs."""
+
+    prompt: Prompt
+    continuation: str = ""
+    sequence: Any = None           # paw.evaluate.encode.Encoded of prompt + continuation (student ids)
+    choices: list = field(default_factory=list)   # Encoded per choice (student ids)
+    teacher_choice_ll: list[float] = field(default_factory=list)
+
+
+def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device) -> list[Example]:
+    """Teacher continuations, student encodings and the teacher's choice scores, once per input."""
+    from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
+    from paw.evaluate.mc import score_encoded
+
+    texts = data.generate(teacher.model, teacher.tokenizer, [p.text for p in prompts],
+                          max_new_tokens=max_new_tokens, device=device)
+    limit = max_length_of(student.model)
+    out = []
+    for prompt, text in zip(prompts, texts, strict=True):
+        ex = Example(prompt, text)
+        if text.strip():
+            ex.sequence = encode_pair(student.tokenizer, prompt.text, text, max_length=limit)
+        if prompt.pairs:
+            ex.choices = [encode_pair(student.tokenizer, c, x, max_length=limit) for c, x in prompt.pairs]
+        out.append(ex)
+    pairs = [(i, encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model)))
+             for i, ex in enumerate(out) for c, x in ex.prompt.pairs]
+    if pairs:
+        scores = score_encoded(teacher.model, [e for _, e in pairs], pad_id=pad_id_of(teacher.tokenizer),
+                               device=device, progress=False)
+        for (i, _), (ll, _) in zip(pairs, scores, strict=True):
+            out[i].teacher_choice_ll.append(ll)
+    return out
+
+
+def _autocast(device):
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _sequence_loss(peft_model, teacher_model, examples, columns, pad_id, device):
+    """Token KL (shared vocabulary) or sequence NLL over the continuations, and the batch used."""
+    import torch
+
+    from paw.evaluate.encode import make_batch
+
+    batch = make_batch([e.sequence for e in examples], pad_id=pad_id, padding_side="right")
+    inputs = dict(attention_mask=batch.attention_mask.to(device), position_ids=batch.position_ids.to(device))
+    with _autocast(device):
+        logits = peft_model(input_ids=batch.input_ids.to(device), **inputs).logits
+    mask, targets = batch.target_mask.to(device), batch.targets.to(device)
+    if columns is None:
+        return L.sequence_nll(logits, targets, mask), logits, targets, mask, None
+    with torch.no_grad(), _autocast(device):
+        teacher_ids = columns.clamp(min=0).to(device)[batch.input_ids.to(device)]
+        teacher_lp = L.to_student_vocab(teacher_model(input_ids=teacher_ids, **inputs).logits, columns)
+    return L.token_kl(logits, teacher_lp, mask), logits, targets, mask, teacher_lp
+
+
+def _choice_loss(peft_model, examples, pad_id, device):
+    """``(choice KL, student (B, C) log-likelihoods, teacher's, valid mask)`` for inputs with choices."""
+    import torch
+
+    from paw.evaluate.encode import make_batch
+    from paw.evaluate.mc import continuation_logprobs
+
+    flat = [enc for e in examples for enc in e.choices]
+    batch = make_batch(flat, pad_id=pad_id, padding_side="right")
+    with _autocast(device):
+        logits = peft_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                            position_ids=batch.position_ids.to(device)).logits
+    sums, _ = continuation_logprobs(logits, batch.targets.to(device), batch.target_mask.to(device))
+    width = max(len(e.choices) for e in examples)
+    student = torch.zeros(len(examples), width, device=device)
+    teacher = torch.zeros(len(examples), width, device=device)
+    valid = torch.zeros(len(examples), width, dtype=torch.bool, device=device)
+    cursor = 0
+    for row, e in enumerate(examples):
+        k = len(e.choices)
+        student[row, :k] = sums[cursor:cursor + k]
+        teacher[row, :k] = torch.tensor(e.teacher_choice_ll, device=device)
+        valid[row, :k] = True
+        cursor += k
+    return L.choice_kl(student, teacher, valid), student, teacher, valid
+
+
+def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr, seed, device, progress) -> dict:
+    import torch
+
+    from paw.evaluate.train import batches_in_order
+
+    pad_id = PAD_ID
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    order = batches_in_order(len(examples), batch_size, steps, seed)
+    curve: dict[str, list[float]] = {"loss": [], "sequence": [], "choice": []}
+    peft_model.train()
+    for step in (track(range(steps), "distilling", total=steps) if progress else range(steps)):
+        chosen = [examples[i] for i in order[step]]
+        parts = {}
+        with_seq = [e for e in chosen if e.sequence is not None]
+        with_choices = [e for e in chosen if e.choices]
+        if with_seq:
+            parts["sequence"] = _sequence_loss(peft_model, teacher_model, with_seq, columns, pad_id, device)[0]
+        if with_choices:
+            parts["choice"] = _choice_loss(peft_model, with_choices, pad_id, device)[0]
+        if not parts:
+            continue
+        loss = sum(parts.values())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        curve["loss"].append(float(loss.detach()))
+        for key in ("sequence", "choice"):
+            curve[key].append(float(parts[key].detach()) if key in parts else math.nan)
+    peft_model.eval()
+    return curve
+
+
+def agreement(peft_model, teacher_model, examples, columns, device) -> dict:
+    """Teacher-student agreement on ``examples``: top-1 on the continuation tokens, KL, best choice."""
+    import torch
+
+    hits = positions = choice_hits = rows = 0
+    kl_sum = choice_kl_sum = 0.0
+    was_training = peft_model.training
+    peft_model.eval()
+    with torch.no_grad():
+        for start in range(0, len(examples), 16):
+            chunk = examples[start:start + 16]
+            seqs = [e for e in chunk if e.sequence is not None]
+            if seqs:
+                loss, logits, targets, mask, teacher_lp = _sequence_loss(peft_model, teacher_model, seqs, columns,
+                                                                         PAD_ID, device)
+                h, n = L.top1_agreement(logits, targets, mask)
+                hits, positions = hits + h, positions + n
+                if teacher_lp is not None:
+                    kl_sum += float(loss) * n
+            with_choices = [e for e in chunk if e.choices]
+            if with_choices:
+                loss, s, t, v = _choice_loss(peft_model, with_choices, PAD_ID, device)
+                h, n = L.choice_agreement(s, t, v)
+                choice_hits, rows, choice_kl_sum = choice_hits + h, rows + n, choice_kl_sum + float(loss) * n
+    peft_model.train(was_training)
+    return {"prompts": len(examples), "positions": positions,
+            "top1_agreement": _ratio(hits, positions), "kl": _ratio(kl_sum, positions) if columns is not None else None,
+            "choice_items": rows, "choice_agreement": _ratio(choice_hits, rows), "choice_kl": _ratio(choice_kl_sum, rows)}
+
+
+def _ratio(a: float, b: int) -> float | None:
+    return round(a / b, 6) if b else None
+
+

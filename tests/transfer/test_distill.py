@@ -1,0 +1,182 @@
+"""``paw transfer-lora --method distill``: a LoRA moved across families and tokenizers, files, errors.
+
+The models are built so that a LoRA can express confident answers (init std 0.2; the zoo's 0.05
+squeezes the logits of a tied-embedding Qwen2 so much that even a LoRA trained on the target with
+labels stays at the one-token choices).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+SOURCE_DIMS = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2)
+TARGET_DIMS = dict(hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Source Llama (byte-level BPE) with a LoRA that learned 16 colour facts; target Qwen2 (SentencePiece, wider)."""
+    import copy
+
+    from peft import get_peft_model_state_dict
+
+    from paw import zoo
+    from paw.evaluate.synthetic import fact_task, tokenizer_corpus
+    from paw.evaluate.train import train_lora
+    from paw.io.adapter import LoraAdapter, lora_config_dict, write_adapter
+    from paw.io.mcdata import write_items
+
+    root = tmp_path_factory.mktemp("distill")
+    task = fact_task("colour", n=16, seed=0)
+    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
+    tok_s = zoo.train_tokenizer(texts, 300, kind="byte-bpe")
+    tok_t = zoo.train_tokenizer(texts, 300, kind="sentencepiece-bpe")
+    source = zoo.build_model("llama", seed=0, init_std=0.2, vocab_size=len(tok_s), **SOURCE_DIMS)
+    target = zoo.build_model("qwen2", seed=1, init_std=0.2, vocab_size=len(tok_t), **TARGET_DIMS)
+    zoo.save_model(source, root / "source", tokenizer=tok_s)
+    zoo.save_model(target, root / "target", tokenizer=tok_t)
+    peft_model, _ = train_lora(copy.deepcopy(source), tok_s, task, rank=4, alpha=8, steps=60, batch_size=8, lr=1e-2,
+                               seed=0, progress=False)
+    tensors = {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
+    config = lora_config_dict(r=4, alpha=8, target_modules=zoo.ALL_LINEAR, base_model=str(root / "source"))
+    write_adapter(root / "lora", LoraAdapter(config=config, tensors=tensors))
+    (root / "questions.txt").write_text("".join(item.question + "\n" for item in task))  # no answers
+    write_items(root / "items.jsonl", task)
+    return {"root": root, "task": task, "source": root / "source", "target": root / "target", "lora": root / "lora"}
+
+
+def _accuracy(base: Path, items, adapter: Path | None = None) -> float:
+    from paw.evaluate.mc import evaluate
+    from paw.io.lm import load_lm
+
+    model, tokenizer = load_lm(base, adapter=adapter, device="cpu")  # PEFT applies the adapter
+    return evaluate(model, tokenizer, items, progress=False)["accuracy"]
+
+
+def _distill(cli, w, out, *extra):
+    return cli("transfer-lora", "--method", "distill", "--adapter", w["lora"], "--source-base", w["source"],
+               "--target-base", w["target"], "--output", out, "--device", "cpu", *extra)
+
+
+FAST = ("--max-steps", "40", "--lr", "1e-2", "--max-new-tokens", "4", "--holdout", "0")
+
+
+def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_path):
+    w = world
+    assert _accuracy(w["source"], w["task"], w["lora"]) == 1.0  # the teacher knows the facts
+    first = _distill(cli, w, tmp_path / "a", "--prompts", w["root"] / "questions.txt", *FAST)
+    assert first.exit_code == 0, first.stderr
+    assert "distilled 14 LoRA modules on 16 prompts inputs" in first.stdout and "sequence-nll" in first.stdout
+    base, moved = _accuracy(w["target"], w["task"]), _accuracy(w["target"], w["task"], tmp_path / "a")
+    assert base <= 0.375 and moved >= base + 0.375, (base, moved)  # the answers were never shown
+    second = _distill(cli, w, tmp_path / "b", "--prompts", w["root"] / "questions.txt", *FAST)
+    assert second.exit_code == 0
+    for name in ("adapter_model.safetensors", "adapter_config.json", "distill_curve.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    config = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(w["target"]) and config["r"] == 4 and config["lora_alpha"] == 8
+    report = json.loads((tmp_path / "a" / "transfer_report.json").read_text())
+    d = report["method"], report["distill"]
+    assert d[0] == "distill" and d[1]["losses"] == ["sequence-nll"] and d[1]["init"]["how"] == "none"
+    assert d[1]["vocabulary"].startswith("different tokenizers") and len(d[1]["curve"]["loss"]) == 40
+    assert d[1]["agreement"]["after"]["top1_agreement"] > d[1]["agreement"]["before"]["top1_agreement"]
+
+
+def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world):
+    from paw.io.adapter import read_adapter
+    from paw.io.lm import load_lm
+    from paw.io.tokenizer import open_tokenizer
+    from paw.transfer.distill import LM, distill_lora
+    from paw.transfer.distill_run import read_inputs
+
+    w = world
+    teacher, tok_s = load_lm(w["source"], adapter=w["lora"], device="cpu")
+    student, tok_t = load_lm(w["target"], device="cpu")
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    moved, report = distill_lora(read_adapter(w["lora"]), LM(teacher, tok_s, "s", tokenizer_info=open_tokenizer(w["source"])),
+                                 LM(student, tok_t, "t", tokenizer_info=open_tokenizer(w["target"])),
+                                 prompts=read_inputs(w["root"] / "items.jsonl"), steps=3, lr=1e-2, max_new_tokens=2,
+                                 holdout=0.25, progress=False)
+    d = report["distill"]
+    assert d["losses"] == ["sequence-nll", "choice-kl"] and d["inputs"]["with_choices"] == 12
+    assert d["inputs"]["held_out"] == 4 and d["agreement"]["measured_on"] == "held-out prompts"
+    assert d["agreement"]["after"]["choice_items"] == 4 and d["agreement"]["after"]["choice_kl"] is not None
+    after = student.state_dict()  # the student's base is handed back untouched (no LoRA layers left)
+    assert set(after) == set(before) and all((after[k] == before[k]).all() for k in before)
+
+
+def test_shared_tokenizer_uses_token_kl_and_starts_from_the_auto_transfer(src, src_lora, drifted, independent):
+    from paw.io.adapter import read_adapter
+    from paw.io.tokenizer import open_tokenizer
+    from paw.transfer.distill import distill_lora
+    from paw.transfer.distill_run import _side
+
+    adapter = read_adapter(src_lora)
+    teacher = _side(src, open_tokenizer(src), "cpu", adapter=src_lora)
+    for target, how in ((drifted, "auto transfer"), (independent, "none")):
+        student = _side(target, open_tokenizer(target), "cpu")
+        moved, report = distill_lora(adapter, teacher, student, prompts="generic", steps=2, max_new_tokens=3,
+                                     progress=False)
+        d = report["distill"]
+        assert d["losses"] == ["token-kl"] and d["init"]["how"] == how, d["init"]
+        assert d["agreement"]["after"]["kl"] is not None and d["inputs"]["source"] == "generic"
+        assert sorted(moved.modules()) == sorted(adapter.modules())
+    assert "unrelated" in d["init"]["why"]
+
+
+def test_batched_generation_equals_one_by_one(world):
+    from paw.io.lm import load_lm
+    from paw.transfer.distill_data import generate
+
+    teacher, tok = load_lm(world["source"], adapter=world["lora"], device="cpu")
+    texts = ["Fact: the colour of", "Fact: the colour of " + world["task"][3].question.split()[-2] + " is", "A"]
+    batched = generate(teacher, tok, texts, max_new_tokens=6, batch_size=3)
+    assert batched == [generate(teacher, tok, [t], max_new_tokens=6)[0] for t in texts]  # left padding is inert
+    assert all("\n" not in t for t in batched) and any(t.strip() for t in batched)
+
+
+def test_synthesis_from_seed_examples_with_the_discriminator(world):
+    from paw.io.lm import load_lm
+    from paw.transfer.distill_data import Prompt, synthesize
+
+    w = world
+    teacher, tok = load_lm(w["source"], adapter=w["lora"], device="cpu")
+    seeds = [Prompt(item.question) for item in w["task"][:5]]
+    made, stats = synthesize(teacher, tok, seeds, 6, seed=0, max_new_tokens=12, filter_lines=["The sky is blue."])
+    assert 1 <= len(made) <= 6 and stats["kept"] == len(made) and "filter_threshold" in stats
+    assert len({p.text for p in made}) == len(made) and not {p.text for p in made} & {s.text for s in seeds}
+    assert stats["generated"] == sum(stats[k] for k in ("blank", "off_template", "duplicates", "filtered", "surplus", "kept"))
+    assert stats["template_end"] == " is" and all(p.text.endswith(" is") for p in made)  # no answer written
+    again, _ = synthesize(teacher, tok, seeds, 6, seed=0, max_new_tokens=12, filter_lines=["The sky is blue."])
+    assert again == made
+
+
+def test_bad_inputs_exit_2_with_one_line_and_write_nothing(cli, world, tmp_path):
+    w = world
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    six = tmp_path / "six.txt"
+    six.write_text("".join(f"input {i}\n" for i in range(6)))
+    no_tokenizer = tmp_path / "no-tokenizer"
+    no_tokenizer.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(w["target"] / name, no_tokenizer / name)
+    cases = [((), "needs inputs"), (("--prompts", empty), "empty prompt file"),
+             (("--synthesize", "10", "--seed-examples", six), "at most 5"),
+             (("--prompts", tmp_path / "missing.txt"), "no such prompt file"),
+             (("--synthesize", "10"), "--seed-examples")]
+    for extra, message in cases:
+        res = _distill(cli, w, tmp_path / "out", *extra)
+        assert res.exit_code == 2 and message in res.stderr, (extra, res.stderr)
+        assert res.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+    res = cli("transfer-lora", "--method", "distill", "--adapter", w["lora"], "--source-base", w["source"],
+              "--target-base", no_tokenizer, "--output", tmp_path / "out", "--prompts", "generic", "--device", "cpu")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert str(no_tokenizer) in res.stderr
+    res = cli("transfer-lora", "--adapter", w["lora"], "--source-base", w["source"], "--target-base", w["source"],
+              "--output", tmp_path / "out", "--prompts", "generic")
+    assert res.exit_code == 2 and "--prompts is a --method distill option" in res.stderr

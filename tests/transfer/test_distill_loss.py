@@ -1,0 +1,105 @@
+"""Distillation losses and prompt sources against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from paw.errors import PawError
+from paw.evaluate.items import MCItem
+from paw.transfer import distill_loss as L
+from paw.transfer.distill_data import (
+    MAX_SEEDS,
+    Prompt,
+    check_seeds,
+    few_shot_context,
+    generic_prompts,
+    prompts_from,
+    split_holdout,
+    template_end,
+)
+
+KL_HALF_QUARTER = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)  # KL([.5, .5] || [.25, .75])
+
+
+def test_token_kl_matches_hand_value_and_ignores_masked_positions():
+    teacher = torch.log(torch.tensor([[[0.5, 0.5], [1.0, 1e-30]]]))
+    student = torch.tensor([[[0.0, math.log(3)], [5.0, -5.0]]])
+    mask = torch.tensor([[True, False]])
+    assert float(L.token_kl(student, teacher, mask)) == pytest.approx(KL_HALF_QUARTER, abs=1e-6)
+    same = L.token_kl(teacher.clone(), teacher, torch.tensor([[True, True]]))
+    assert float(same) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_to_student_vocab_reorders_renormalises_and_zeroes_missing_columns():
+    logits = torch.tensor([[[0.0, 1.0, 2.0]]])
+    out = L.to_student_vocab(logits, torch.tensor([2, 0, -1])).exp()
+    e = math.exp(2.0) + 1.0
+    assert out[0, 0].tolist() == pytest.approx([math.exp(2.0) / e, 1.0 / e, 0.0])
+    # the student's extra (unmapped) column gets no mass, yet KL stays finite where the teacher has none
+    kl = L.token_kl(torch.zeros(1, 1, 3), torch.log(out), torch.tensor([[True]]))
+    assert math.isfinite(float(kl))
+
+
+def test_choice_kl_with_padding_and_agreement():
+    student = torch.tensor([[0.0, math.log(3), 99.0], [1.0, 0.0, 0.0]])
+    teacher = torch.tensor([[0.0, 0.0, -99.0], [0.0, 2.0, 0.0]])
+    valid = torch.tensor([[True, True, False], [True, True, True]])
+    p = torch.softmax(torch.tensor([0.0, 2.0, 0.0]), 0)
+    q = torch.softmax(torch.tensor([1.0, 0.0, 0.0]), 0)
+    second = float((p * (p.log() - q.log())).sum())
+    assert float(L.choice_kl(student, teacher, valid)) == pytest.approx((KL_HALF_QUARTER + second) / 2, abs=1e-6)
+    assert L.choice_agreement(student, teacher, valid) == (0, 2)  # row 1: 1 vs 0; row 2: 0 vs 1
+    assert L.choice_agreement(teacher, teacher, valid) == (2, 2)
+    ties = torch.tensor([[1.0, 1.0, 0.0]])
+    assert L._first_argmax(ties).tolist() == [0]
+
+
+def test_sequence_nll_and_top1_agreement():
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 2.0], [9.0, 0.0]]])
+    targets = torch.tensor([[0, 0, 1]])
+    mask = torch.tensor([[True, True, False]])
+    expected = (-math.log(math.exp(2) / (math.exp(2) + 1)) - math.log(1 / (math.exp(2) + 1))) / 2
+    assert float(L.sequence_nll(logits, targets, mask)) == pytest.approx(expected, abs=1e-6)
+    assert L.top1_agreement(logits, targets, mask) == (1, 2)
+
+
+def test_prompts_drop_answers_blanks_and_repeats():
+    items = [MCItem("2 + 2 =", (" 3", " 4"), 1), MCItem("Fact: x is", (" red",), 0), "  ", "2 + 2 ="]
+    prompts = prompts_from(items)
+    assert prompts == [Prompt("2 + 2 =", (("2 + 2 =", " 3"), ("2 + 2 =", " 4"))), Prompt("Fact: x is"),
+                       Prompt("2 + 2 =")]  # a one-choice item is its answer: dropped with it
+    with pytest.raises(PawError, match="no prompts"):
+        prompts_from(["", " "])
+    with pytest.raises(PawError, match=f"at most {MAX_SEEDS}"):
+        check_seeds([Prompt(str(i)) for i in range(MAX_SEEDS + 1)])
+
+
+def test_generic_prompts_and_holdout_split():
+    # prefixes of 3, 5, ... words, each leaving at least two words for the teacher to continue
+    assert [p.text for p in generic_prompts(["The cat sat on the mat today. It was warm and dry here."], step=2)] == [
+        "The cat sat", "The cat sat on the", "It was warm"]
+    prompts = [Prompt(str(i)) for i in range(40)]
+    train, held = split_holdout(prompts, 0.1, seed=3)
+    assert len(held) == 4 and len(train) == 36 and not set(train) & set(held)
+    assert split_holdout(prompts, 0.1, seed=3) == (train, held)
+    assert split_holdout(prompts[:9], 0.5, seed=0) == (prompts[:9], [])
+
+
+def test_synthesis_template_end_and_few_shot_layout():
+    import random
+
+    seeds = [Prompt("Word: road. Again:"), Prompt("Word: tree. Again:"), Prompt("Word: sea. Again:")]
+    assert template_end(seeds) == ". Again:"
+    assert template_end([Prompt("Kavo Milret likes the colour"), Prompt("Brin Tal likes the colour")]) == \
+        " likes the colour"
+    assert template_end([Prompt("Ann Bar likes the colour"), Prompt("Tom Ter likes the colour")]) == \
+        " likes the colour"  # not "r likes...": the ending starts at a word boundary
+    assert template_end([Prompt("a cat"), Prompt("a bat")]) == ""  # "at" is inside a word
+    assert template_end([Prompt("x ."), Prompt("y .")]) == ""  # one character is no template
+    context = few_shot_context(seeds, random.Random(0))
+    assert context.endswith("\n") and sorted(context.splitlines()) == sorted(s.text for s in seeds)
+    two_line = [Prompt("Question: why?\nAnswer:"), Prompt("Question: how?\nAnswer:")]
+    assert few_shot_context(two_line, random.Random(0)).count("\n\n") == 2  # examples apart by a blank line
