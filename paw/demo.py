@@ -284,7 +284,6 @@ def _task_vectors(demo: Demo) -> str:
 
 @step("merge", "Merge the two fine-tunes (exp L2 weights)", needs=("fine-tunes",))
 def _merge(demo: Demo) -> str:
-    from paw.io.manifest import command_line
     from paw.merge import MergeOptions, execute, prepare
 
     out = demo.path("merged", "models/merged")
@@ -293,7 +292,7 @@ def _merge(demo: Demo) -> str:
     job = run_logged(demo, "merge", prepare, options)
     log_lines(demo, "merge", [f"{name}: L2 {'-' if norm is None else f'{norm:.6g}'}, weight {weight:.4f}"
                                  for name, norm, weight in job.table()])
-    run_logged(demo, "merge", execute, job, command=command_line())
+    run_logged(demo, "merge", execute, job)
     log_lines(demo, "merge", [f"wrote {out}"])
     evaluate_model(demo, "merged", out)
     return f"merged model: colour {_accuracy(demo, 'merged')}, home {_accuracy(demo, 'merged', 'home')}"

@@ -57,6 +57,16 @@ def _sentence(item: MCItem) -> str:
     return re.sub(r"\s+", " ", f"{question.strip()} {answer}")
 
 
+def missing_sets(folder: Path | str | None) -> list[str]:
+    """The ``<name>_formatted.jsonl`` files the corpora need that ``folder`` lacks (all when ``folder`` is None)."""
+    names = [f"{name}_formatted.jsonl" for name in SOURCE_SETS + SHIFTED_SETS]
+    return names if folder is None else [n for n in names if not (Path(folder) / n).is_file()]
+
+
+FALLBACK_WARNING = ("warning: no --data folder: the corpus is the embedded fallback (paw/data samples + template "
+                    "sentences), not commonsense QA text; figures differ from docs/benchmarks/transfer-quality.md")
+
+
 def commonsense_corpus(folder: Path | None, names: tuple[str, ...]) -> list[str] | None:
     """Sentences (question + right answer) from ``folder/<name>_formatted.jsonl``; ``None`` if absent."""
     if folder is None:

@@ -67,9 +67,13 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: PawError -> one line on stderr, exit 2."""
+    from paw.io.manifest import cli_invocation
+
     _quiet_libraries()
+    args = sys.argv[1:] if argv is None else list(argv)  # what this CLI parses, recorded as its command
     try:
-        app(args=argv, standalone_mode=True)
+        with cli_invocation(args):
+            app(args=args, standalone_mode=True)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 0
     except PawError as err:

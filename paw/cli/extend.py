@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, choices, multi_value_command
+from paw.cli._options import DEVICE, OVERWRITE, choices, command_line, multi_value_command
 from paw.vocab.resize import INITS  # light: torch is imported inside the functions
 
 Init = choices("Init", INITS)
@@ -46,6 +46,6 @@ def register(app: typer.Typer) -> None:
         token_list = tokens_from(tokens=tokens, tokens_file=tokens_file, from_tokenizer=from_tokenizer)
         result = extend_tokenizer(model, output, token_list, special=special, init=init.value,
                                   pad_to_multiple=pad_to_multiple, device=device, overwrite=overwrite,
-                                  max_intermediates=None if max_intermediates < 0 else max_intermediates)
+                                  max_intermediates=None if max_intermediates < 0 else max_intermediates, command=command_line())
         for line in result.lines():
             typer.echo(line)

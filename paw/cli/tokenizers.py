@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, choices
+from paw.cli._options import DEVICE, OVERWRITE, choices, command_line
 from paw.vocab.embed import FALLBACKS  # light: torch is imported inside the functions
 from paw.vocab.pipelines import methods_help  # light: the alignment registry, no torch
 from paw.vocab.transplant import HEAD_POLICIES
@@ -113,7 +113,8 @@ def register(app: typer.Typer) -> None:
 
         result = transplant_tokenizer(model, tokenizer, output, methods=parse_methods(method), vocab_map=vocab_map,
                                       init=init.value, head=head.value, corpus=corpus, check=check, check_texts=check_texts,
-                                      anchors=anchors, rank_pattern=rank_pattern, device=device, overwrite=overwrite)
+                                      anchors=anchors, rank_pattern=rank_pattern, device=device, overwrite=overwrite,
+                                      command=command_line())
         Console().print(_coverage_table(f"{model} -> {tokenizer}", result.coverage, result.target_size))
         if result.semantic_check:
             c = result.semantic_check

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from paw.errors import PawError
+from paw.io.manifest import records_call
 
 PathLike = str | Path
 
@@ -82,6 +83,7 @@ class Extension:
         return lines
 
 
+@records_call
 def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, special: bool = False,
                      init: str = "interpolate", pad_to_multiple: int = 0, max_intermediates: int | None = None,
                      device: str = "cpu", overwrite: bool = False, command: str | None = None) -> Extension:
@@ -91,7 +93,7 @@ def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, spe
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
     from paw.io.hf_tokenizer_edit import open_tokenizer_json, save_tokenizer_folder
-    from paw.io.manifest import command_line, describe_input
+    from paw.io.manifest import describe_input
     from paw.io.writer import write_checkpoint
     from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
     from paw.vocab.resize import INITS
@@ -114,7 +116,7 @@ def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, spe
         why += [f"{len(ext.skipped)} not valid UTF-8 (added tokens must be text)"] if ext.skipped else []
         raise PawError(f"nothing to add: {', '.join(why) or 'no tokens given'}")
     total = padded(max(rows, ext.size), pad_to_multiple)
-    manifest = {"paw_version": __version__, "command": command or command_line(),
+    manifest = {"paw_version": __version__, "command": command,
                 "inputs": {"model": describe_input(model)},
                 "init": init, "special": special, "old_rows": rows, "rows": total, "tied": keys[1] is None,
                 "merges_added": ext.merges_added, "new_tokens": _by_route(ext.tokens)}

@@ -11,7 +11,7 @@ import torch
 from paw.bench.quality import applied, random_deltas, score_items
 from paw.bench.report import markdown
 from paw.bench.stats import accuracy, recovered
-from paw.bench.tasks import COLOURS, facts_task, rule_task, synthetic_sentences
+from paw.bench.tasks import COLOURS, FALLBACK_WARNING, facts_task, missing_sets, rule_task, synthetic_sentences
 
 
 def test_accuracy_pools_seeds():
@@ -143,6 +143,15 @@ def test_cli_refuses_existing_output(cli, tmp_path):
     (tmp_path / "out" / "x").write_text("x")
     result = cli("bench", "transfer", "--output", tmp_path / "out", "--quick")
     assert result.exit_code == 2 and "exists" in result.stderr
+    assert FALLBACK_WARNING in result.stderr  # no --data: said before any work
+
+
+def test_data_folder_must_hold_the_corpus_sets(cli, tmp_path, commonsense):
+    assert missing_sets(commonsense / "formatted") == []  # the carried slices name every set
+    assert len(missing_sets(None)) == len(missing_sets(tmp_path)) == 7
+    (tmp_path / "piqa_validation_formatted.jsonl").write_text("{}\n")
+    result = cli("bench", "transfer", "--output", tmp_path / "out", "--quick", "--data", tmp_path)
+    assert result.exit_code == 2 and "--data: lacks arc-easy_train_formatted.jsonl" in result.stderr
 
 
 @pytest.mark.slow
@@ -155,6 +164,7 @@ def test_quick_benchmark_end_to_end(tmp_path):
 
     opts = quick_options(targets=("upgrade", "pruned", "unrelated"), methods=("auto", "copy", "structural"))
     results = run_benchmark(opts, tmp_path / "work", progress=False)
+    assert results["notes"]["corpus_fallback"] is True  # no commonsense folder: recorded, not silent
     rows = {(r["task"], r["target"], r["condition"]): r for r in results["rows"]}
     assert rows[("facts", "pruned", "copy")]["status"] == ["n/a"]  # shapes differ: copy cannot apply
     assert "copy needs equal shapes" in rows[("facts", "pruned", "copy")]["reasons"][0]
