@@ -71,3 +71,22 @@ def test_resolve_device_errors():
     if not torch.cuda.is_available():
         with pytest.raises(PawError, match="CUDA is not available"):
             resolve_device("cuda:0")
+
+
+def test_a_short_flag_means_one_thing_everywhere():
+    """``-m`` was --method in one command and --model in another; a short flag now names one option."""
+    import click
+
+    from paw.cli import app
+
+    same = {"--outdir": "--output"}  # both name where the results go
+    meaning: dict[str, set[str]] = {}
+    for _, cmd in _commands(app):
+        for param in cmd.params:
+            if not isinstance(param, click.Option):
+                continue
+            longs = [o for o in param.opts if o.startswith("--")]
+            for short in (o for o in param.opts + param.secondary_opts if not o.startswith("--")):
+                meaning.setdefault(short, set()).update(same.get(o, o) for o in longs)
+    assert {s: names for s, names in meaning.items() if len(names) > 1} == {}
+    assert "-m" not in meaning

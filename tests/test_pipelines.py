@@ -23,7 +23,7 @@ def _same_folders(a: Path, b: Path) -> None:
 def test_transplant_tokenizer_matches_the_cli(cli, tiny_llama, tiny_qwen, tmp_path):
     from paw.vocab.pipelines import transplant_tokenizer
 
-    res = cli("transplant-tokenizer", "-m", tiny_llama, "-t", tiny_qwen, "-o", tmp_path / "cli", "--no-check",
+    res = cli("transplant-tokenizer", "--model", tiny_llama, "--tokenizer", tiny_qwen, "-o", tmp_path / "cli", "--no-check",
               "--device", "cpu")
     assert res.exit_code == 0, res.stderr
     result = transplant_tokenizer(tiny_llama, tiny_qwen, tmp_path / "lib", check=False)

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)  # what this CLI parses, recorded as its command
     try:
         with cli_invocation(args):
-            app(args=args, standalone_mode=True)
+            app(args=args, prog_name="paw", standalone_mode=True)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 0
     except PawError as err:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, choices, command_line
+from paw.cli._options import DEVICE, OVERWRITE, choices, command_line, multi_value_command
 from paw.vocab.embed import FALLBACKS  # light: torch is imported inside the functions
 from paw.vocab.pipelines import methods_help  # light: the alignment registry, no torch
 from paw.vocab.transplant import HEAD_POLICIES
@@ -32,7 +32,7 @@ def _coverage_table(title: str, coverage: dict[str, int], total: int):
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("analyze-tokenizers")
+    @app.command("analyze-tokenizers", cls=multi_value_command("--corpus"))
     def analyze_tokenizers(
         source: str = typer.Option(..., "--source", "-s", help="Source tokenizer: HF folder/ID, tokenizer.json, "
                                    "tiktoken rank file or PAW BPE .model."),
@@ -56,12 +56,12 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"wrote {outdir}/ (report.json, encoding.csv, source_only.txt, target_only.txt"
                    f"{', length_ratio.png, bytes_per_token.png' if result.figures else ''})")
 
-    @app.command("align-vocab")
+    @app.command("align-vocab", cls=multi_value_command("--corpus"))
     def align_vocab(
         source: str = typer.Option(..., "--source", "-s", help="Source tokenizer (where embeddings come from)."),
         target: str = typer.Option(..., "--target", "-t", help="Target tokenizer (rows to build)."),
         output: Path = typer.Option(..., "--output", "-o", help="Mapping JSON to write (paw-vocab-map v1)."),
-        method: list[str] = typer.Option(None, "--method", "-m", help=methods_help()),
+        method: list[str] = typer.Option(None, "--method", help=methods_help()),
         source_model: str = typer.Option(None, "--source-model", help="Model whose embeddings 'semantic' uses."),
         corpus: list[Path] = typer.Option(None, "--corpus", help="Text files for 'frequency' token counts."),
         anchors: int = typer.Option(8, "--anchors", min=1, help="Shared tokens per target token for 'semantic'."),
@@ -83,10 +83,10 @@ def register(app: typer.Typer) -> None:
         Console().print(_coverage_table(f"{source} -> {target}", result.coverage, result.mapping.target_size))
         typer.echo(f"wrote {output}")
 
-    @app.command("transplant-tokenizer")
+    @app.command("transplant-tokenizer", cls=multi_value_command("--corpus"))
     def transplant_tokenizer(
-        model: str = typer.Option(..., "--model", "-m", help="Model folder (with its own tokenizer)."),
-        tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="New tokenizer T (HF folder, tokenizer.json, "
+        model: str = typer.Option(..., "--model", help="Model folder (with its own tokenizer)."),
+        tokenizer: str = typer.Option(..., "--tokenizer", help="New tokenizer T (HF folder, tokenizer.json, "
                                       "tiktoken or PAW BPE file)."),
         output: Path = typer.Option(..., "--output", "-o", help="Output model folder."),
         method: list[str] = typer.Option(None, "--method", help=methods_help()),

@@ -13,6 +13,7 @@ not) grow; ``config.vocab_size`` follows; logits of old-token text stay identica
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,8 +27,12 @@ PathLike = str | Path
 
 
 def tokens_from(*, tokens: Sequence[str] | None = None, tokens_file: PathLike | None = None,
-                from_tokenizer: PathLike | None = None) -> list:
-    """The tokens to add, from exactly one source: a list, a file (one per line), or another tokenizer."""
+                from_tokenizer: PathLike | None = None, skip_numbers: bool = True) -> list:
+    """The tokens to add, from exactly one source: a list, a file (one per line), or another tokenizer.
+
+    ``skip_numbers`` leaves out the number strings of ``from_tokenizer`` (:func:`split_numbers`);
+    tokens named explicitly are always kept.
+    """
     given = [x for x in (tokens, tokens_file, from_tokenizer) if x]
     if len(given) != 1:
         raise PawError("give exactly one of --tokens, --tokens-file, --from-tokenizer")
@@ -35,7 +40,29 @@ def tokens_from(*, tokens: Sequence[str] | None = None, tokens_file: PathLike | 
         return list(tokens)
     from paw.io.hf_tokenizer_edit import read_token_list, read_tokens_file
 
-    return read_tokens_file(tokens_file) if tokens_file else read_token_list(from_tokenizer)
+    if tokens_file:
+        return read_tokens_file(tokens_file)
+    found = read_token_list(from_tokenizer)
+    return split_numbers(found)[0] if skip_numbers else found
+
+
+_NUMBER = re.compile(r"\s?\d+")  # any script's digits: pre-tokenizers split \p{N} runs alike
+
+
+def split_numbers(tokens: Sequence) -> tuple[list, list]:
+    """``(others, numbers)``: number strings are digits with at most one leading space (``b" 2024"``).
+
+    Why another tokenizer's numbers are left out by default: pre-tokenizers such as Llama 3's cut
+    digit runs into pieces of 1-3, so BPE can never produce ``"2024"`` or ``"12345"``; they could only
+    become added tokens, which are matched as whole strings before BPE. Every number in ordinary text
+    would then tokenize differently from before (``"120245"`` -> ``"1" "2024" "5"``), which breaks the
+    promise that old text encodes as it did, and digit grouping stops being regular.
+    """
+    others, numbers = [], []
+    for token in tokens:
+        text = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
+        (numbers if _NUMBER.fullmatch(text) else others).append(token)
+    return others, numbers
 
 
 @dataclass(frozen=True)

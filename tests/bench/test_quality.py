@@ -11,7 +11,14 @@ import torch
 from paw.bench.quality import applied, random_deltas, score_items
 from paw.bench.report import markdown
 from paw.bench.stats import accuracy, recovered
-from paw.bench.tasks import COLOURS, FALLBACK_WARNING, facts_task, missing_sets, rule_task, synthetic_sentences
+from paw.bench.tasks import (
+    COLOURS,
+    FALLBACK_WARNING,
+    facts_task,
+    missing_sets,
+    rule_task,
+    synthetic_sentences,
+)
 
 
 def test_accuracy_pools_seeds():
