@@ -23,11 +23,10 @@ def demo_command(
 
     Example: paw demo --outdir ./paw_demo
     """
-    from rich.console import Console
-
+    from paw.cli._options import console as make_console
     from paw.demo import STEPS, run_demo
 
-    console = Console(stderr=False, highlight=False)
+    console = make_console()
     console.print(f"[bold]PAW demo[/bold]: {len(STEPS)} steps, everything under {outdir}")
     report = run_demo(outdir, quick=quick, overwrite=overwrite, on_step=lambda r: _print_step(console, r),
                       on_begin=lambda i, s: console.print(f"[bold][{i}/{len(STEPS)}][/bold] {s.title} ...",
