@@ -40,3 +40,15 @@ def test_corpus_takes_several_files_after_one_flag(cli, tiny_llama, tmp_path, co
     assert res.exit_code == 0, res.stderr
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert report["encoding"]["overall"]["texts"] == len(read_corpus([jsonl])) + 2 == 8 * 3 + 2  # goal, sol1, sol2 each
+
+
+def test_length_ratio_axis_fits_the_mass_of_lines():
+    from paw.vocab.plots import length_ratio_figure
+
+    rows = [{"length_ratio": 1.0 + 0.01 * (i % 11 - 5)} for i in range(200)] + [{"length_ratio": 10.0}] * 2
+    fig = length_ratio_figure(rows, {"overall": {"length_ratio": 1.02}}, source="a", target="b")
+    ax = fig.axes[0]
+    low, high = ax.get_xlim()
+    assert 0.9 < low < 1.0 and 1.0 < high < 1.2  # not 0..10: the two outliers are counted, not plotted out there
+    labels = ax.get_legend_handles_labels()[1]
+    assert "2 line(s) beyond the axis, in the end bins" in labels and "corpus: 1.020" in labels
