@@ -132,6 +132,24 @@ def test_markdown_tables():
     assert "Target `tokenizer`: not run: transplant-tokenizer unavailable." in text
 
 
+def test_plot_marks_dagger_refused_and_na_cells():
+    from paw.bench.report import plot
+
+    results = _results()
+    rows = {(r["target"], r["condition"]): r for r in results["rows"]}
+    rows[("upgrade", "copy")]["recovered"]["ceiling_ok"] = False      # a † cell
+    rows[("source", "auto")]["status"] = ["refused"]                  # auto kept the base
+    ax = plot(results).axes[0]
+    marks = sorted(t.get_text() for t in ax.texts)
+    assert marks == ["n/a", "refused", "†"]
+    from matplotlib.container import BarContainer
+
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    copy_bars = bars[1]  # methods in order: auto, copy, random; targets: source, upgrade, unrelated
+    assert copy_bars[1].get_hatch() == "//" and copy_bars[1].get_alpha() < 1
+    assert copy_bars[0].get_hatch() is None and math.isnan(copy_bars[2].get_height())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--seeds", "0,x"], "--seeds"),
     (["--targets", "upgrade,bogus"], "unknown task/target 'bogus'"),
