@@ -37,7 +37,7 @@ def eval_command(
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
     perplexity of the correct answers.
 
-    Example: paw eval --model ./tiny/base --data ../shared/data/commonsense/raw/arc-easy_test.jsonl --limit 200
+    Example: paw eval --model ./paw_demo/models/base --data ./paw_demo/data/colour.jsonl --limit 200
     """
     from paw.evaluate.pipeline import evaluate_model
 

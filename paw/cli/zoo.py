@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
         num_layers: int = typer.Option(2, help="Number of decoder layers."),
         vocab_size: int = typer.Option(300, help="Tokenizer vocabulary to train."),
         seed: int = typer.Option(0, help="Initialisation seed."),
+        tokenizer: str = typer.Option("byte-bpe", help="Tokenizer kind: byte-bpe, sentencepiece-bpe or wordpiece."),
         lora: bool = typer.Option(True, help="Also write a LoRA adapter and a fine-tune next to the base."),
     ):
         """Build a tiny base model (+ a fine-tune and a LoRA adapter).
@@ -29,8 +30,12 @@ def register(app: typer.Typer) -> None:
         from paw import zoo
         from paw.io.atomic import check_output
 
+        if tokenizer not in zoo.TOKENIZER_KINDS:
+            from paw.errors import PawError
+
+            raise PawError(f"--tokenizer {tokenizer!r}: choose one of {', '.join(zoo.TOKENIZER_KINDS)}")
         check_output(output, overwrite=False)
-        base = zoo.tiny_model(output / "base", arch, seed=seed, vocab_size=vocab_size,
+        base = zoo.tiny_model(output / "base", arch, seed=seed, vocab_size=vocab_size, tokenizer_kind=tokenizer,
                               hidden_size=hidden_size, num_layers=num_layers)
         typer.echo(f"base model:  {base}")
         if lora:
