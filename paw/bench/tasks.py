@@ -1,6 +1,6 @@
 """Pretraining corpora and the benchmark's multiple-choice tasks, all built offline and deterministically.
 
-Corpora: the question + right-answer text of the commonsense sets in ``shared/data/commonsense`` when
+Corpora: the question + right-answer text of the commonsense sets in the ``--data`` folder when
 they are present (ARC and OpenBookQA for the source, PIQA and Winogrande for the *shifted* corpus a
 version upgrade is trained on), else the embedded ``paw/data`` samples plus template sentences
 (:func:`synthetic_sentences`). Either way the model learns real structure (syntax, frequent words).
