@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ("bash", "python")
 SHOWN = ("text", "json", "yaml", "csv", "")  # never run
-NOT_RUN = re.compile(r"<!--\s*not run:\s*(\S.*?)\s*-->")
+NOT_RUN = re.compile(r"^<!--\s*not run:\s*(\S.*?)\s*-->\s*$")  # alone on its line, right before the block
 LINKED = ("configs", "scripts")  # repository folders a page may use, as from the root of a clone
 
 
@@ -156,9 +156,13 @@ def _created(words: list[str]) -> list[str]:
     made += [w[1:] for w in words if w.startswith(">") and len(w) > 1]
     if words[:3] == ["paw", "zoo", "build"]:
         folder = next(w for w in words[3:] if not w.startswith("-"))
-        made += [folder] + [f"{folder}/{name}" for name in ("base", "finetune", "lora")]
-    if words[:3] == ["paw", "zoo", "fine-tune"] or words[:2] in (["mkdir", "-p"], ["cp", "-r"]) or words[:1] == ["cp"]:
+        made += [f"{folder}/{name}" for name in ("base", "finetune", "lora")]
+    if words[:3] == ["paw", "zoo", "fine-tune"] and len(words) > 4:
+        made.append(words[4])  # paw zoo fine-tune BASE OUT [options]
+    if words[:1] == ["cp"]:
         made.append(words[-1])
+    if words[:2] == ["paw", "demo"]:
+        made.append(words[words.index("--outdir") + 1] if "--outdir" in words else "paw_demo")
     if words[:1] == ["mkdir"]:
         made += [w for w in words[1:] if not w.startswith("-")]
     return made
@@ -189,8 +193,8 @@ def missing_inputs(page: Path) -> list[str]:
         if block.lang == "python":
             created.update(re.findall(r"['\"]([\w./-]+)['\"]", block.code))  # what a script names, it may write
             continue
-        heredocs = re.findall(r"cat\s*>\s*(\S+)\s*<<", block.code)
-        created.update(heredocs)
+        created.update(re.findall(r"cat\s*>\s*(\S+)\s*<<", block.code))  # cat > f <<'EOF'
+        created.update(re.findall(r"open\(['\"]([^'\"]+)['\"],\s*['\"]w", block.code))  # python -c "open('f', 'w')"
         for words in commands(block.code):
             for path in _inputs(words):
                 norm = os.path.normpath(path)
