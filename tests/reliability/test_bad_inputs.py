@@ -45,6 +45,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
         "not a finite number")
     add("merge-scale-inf", "merge --base {fx}/base --models {fx}/ft --output {out} --scale inf", "not a finite")
     add("merge-scale-nan", "merge --base {fx}/base --models {fx}/ft --output {out} --scale nan", "not a finite")
+    add("merge-scale-huge", "merge --base {fx}/base --models {fx}/ft --output {out} --scale 1e39", "too large")
+    add("merge-weight-huge", "merge --base {fx}/base --models {fx}/ft --output {out} --weights -1e300", "too large")
     add("merge-beta-nan", "merge --base {fx}/base --models {fx}/ft --output {out} --beta nan", "not a finite")
     add("merge-alpha-inf", "merge --base {fx}/base --models {fx}/ft --output {out} --mode power --alpha inf")
     add("merge-density-nan", "merge --base {fx}/base --models {fx}/ft --output {out} --method ties --density nan")
