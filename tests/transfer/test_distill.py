@@ -122,7 +122,8 @@ def test_shared_tokenizer_uses_token_kl_and_starts_from_the_auto_transfer(src, s
         moved, report = distill_lora(adapter, teacher, student, prompts="generic", steps=2, max_new_tokens=3,
                                      progress=False)
         d = report["distill"]
-        assert d["losses"] == ["token-kl"] and d["init"]["how"] == how, d["init"]
+        assert d["losses"] == ["token-kl", "sequence-nll"] and d["init"]["how"] == how, d["init"]
+        assert set(d["curve"]) == {"loss", "token-kl", "sequence-nll"}
         assert d["agreement"]["after"]["kl"] is not None and d["inputs"]["source"] == "generic"
         assert sorted(moved.modules()) == sorted(adapter.modules())
     assert "unrelated" in d["init"]["why"]
