@@ -154,9 +154,26 @@ def save_model(model, folder: str | Path, *, tokenizer=None, overwrite: bool = T
 def tiny_model(folder: str | Path, arch: str = "llama", *, seed: int = 0, vocab_size: int = 300,
                tokenizer_kind: str = "byte-bpe", texts: list[str] | None = None, **dims: Any) -> Path:
     """Build, save and return the folder of a tiny model with its own trained tokenizer."""
+    check_dims(vocab_size=vocab_size, **dims)
+    if arch not in ARCHS:
+        tiny_config(arch)  # the error that lists the architectures
     tokenizer = train_tokenizer(texts or sample_texts("multi"), vocab_size, kind=tokenizer_kind)
     model = build_model(arch, seed=seed, vocab_size=len(tokenizer), **dims)
     return save_model(model, folder, tokenizer=tokenizer)
+
+
+def check_dims(*, vocab_size: int = 300, hidden_size: int = 32, num_layers: int = 2, num_heads: int = 4,
+               **_: Any) -> None:
+    """Refuse sizes no tiny model can have (the tokenizer trainer would abort the process on some)."""
+    from paw.errors import PawError
+
+    if not 260 <= vocab_size <= 100_000:
+        raise PawError(f"--vocab-size {vocab_size}: a zoo tokenizer needs 260 to 100,000 ids (256 bytes + specials)")
+    if hidden_size <= 0 or hidden_size % num_heads or hidden_size > 8192:
+        raise PawError(f"--hidden-size {hidden_size}: must be a positive multiple of {num_heads} (the heads), "
+                       "at most 8192")
+    if not 1 <= num_layers <= 64:
+        raise PawError(f"--num-layers {num_layers}: must be between 1 and 64")
 
 
 def perturb(model, *, seed: int, scale: float = 0.01, include: str = r".*") -> dict[str, Any]:
@@ -194,6 +211,8 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from paw.io.lm import sort_target_modules
+
     model = AutoModelForCausalLM.from_pretrained(base)
     targets = ALL_LINEAR if target_modules == "all-linear" else list(target_modules)
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
@@ -206,6 +225,7 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
             if "lora_B" in name or "lora_embedding_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * scale)
     peft_model.peft_config["default"].base_model_name_or_path = str(base)
+    sort_target_modules(peft_model.peft_config["default"])
     with atomic_dir(folder, overwrite=True) as tmp:
         peft_model.save_pretrained(tmp)
     return Path(folder)

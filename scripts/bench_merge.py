@@ -11,9 +11,10 @@ bfloat16 safetensors under ``--workdir``, then runs, each in its own process:
   installed in its own virtualenv (``--mergekit-venv``; created with ``--install-mergekit``: torch
   first so that pip keeps the CPU wheel, then mergekit),
 
-and prints wall time, peak resident memory (``ru_maxrss`` of the child) and the largest absolute
-difference between the two outputs. If mergekit cannot be installed or run, it says so and still
-reports PAW's figures.
+and prints wall time, peak resident memory (``ru_maxrss`` of the child), the peak above start-up
+(after the tool's imports, recorded by the same child) as a multiple of the largest float32
+tensor, and the largest absolute difference between the two outputs. If mergekit cannot be
+installed or run, it says so and still reports PAW's figures.
 
     python scripts/bench_merge.py --shape small --install-mergekit
     python scripts/bench_merge.py --shape 1b --keep
@@ -87,18 +88,49 @@ def generate(folder: Path, shape: dict, index: int | None) -> Path:
     return folder
 
 
-def run_measured(cmd: list[str], env=None) -> dict:
+# Runs a tool's entry point and records its peak RSS after the imports (start-up) and at the end.
+# VmHWM of /proc/self/status is the high-water mark of this process image alone: ru_maxrss would
+# also carry the RSS the parent had when it forked (Linux keeps it across exec).
+STARTUP = """
+import atexit, importlib, sys
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return line.split()[1]
+for name in sys.argv[2].split(","):
+    importlib.import_module(name)
+start = hwm()
+record = sys.argv[1]
+atexit.register(lambda: open(record, "w").write(start + " " + hwm()))
+module, _, attr = sys.argv[3].partition(":")
+sys.argv = [sys.argv[3]] + sys.argv[4:]
+sys.exit(getattr(importlib.import_module(module), attr)())
+"""
+
+
+def startup_cmd(python: str, record: Path, imports: list[str], entry: str, args: list[str]) -> list[str]:
+    return [python, "-c", STARTUP, str(record), ",".join(imports), entry, *args]
+
+
+def run_measured(cmd: list[str], env=None, record: Path | None = None) -> dict:
     """Wall seconds, CPU seconds (user + sys), peak RSS in GiB, exit code and output tail of one child.
 
+    Peak RSS is the child's ``ru_maxrss``, or with ``record`` the high-water mark of its own image.
+
     CPU seconds are reported beside wall time because on a shared machine wall time mostly measures
-    the other tenants; CPU time measures the work.
+    the other tenants; CPU time measures the work. With ``record`` (written by :data:`STARTUP`),
+    also the RSS after the imports and the peak above it.
     """
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     out = proc.stdout.read().decode(errors="replace")
     _, status, usage = os.wait4(proc.pid, 0)
-    return {"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime,
-            "gib": usage.ru_maxrss / 1024**2, "rc": os.waitstatus_to_exitcode(status), "tail": out[-1500:]}
+    res = {"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime,
+           "gib": usage.ru_maxrss / 1024**2, "rc": os.waitstatus_to_exitcode(status), "tail": out[-1500:]}
+    if record is not None and record.exists():
+        start, peak = (int(v) / 1024**2 for v in record.read_text().split())
+        res.update(gib=peak, startup_gib=start, above_gib=peak - start)
+    return res
 
 
 def warm(folders: list[Path]) -> None:
@@ -190,13 +222,18 @@ def main() -> int:
                          "oversubscribed machine 1 is faster for both")
     ap.add_argument("--skip-mergekit", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the generated models and outputs")
+    ap.add_argument("--norms", choices=["given", "computed"], default="given",
+                    help="given: pass the known norms (--l2-norms); computed: let paw run its norm pass")
+    ap.add_argument("--shard-bytes", type=int, default=SHARD_BYTES, help="output shard size for both tools")
     args = ap.parse_args()
 
     shape = SHAPES[args.shape]
     data = args.workdir / f"models-{args.shape}"
     base, models = data / "base", [data / f"ft{i}" for i in range(3)]
     n_params = sum(_numel(d) for d in tensor_shapes(shape).values())
-    print(f"shape {args.shape}: {n_params / 1e9:.3f}B parameters, bfloat16, 3 fine-tunes, in {data}")
+    largest = max(_numel(d) for d in tensor_shapes(shape).values()) * 4 / 1024**3
+    print(f"shape {args.shape}: {n_params / 1e9:.3f}B parameters, bfloat16, 3 fine-tunes, in {data}; "
+          f"largest tensor {largest:.3f} GiB in float32")
     t0 = time.perf_counter()
     for folder, index in [(base, None), *((m, i) for i, m in enumerate(models))]:
         if not (folder / "config.json").exists():
@@ -209,36 +246,46 @@ def main() -> int:
         ensure_mergekit(args.mergekit_venv or args.workdir / "venv-mergekit", args.install_mergekit)
     if mk_exe is None:
         print(f"MERGEKIT NOT RUN: {mk_status}. Only PAW's figures follow.")
-    paw = [sys.executable, "-c", "import sys; from paw.cli import main; sys.exit(main())"]
+    record = args.workdir / "startup-rss.txt"
+    paw_imports = ["torch", "safetensors.torch", "paw.cli", "paw.merge", "paw.io.writer", "rich.table"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if args.threads:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    print(f"threads: {args.threads or 'default'}; output shards of {SHARD_BYTES / 1e9:g} GB for both tools")
+    print(f"threads: {args.threads or 'default'}; output shards of {args.shard_bytes / 1e9:g} GB for both tools")
     rows = []
     for method in args.methods:
         out_paw, out_mk = args.workdir / f"out-paw-{method}", args.workdir / f"out-mergekit-{method}"
-        cmd = [*paw, "merge", "--base", str(base), "--models", *map(str, models), "--output", str(out_paw),
-               "--method", method, "--mode", "exp", "--l2-norms", *map(str, norms), "--density",
-               str(args.density), "--device", args.device, "--overwrite", "--max-shard-size", str(SHARD_BYTES)]
+        given = ["--l2-norms", *map(str, norms)] if args.norms == "given" else []
+        cmd = startup_cmd(sys.executable, record, paw_imports, "paw.cli:main", [
+            "merge", "--base", str(base), "--models", *map(str, models), "--output", str(out_paw),
+            "--method", method, "--mode", "exp", *given, "--density", str(args.density), "--device", args.device,
+            "--overwrite", "--max-shard-size", str(args.shard_bytes)])
         warm([base, *models])
-        p = run_measured(cmd, env=env)
+        record.unlink(missing_ok=True)
+        p = run_measured(cmd, env=env, record=record)
         if p["rc"] != 0:
             print(f"paw merge failed ({p['rc']}):\n{p['tail']}")
             return 1
         weights = json.loads((out_paw / "paw_merge.json").read_text())["weights"]
-        row = {"method": method, "paw_s": p["wall"], "paw_cpu": p["cpu"], "paw_gib": p["gib"]}
+        row = {"method": method, "paw_s": p["wall"], "paw_cpu": p["cpu"], "paw_gib": p["gib"],
+               "paw_above_gib": p.get("above_gib"), "paw_above_x": p.get("above_gib", 0) / largest,
+               "largest_f32_gib": largest, "norms": args.norms}
         if mk_exe is not None:
             cfg = args.workdir / f"mergekit-{method}.yml"
             cfg.write_text(mergekit_config(method, base, models, weights, args.density))
             shutil.rmtree(out_mk, ignore_errors=True)
             warm([base, *models])
-            k = run_measured(
-                [str(mk_exe), str(cfg), str(out_mk), "--no-cuda", "--quiet", "--no-copy-tokenizer",
-                 "--no-write-model-card", "--out-shard-size", str(SHARD_BYTES)], env=env)
+            record.unlink(missing_ok=True)
+            k = run_measured(startup_cmd(
+                str(mk_exe.parent / "python"), record, ["torch", "mergekit.merge", "mergekit.scripts.run_yaml"],
+                "mergekit.scripts.run_yaml:main",
+                [str(cfg), str(out_mk), "--no-cuda", "--quiet", "--no-copy-tokenizer",
+                 "--no-write-model-card", "--out-shard-size", str(args.shard_bytes)]), env=env, record=record)
             if k["rc"] != 0:
                 print(f"MERGEKIT FAILED on {method} (exit {k['rc']}); PAW's figures still follow:\n{k['tail']}")
             else:
-                row.update(mk_s=k["wall"], mk_cpu=k["cpu"], mk_gib=k["gib"])
+                row.update(mk_s=k["wall"], mk_cpu=k["cpu"], mk_gib=k["gib"], mk_above_gib=k.get("above_gib"),
+                           mk_above_x=k.get("above_gib", 0) / largest)
                 row.update(compare(out_paw, out_mk, [base, *models] if method == "ties" else None, args.density))
         rows.append(row)
         print(json.dumps(row))
@@ -257,23 +304,29 @@ def _numel(dims) -> int:
 
 
 def _report(rows: list[dict], n_params: int) -> None:
-    head = ("method", "paw wall s", "paw cpu s", "paw GiB", "mk wall s", "mk cpu s", "mk GiB",
-            "wall ratio", "cpu ratio", "max |diff|", "entries differing")
+    head = ("method", "paw wall s", "paw cpu s", "paw GiB", "paw above start-up", "mk wall s", "mk cpu s",
+            "mk GiB", "mk above start-up", "wall ratio", "cpu ratio", "max |diff|", "entries differing")
     print("\n" + " | ".join(head))
     for r in rows:
-        cells = [r["method"], f"{r['paw_s']:.1f}", f"{r['paw_cpu']:.1f}", f"{r['paw_gib']:.2f}"]
+        cells = [r["method"], f"{r['paw_s']:.1f}", f"{r['paw_cpu']:.1f}", f"{r['paw_gib']:.2f}", _above(r, "paw")]
         if "mk_s" in r:
             differing = f"{r['differ']} of {n_params}"
             if r["method"] == "ties":
                 differing += (f" ({r['differ_at_ties']} at a trim-threshold tie; max |diff| elsewhere "
                               f"{r['diff_outside_ties']:.3g})")
-            cells += [f"{r['mk_s']:.1f}", f"{r['mk_cpu']:.1f}", f"{r['mk_gib']:.2f}",
+            cells += [f"{r['mk_s']:.1f}", f"{r['mk_cpu']:.1f}", f"{r['mk_gib']:.2f}", _above(r, "mk"),
                       f"{r['mk_s'] / r['paw_s']:.2f}x", f"{r['mk_cpu'] / r['paw_cpu']:.2f}x",
                       f"{r['diff']:.3g}", differing]
         else:
-            cells += ["n/a"] * 7
+            cells += ["n/a"] * 8
         print(" | ".join(cells))
-    print("ratios are mergekit / paw: above 1 means paw is faster")
+    print("ratios are mergekit / paw: above 1 means paw is faster; 'above start-up' is the peak RSS minus "
+          "the RSS after the tool's imports, in GiB and as a multiple of the largest float32 tensor")
+
+
+def _above(row: dict, tool: str) -> str:
+    gib = row.get(f"{tool}_above_gib")
+    return "n/a" if gib is None else f"{gib:.2f} ({row[f'{tool}_above_x']:.2f}x)"
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 #!/usr/bin/env python
 """Transfer quality benchmark: does a LoRA moved to another base keep its gain? (issue 10)
 
-Pretrains a small Llama on CPU, builds six kinds of target (version upgrade, pruned, grown, distilled,
-new tokenizer, unrelated), trains LoRAs for two tasks no base can do (invented-fact recall, a rule on
+Pretrains a small Llama on CPU, builds seven kinds of target (mild and harsh version upgrades, pruned,
+grown, distilled, new tokenizer, unrelated), trains LoRAs for three tasks no base can do (invented
+facts asked with the training prompt, the same kind of facts asked in a new phrasing, a rule on
 unseen words), moves them with every ``paw transfer-lora`` method and scores, on the same held-out
 items: the target base, each transfer, a random adapter with the same per-module norms (the naive
 peer) and a LoRA trained directly on the target (the ceiling). Source->source runs separate what a
-method loses by itself from what model drift costs. Prints and writes accuracy ± stderr and the
-recovered fraction (transfer - base) / (direct - base) with a paired-bootstrap stderr.
+method loses by itself from what model drift costs. Prints and writes accuracy ± stderr, the kept
+fraction (transfer - target base) / (source + LoRA - source base) and the recovered fraction
+(transfer - base) / (direct - base), with a paired cluster-bootstrap stderr and per-seed values.
 
     python scripts/bench_transfer_quality.py --output /tmp/paw-bench-transfer/out          # default (~15 min on 2 idle cores)
     python scripts/bench_transfer_quality.py --output out --quick                          # smoke test, about a minute
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -42,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pretrain-steps", type=int, default=400)
     parser.add_argument("--lora-steps", type=int, default=300)
     parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--model-seed", type=int, default=0,
+                        help="initialisation/corpus-order seed of the models (pool runs of several with --merge "
+                             "to see the spread between model builds)")
     parser.add_argument("--data", type=Path, default=DATA if DATA.is_dir() else None,
                         help="commonsense *_formatted.jsonl folder for the corpus (absent: embedded text)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the models here (default: temporary)")
@@ -72,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                             pretrain_steps=args.pretrain_steps, lora_steps=args.lora_steps,
                             lora_rank=args.lora_rank, data=args.data, device=args.device, quick=args.quick,
                             distill=args.distill)
+        opts = replace(opts, model_seed=args.model_seed)
+        opts.check()
         results = benchmark_to_folder(opts, args.output, workdir=args.workdir, overwrite=args.overwrite,
                                       command=" ".join(["python", *sys.argv]))
     except PawError as err:

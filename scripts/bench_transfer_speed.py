@@ -7,7 +7,7 @@ a target base (the source moved by 17% of each tensor's std, a stand-in for a co
 successor) and a rank-16 LoRA on all seven projections of every layer. Then, each in its own process
 (so that peak resident memory, ``ru_maxrss``, belongs to one run):
 
-- ``transfer_lora`` with every method (auto, copy, lora-x, frobenius, embed-map, structural), using
+- ``transfer_lora`` with every method (auto, copy, lora-x, cross-lora, embed-map, structural), using
   PAW's randomized truncated SVD (top R vectors only);
 - the same ``auto`` transfer with full ``torch.linalg.svd`` in place of the truncated one. A full SVD of
   every weight of a 1.5B model takes about an hour on two cores, so by default it runs on the first
@@ -38,10 +38,51 @@ SHAPES = {  # hidden, layers, heads, kv heads, head_dim, intermediate, vocab, ti
     "small": dict(hidden=1024, layers=8, heads=8, kv=2, head_dim=128, inter=2816, vocab=32000, tied=True),
     "tiny": dict(hidden=256, layers=4, heads=4, kv=2, head_dim=64, inter=704, vocab=4000, tied=True),
 }
-METHODS = ("auto", "copy", "lora-x", "frobenius", "embed-map", "structural")
+METHODS = ("auto", "copy", "lora-x", "cross-lora", "embed-map", "structural")
 PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 DRIFT = 0.17
+
+
+def scaled(name: str, shrink: int, layers: int = 2, vocab: int = 256) -> dict:
+    """A small version of a shape: widths divided by ``shrink`` (heads and KV heads kept), few layers."""
+    s = SHAPES[name]
+    return dict(s, hidden=s["hidden"] // shrink, inter=s["inter"] // shrink, head_dim=s["hidden"] // shrink // s["heads"],
+                layers=layers, vocab=vocab)
+
+
+def random_tensors(s: dict, seed: int, *, drift_of: int | None = None):
+    """Random weights in the layout ``s`` (``(name, tensor)`` pairs, float32), deterministic in ``seed``.
+
+    With ``drift_of``, the weights of seed ``drift_of`` moved by :data:`DRIFT` of each tensor's std
+    (the continued-training stand-in); independent seeds give independent models.
+    """
+    import torch
+
+    for i, (key, shape) in enumerate(tensor_shapes(s).items()):
+        gen = torch.Generator().manual_seed(10_000 * (seed if drift_of is None else drift_of) + i)
+        t = 1.0 + 0.1 * torch.randn(shape, generator=gen) if len(shape) == 1 else 0.02 * torch.randn(shape, generator=gen)
+        if drift_of is not None:
+            t = t + DRIFT * float(t.std()) * torch.randn(shape, generator=torch.Generator().manual_seed(10_000 * seed + i))
+        yield key, t
+
+
+def random_lora(s: dict, *, rank: int = 16, layers: int | None = None, base: str = "source"):
+    """A rank-``rank`` LoRA on all seven projections of the first ``layers`` layers (default: all)."""
+    import torch
+
+    from paw.io.adapter import LoraAdapter, adapter_key, lora_config_dict
+
+    shapes = tensor_shapes(s)
+    gen, factors = torch.Generator().manual_seed(7), {}
+    for i in range(s["layers"] if layers is None else layers):
+        for p in PROJ:
+            out_dim, in_dim = shapes[f"model.layers.{i}.{p}.weight"]
+            module = f"model.layers.{i}.{p}"
+            factors[adapter_key(module, "A")] = torch.randn(rank, in_dim, generator=gen) / in_dim**0.5
+            factors[adapter_key(module, "B")] = 0.01 * torch.randn(out_dim, rank, generator=gen)
+    config = lora_config_dict(r=rank, alpha=2 * rank, target_modules=[p.split(".")[-1] for p in PROJ], base_model=base)
+    return LoraAdapter(config=config, tensors=factors)
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
@@ -72,36 +113,20 @@ def build(workdir: Path, name: str) -> tuple[Path, Path, Path]:
     """Source, drifted target and rank-16 adapter on disk (bf16), deterministic."""
     import torch
 
-    from paw.io.adapter import LoraAdapter, adapter_key, lora_config_dict, write_adapter
+    from paw.io.adapter import write_adapter
     from paw.io.writer import write_checkpoint
 
     s = SHAPES[name]
-    shapes = tensor_shapes(s)
 
-    def tensors(drift: bool):
-        for i, (key, shape) in enumerate(shapes.items()):
-            gen = torch.Generator().manual_seed(i)
-            if len(shape) == 1:
-                t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
-            else:
-                t = 0.02 * torch.randn(shape, generator=gen)
-            if drift:
-                t += DRIFT * float(t.std()) * torch.randn(shape, generator=torch.Generator().manual_seed(10**6 + i))
-            yield key, t.to(torch.bfloat16)
+    def bf16(pairs):
+        return ((k, t.to(torch.bfloat16)) for k, t in pairs)
 
     src, tgt = workdir / "source", workdir / "target"
-    write_checkpoint(src, tensors(False), config=config_of(name, s), overwrite=True)
-    write_checkpoint(tgt, tensors(True), config=config_of(name, s), overwrite=True)
-    gen = torch.Generator().manual_seed(7)
-    factors = {}
-    for i in range(s["layers"]):
-        for p in PROJ:
-            out_dim, in_dim = shapes[f"model.layers.{i}.{p}.weight"]
-            module = f"model.layers.{i}.{p}"
-            factors[adapter_key(module, "A")] = (torch.randn(16, in_dim, generator=gen) / in_dim**0.5).to(torch.bfloat16)
-            factors[adapter_key(module, "B")] = (0.01 * torch.randn(out_dim, 16, generator=gen)).to(torch.bfloat16)
-    config = lora_config_dict(r=16, alpha=32, target_modules=[p.split(".")[-1] for p in PROJ], base_model=str(src))
-    lora = write_adapter(workdir / "lora", LoraAdapter(config=config, tensors=factors), overwrite=True)
+    write_checkpoint(src, bf16(random_tensors(s, 0)), config=config_of(name, s), overwrite=True)
+    write_checkpoint(tgt, bf16(random_tensors(s, 1, drift_of=0)), config=config_of(name, s), overwrite=True)
+    adapter = random_lora(s, base=str(src))
+    adapter.tensors.update({k: v.to(torch.bfloat16) for k, v in adapter.tensors.items()})
+    lora = write_adapter(workdir / "lora", adapter, overwrite=True)
     return src, tgt, lora
 
 
@@ -132,7 +157,8 @@ def worker(args) -> None:
                       "cpu_seconds": usage.ru_utime + usage.ru_stime, "modules": len(report["modules"]),
                       "transferred": report["summary"]["transferred"], "methods": report["summary"]["methods"],
                       "median_similarity": report["summary"]["median_similarity"],
-                      "median_chance": report["summary"]["median_chance"]}))
+                      "median_null": report["summary"]["median_similarity_null"],
+                      "related": report["summary"]["related"], "kept_share": report["summary"]["kept_share"]}))
 
 
 def run_child(args, method: str, *extra: str) -> dict:
@@ -180,7 +206,8 @@ def main() -> None:
             r = run_child(args, m)
             rows.append(r)
             print(f"{r['method']:<12}{r['seconds']:>10.1f}{r['cpu_seconds']:>10.1f}{r['peak_gib']:>10.2f}  "
-                  f"{r['methods']}  (median similarity {r['median_similarity']} vs chance {r['median_chance']}; "
+                  f"{r['methods']}  (related {r['related']}, median similarity {r['median_similarity']} vs "
+                  f"{r['median_null']} for other layers, kept {r['kept_share']}; "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
         full_layers = args.full_layers or s["layers"]
         ref = run_child(args, "auto", "--full-svd", "--full-layers", str(full_layers))

@@ -30,7 +30,7 @@ from typing import Any
 
 from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
 from paw.bench.options import BenchOptions
-from paw.bench.results import SOURCE, TransferStatus, summarize
+from paw.bench.results import BUILD, SOURCE, TransferStatus, summarize
 from paw.bench.targets import TARGETS, Workshop
 from paw.bench.tasks import TASKS, build_corpora, common_words
 from paw.errors import PawError, Refused, Skipped
@@ -253,7 +253,9 @@ def transfer(adapter, source: Base, target: Base, method: str, device) -> Transf
         return Transfer(TransferStatus.REFUSED, summary={"message": str(err)}, reason=_first_line(err))
     except PawError as err:  # NotApplicable, or another reason this method cannot run on this pair
         return Transfer(TransferStatus.NOT_APPLICABLE, reason=_first_line(err))
-    return Transfer(TransferStatus.OK, moved, dict(report.get("summary", {})))
+    summary = dict(report.get("summary", {}), layers=report["layers"]["how"], pairs=report["layers"]["pairs"],
+                   warnings=report.get("warnings", []))
+    return Transfer(TransferStatus.OK, moved, summary)
 
 
 def _first_line(err: Exception) -> str:
@@ -263,7 +265,7 @@ def _first_line(err: Exception) -> str:
 def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts: BenchOptions, seed: int,
                    methods: list[str], device) -> dict:
     """Outcomes of every condition on ``base`` for one task and seed."""
-    out: dict[str, Any] = {"outcomes": {}, "status": {}, "reasons": {}, "summaries": {}}
+    out: dict[str, Any] = {"outcomes": {}, "status": {}, "reasons": {}, "summaries": {}, "clusters": task.clusters}
     items = task.test
     out["outcomes"]["base"] = base_outcome = score_items(base.model, base.tokenizer, items)
     with applied(base.model, adapter_deltas(direct_adapter)):
@@ -350,7 +352,7 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
                     direct, fit_t = train_adapter(base, task, opts, seed, base.name)
                     lora_notes[f"{task_name}/{seed}/{base.name}"] = fit_t
                 result = _evaluate_base(base, source, adapter, direct, task, opts, seed, methods, device)
-                raw.setdefault(task_name, {}).setdefault(base.name, {})[seed] = result
+                raw.setdefault(task_name, {}).setdefault(base.name, {})[BUILD * opts.model_seed + seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
     return summarize(raw, asdict(opts) | {"methods": methods + _distill_conditions(opts)}, notes, lora_notes)

@@ -25,10 +25,10 @@ def _acc(row: dict | None) -> str:
     return f"{100 * a['mean']:.1f} ± {100 * a['stderr']:.1f}{mark}"
 
 
-def _rec(row: dict | None) -> str:
-    if row is None or "recovered" not in row:
+def _rec(row: dict | None, key: str = "recovered") -> str:
+    if row is None or key not in row:
         return "–" if row is None else ("n/a" if TransferStatus.NOT_APPLICABLE in _statuses(row) else "–")
-    r = row["recovered"]
+    r = row[key]
     if not r["ceiling_ok"] or r["value"] is None or not math.isfinite(r["value"]):
         return "†"
     if r["stderr"] is None:
@@ -48,23 +48,62 @@ def _order(results: dict, key: str) -> list[str]:
     return seen
 
 
+def _fmt(x) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def _spread(row: dict | None) -> str:
+    """Per-seed kept fractions and their spread (and across model builds, when runs were pooled)."""
+    if row is None or "kept" not in row:
+        return "–"
+    k = row["kept"]
+    text = " / ".join(_fmt(v) for v in k.get("per_seed", []))
+    if k.get("seed_spread") is not None:
+        text += f" (sd {k['seed_spread']:.2f})"
+    if k.get("build_spread") is not None:
+        text += "; builds " + " / ".join(_fmt(v) for v in k["per_build"].values()) + f" (sd {k['build_spread']:.2f})"
+    return text
+
+
+def _decided(row: dict | None) -> str:
+    """``auto``'s pairing, methods, related modules and ΔW kept share from the first seed's transfer summary."""
+    summaries = [v for v in ((row or {}).get("transfer_summary") or {}).values() if v and "methods" in v]
+    if not summaries:
+        return "refused | – | – | –" if row and TransferStatus.REFUSED in _statuses(row) else "– | – | – | –"
+    s = summaries[0]
+    methods = ", ".join(f"{k} {v}" for k, v in s.get("methods", {}).items()) or "–"
+    kept = "–" if s.get("kept_share") is None else f"{s['kept_share']:.2f}"
+    return f"{s.get('layers', '–')} {s.get('pairs', '')} | {methods} | {s.get('related')}/{s.get('judged')} | {kept}"
+
+
 def markdown(results: dict) -> str:
-    """Two tables per task: accuracy (%) ± stderr, and recovered fraction ± bootstrap stderr."""
+    """Per task: accuracy (%) ± stderr, recovered and kept fractions ± bootstrap stderr, auto's spreads."""
+    from paw.bench.tasks import TASK_LABELS
+
     index = _index(results)
     methods = results["settings"]["methods"]
     lines = []
     for task in _order(results, "task"):
         targets = [t for t in _order(results, "target") if (task, t, "base") in index]
+        label = f" ({TASK_LABELS[task]})" if task in TASK_LABELS else ""
         cols = ["base", "direct", *methods, "random"]
-        lines += [f"### Task `{task}`: accuracy (%) ± stderr", "",
+        lines += [f"### Task `{task}`{label}: accuracy (%) ± stderr", "",
                   "| target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for t in targets:
             lines.append(f"| {t} | " + " | ".join(_acc(index.get((task, t, c))) for c in cols) + " |")
         cols = [*methods, "random"]
-        lines += ["", f"### Task `{task}`: recovered fraction (transfer − base) / (direct − base) ± stderr", "",
-                  "| target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-        for t in targets:
-            lines.append(f"| {t} | " + " | ".join(_rec(index.get((task, t, c))) for c in cols) + " |")
+        for key, title in (("kept", "kept fraction (transfer − target base) / (source + LoRA − source base)"),
+                           ("recovered", "recovered fraction (transfer − base) / (direct − base)")):
+            lines += ["", f"### Task `{task}`: {title} ± stderr", "",
+                      "| target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+            for t in targets:
+                lines.append(f"| {t} | " + " | ".join(_rec(index.get((task, t, c)), key) for c in cols) + " |")
+        if "auto" in methods:
+            lines += ["", f"Task `{task}`, `auto`: kept fraction per seed, and what it decided (first seed)", "",
+                      "| target | kept per seed | layer pairing | methods | related | ΔW kept share |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {t} | {_spread(index.get((task, t, 'auto')))} | {_decided(index.get((task, t, 'auto')))} |"
+                      for t in targets]
         lines.append("")
     from paw.bench.distill import markdown as distill_markdown  # kept fraction and CPU s of the distill rows
 
@@ -72,7 +111,7 @@ def markdown(results: dict) -> str:
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         lines.append(f"Target `{name}`: {why}.")
-    lines.append("† the direct LoRA is not two standard errors above the base, so the fraction is not meaningful.")
+    lines.append("† the denominator's gain is not two standard errors above zero, so the fraction is not meaningful.")
     return "\n".join(lines) + "\n"
 
 

@@ -1,22 +1,23 @@
-"""The transfer benchmark's results: per-item outcomes in, accuracy and recovered-fraction rows out.
+"""The transfer benchmark's results: per-item outcomes in; accuracy, kept and recovered-fraction rows out.
 
-``raw[task][base][seed]`` holds, per condition, the 0/1 outcome of every held-out item, and per
-transfer method a :class:`TransferStatus` with its reason and the transfer report's summary.
-:func:`summarize` turns that into rows; :func:`merge_results` pools runs of other seeds or tasks.
-The raw part is kept in ``results.json`` (outcomes as ``'0110…'`` strings) so that runs can be
-pooled later.
+``raw[task][base][key]`` (key: ``model_seed * 1000 + seed``) holds, per condition, the 0/1 outcome of
+every held-out item, the items' clusters, and per transfer method a :class:`TransferStatus` with its
+reason and the transfer report's summary. :func:`summarize` turns that into rows; :func:`merge_results`
+pools runs of other seeds, tasks or model builds. The raw part is kept in ``results.json`` (outcomes
+as ``'0110…'`` strings) so that runs can be pooled later.
 """
 
 from __future__ import annotations
 
 import enum
 
-from paw.bench.stats import accuracy, recovered
+from paw.bench.stats import accuracy, build_spread, kept, recovered
 from paw.bench.targets import TARGETS
 from paw.bench.tasks import TASKS
 from paw.errors import PawError
 
 SOURCE = "source"
+BUILD = 1000  # replicate key = model_seed * BUILD + seed, so pooled runs of other model builds stay apart
 FORMAT, VERSION = "paw-transfer-quality", 2   # version 2: statuses are TransferStatus values, reasons apart
 
 
@@ -28,11 +29,33 @@ class TransferStatus(str, enum.Enum):
     NOT_APPLICABLE = "n/a"             # the method cannot map this adapter (e.g. copy across shapes)
 
 
+def _ratios(t, b, d, src: dict | None, clusters, settings: dict, seed: int, keys: list[int]) -> dict:
+    """Recovered and kept fractions of one condition, with their seed and (pooled runs) model-build spreads."""
+    def both(idx: list[int], n_boot: int) -> dict:
+        pick = [[x[i] for i in idx] for x in (t, b, d)]
+        cl = [clusters[i] for i in idx]
+        out = {"recovered": recovered(*pick, clusters=cl, n_boot=n_boot, seed=seed)}
+        if src is not None:
+            out["kept"] = kept(pick[0], pick[1], [src["direct"][i] for i in idx], [src["base"][i] for i in idx],
+                               clusters=cl, n_boot=n_boot, seed=seed)
+        return out
+
+    out = both(list(range(len(keys))), settings["n_boot"])
+    builds = sorted({k // BUILD for k in keys})
+    if len(builds) > 1:
+        per = {build: both([i for i, k in enumerate(keys) if k // BUILD == build], 0) for build in builds}
+        for name in out:
+            values = {build: per[build][name]["value"] for build in builds}
+            out[name].update(per_build={str(k): v for k, v in values.items()}, build_spread=build_spread(values))
+    return out
+
+
 def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
-    """Accuracy ± stderr and recovered fraction per task, base and condition; keeps the raw outcomes.
+    """Accuracy ± stderr, kept and recovered fractions per task, base and condition; keeps the raw outcomes.
 
     A row's ``status`` lists the :class:`TransferStatus` values its seeds ended with (``['ok']``),
-    ``reasons`` why a method did not run as asked.
+    ``reasons`` why a method did not run as asked. The kept fraction divides by the source's own gain
+    on the same items (``raw[task]['source']``); items of one cluster are resampled together.
     """
     methods = settings["methods"]
     rows = []
@@ -43,7 +66,12 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
             per_seed = per_base[base]
             seeds = sorted(per_seed)
             outcome = {s: per_seed[s]["outcomes"] for s in seeds}
+            clusters = [per_seed[s].get("clusters") for s in seeds]
             b, d = [outcome[s]["base"] for s in seeds], [outcome[s]["direct"] for s in seeds]
+            source = per_base.get(SOURCE, {})
+            src = ({"base": [source[s]["outcomes"]["base"] for s in seeds],
+                    "direct": [source[s]["outcomes"]["direct"] for s in seeds]}
+                   if all(s in source for s in seeds) else None)
             for condition in ["base", "direct", "random", *methods]:
                 statuses = sorted({per_seed[s]["status"].get(condition, TransferStatus.OK.value) for s in seeds})
                 reasons = sorted({per_seed[s].get("reasons", {}).get(condition) for s in seeds} - {None})
@@ -53,14 +81,14 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
                     t = [outcome[s][condition] for s in seeds]
                     row["accuracy"] = accuracy(t)
                     if condition not in ("base", "direct"):
-                        row["recovered"] = recovered(t, b, d, n_boot=settings["n_boot"], seed=len(rows))
+                        row.update(_ratios(t, b, d, src, clusters, settings, len(rows), seeds))
                     if condition in methods:
                         row["transfer_summary"] = {str(s): per_seed[s]["summaries"].get(condition) for s in seeds}
                 rows.append(row)
-    if any(m.startswith("distill[") for m in methods):  # the kept fraction: paw/bench/distill.py
-        from paw.bench.distill import add_kept
+    if any(m.startswith("distill[") for m in methods):  # CPU seconds per distillation: paw/bench/distill.py
+        from paw.bench.distill import add_cpu_seconds
 
-        rows = add_kept(rows, raw, source=SOURCE, n_boot=settings["n_boot"])
+        rows = add_cpu_seconds(rows, raw)
     packed = {task: {base: {str(seed): {**r, "outcomes": {c: "".join(map(str, o)) for c, o in r["outcomes"].items()}}
                             for seed, r in per_seed.items()} for base, per_seed in per_base.items()}
               for task, per_base in raw.items()}
@@ -69,14 +97,16 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
 
 
 def merge_results(runs: list[dict]) -> dict:
-    """Pool runs made with other ``--seeds`` or ``--tasks`` but otherwise the same settings into one result.
+    """Pool runs made with other ``--seeds``, ``--tasks`` or ``--model-seed`` but otherwise the same settings.
 
-    The models are rebuilt identically in every run (same ``model_seed``), so the runs describe the
-    same bases; their times add up in ``notes.seconds`` (CPU work, not wall time when run in parallel).
+    Runs of one model seed rebuild the same bases, so their LoRA seeds pool directly; runs of other
+    model seeds are other builds of the same recipe, kept apart (replicate key ``model_seed * 1000 +
+    seed``) so that the spread between builds is reported. Times add up in ``notes.seconds`` (CPU
+    work, not wall time when run in parallel).
     """
     if not runs:
         raise PawError("nothing to merge")
-    free = ("seeds", "tasks")
+    free = ("seeds", "tasks", "model_seed")
 
     def fixed(run: dict) -> dict:
         return {k: v for k, v in run["settings"].items() if k not in free}
@@ -84,7 +114,8 @@ def merge_results(runs: list[dict]) -> dict:
     raw: dict = {}
     for run in runs:
         if fixed(run) != fixed(runs[0]):
-            raise PawError("runs differ in more than their seeds and tasks; they cannot be pooled")
+            raise PawError("runs differ in more than their seeds, tasks and model seeds; they cannot be pooled")
+        build = int(run["settings"].get("model_seed", 0))
         for task, per_base in run["raw"].items():
             for base, per_seed in per_base.items():
                 for seed, r in per_seed.items():
@@ -92,14 +123,16 @@ def merge_results(runs: list[dict]) -> dict:
                     entry = {**r, "outcomes": outcomes}
                     if run.get("version", 1) < 2:
                         entry.update(_statuses_v1(r["status"]))
-                    raw.setdefault(task, {}).setdefault(base, {})[int(seed)] = entry
+                    raw.setdefault(task, {}).setdefault(base, {})[int(seed) % BUILD + BUILD * build] = entry
     seeds = sorted({int(s) for run in runs for s in run["settings"]["seeds"]})
     tasks = list(dict.fromkeys(t for run in runs for t in run["settings"]["tasks"]))
     seconds = [run["notes"]["seconds"] for run in runs]
     notes = dict(runs[0]["notes"], seconds={k: sum(s.get(k, 0.0) for s in seconds) for k in seconds[0]},
                  merged_runs=len(runs))
     lora = {k: v for run in runs for k, v in run["lora"].items()}
-    return summarize(raw, dict(runs[0]["settings"], seeds=seeds, tasks=tasks), notes, lora)
+    builds = sorted({int(run["settings"].get("model_seed", 0)) for run in runs})
+    settings = dict(runs[0]["settings"], seeds=seeds, tasks=tasks, model_seeds=builds)
+    return summarize(raw, settings, notes, lora)
 
 
 def _statuses_v1(status: dict[str, str]) -> dict[str, dict[str, str]]:

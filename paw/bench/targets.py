@@ -2,7 +2,9 @@
 
 Every builder gets the trained source and returns a new trained model (and its tokenizer):
 
-- ``upgrade``: the source trained further on a *shifted* corpus, same shapes (a new model version).
+- ``upgrade-mild``: the source's continued pre-training on a mix of its old corpus and a new one, same
+  shapes, moving the weights by 5-15% (what version upgrades such as Llama-3 -> 3.1 look like).
+- ``upgrade``: the harsh version: trained further on the *shifted* corpus only, ~34% weight change.
 - ``pruned``: hidden channels, KV groups, MLP neurons and one layer removed by weight-norm importance
   (:func:`paw.bench.surgery.prune_by_importance`), then healed by brief training (Minitron, Sheared-LLaMA).
 - ``grown``: widened and deepened by function-preserving expansion
@@ -77,6 +79,25 @@ def relative_change(a, b) -> float | None:
             num += float((sb[name].float() - w.float()).pow(2).sum())
             den += float(w.float().pow(2).sum())
     return (num / den) ** 0.5 if den else None
+
+
+MILD_UPGRADE = dict(steps=0.25, lr_scale=0.2)  # 100 steps at 0.2x the peak rate: 5-15% drift (measured)
+
+
+@target("upgrade-mild")
+def upgrade_mild(ws: Workshop) -> Built:
+    import random
+
+    model = copy.deepcopy(ws.source)
+    rng = random.Random(ws.seed + 10)
+    shifted = rng.sample(list(ws.shifted_texts), min(len(ws.shifted_texts), len(ws.source_texts)))
+    texts = list(ws.source_texts) + shifted  # old and new corpus, as many texts of each
+    rng.shuffle(texts)
+    schedule = ws.heal(MILD_UPGRADE["steps"], lr_scale=MILD_UPGRADE["lr_scale"])
+    train_lm(model, token_stream(ws.tokenizer, texts), schedule, seed=ws.seed + 10, device=ws.device,
+             description="mild upgrade", progress=ws.progress)
+    return Built(model, ws.tokenizer, {"steps": schedule.steps, "lr": schedule.lr, "corpus": "old + shifted, mixed",
+                                       "relative_weight_change": relative_change(ws.source, model)})
 
 
 @target("upgrade")

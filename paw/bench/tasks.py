@@ -7,10 +7,14 @@ version upgrade is trained on), else the embedded ``paw/data`` samples plus temp
 
 Tasks (registry :data:`TASKS`), each near chance for any base and learned well by a LoRA:
 
-- ``facts``: recall of invented facts. ``N / 2`` made-up people, each with a favourite colour out of
-  twelve: ``"Kavo Milret likes the colour"`` -> ``" teal"``. The LoRA is trained on the fact
-  statements; the ``N`` held-out items ask every fact twice, each time against three random other
-  colours in a random order. No base can know them (chance 1/4).
+- ``facts`` (**memorisation**): recall of invented facts. ``N / 2`` made-up people, each with a
+  favourite colour out of twelve: ``"Kavo Milret likes the colour"`` -> ``" teal"``. The LoRA is
+  trained on the fact statements; the ``N`` evaluation items ask every fact twice *with the training
+  prompt*, each time against three random other colours in a random order. No base can know them
+  (chance 1/4). The two questions of a fact form a cluster for the bootstrap.
+- ``facts-heldout``: the same kind of facts, stated in training text in two phrasings
+  (``"Kavo Milret likes the colour teal."``, ``"The favourite colour of Kavo Milret is teal."``) and
+  asked in a third one never trained on (``"Ask Kavo Milret about colours and the answer is"``).
 - ``rule``: apply a rule to unseen inputs. ``"Word: road. Again:"`` -> ``" road"`` against three other
   words. Training and evaluation use disjoint words, so only the rule (repeat the word shown)
   carries over. The small bases have no such habit (chance 1/4); the rule needs attention to
@@ -40,11 +44,16 @@ SHIFTED_SETS = ("piqa_validation", "winogrande_train", "boolq_validation")
 
 @dataclass(frozen=True)
 class TaskData:
-    """A task instance: texts the LoRA trains on (as MC items, answer = the text to learn) and held-out items."""
+    """A task instance: texts the LoRA trains on (as MC items, answer = the text to learn) and held-out items.
+
+    ``clusters``: per test item, the id of the group of items that are not independent (the questions
+    about one fact); None when every item stands alone.
+    """
 
     name: str
     train: list[MCItem]
     test: list[MCItem]
+    clusters: list[int] | None = None
 
 
 # ------------------------------------------------------------------------------------------- corpora
@@ -111,28 +120,54 @@ def _choices(rng: random.Random, answer: str, pool: list[str], k: int) -> tuple[
     return tuple(f" {o}" for o in options), options.index(answer)
 
 
-def facts_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
-    """``n_test // 2`` invented people with a favourite colour; train on the statements, ask each fact twice.
-
-    The two questions of a fact have independent distractors and orders, so an item is only right
-    when the adapted model prefers the right colour over three others it was never contrasted with.
-    """
-    rng = random.Random(f"facts-{seed}")
+def _facts(rng: random.Random, n_test: int) -> list[tuple[str, str]]:
     n_facts = max(1, (n_test + 1) // 2)
     names: list[str] = []
     while len(names) < n_facts:
         name = _name(rng)
         if name not in names:
             names.append(name)
-    facts = [(name, rng.choice(COLOURS)) for name in names]
+    return [(name, rng.choice(COLOURS)) for name in names]
+
+
+def _ask(rng: random.Random, facts: list[tuple[str, str]], n_test: int, prompt: str, prefix: str):
+    """``n_test`` items asking the facts in turn (each about twice) with ``prompt``; cluster = fact index."""
+    test, clusters = [], []
+    for k in range(n_test):
+        name, colour = facts[k % len(facts)]
+        choices, answer = _choices(rng, colour, COLOURS, 4)
+        test.append(MCItem(prompt.format(name=name), choices, answer, id=f"{prefix}-{k}"))
+        clusters.append(k % len(facts))
+    return test, clusters
+
+
+def facts_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
+    """``n_test // 2`` invented people with a favourite colour; train on the statements, ask each fact twice.
+
+    A memorisation test: the evaluation prompt is the training prompt. The two questions of a fact
+    have independent distractors and orders, so an item is only right when the adapted model prefers
+    the right colour over three others it was never contrasted with.
+    """
+    rng = random.Random(f"facts-{seed}")
+    facts = _facts(rng, n_test)
     train = [MCItem(f"{name} likes the colour", (f" {colour}",), 0, id=f"facts-train-{i}")
              for i, (name, colour) in enumerate(facts)]
-    test = []
-    for k in range(n_test):
-        name, colour = facts[k % n_facts]
-        choices, answer = _choices(rng, colour, COLOURS, 4)
-        test.append(MCItem(f"{name} likes the colour", choices, answer, id=f"facts-{k}"))
-    return TaskData("facts", train, test)
+    test, clusters = _ask(rng, facts, n_test, "{name} likes the colour", "facts")
+    return TaskData("facts", train, test, clusters)
+
+
+HELDOUT_TRAIN = ("{name} likes the colour", "The favourite colour of {name} is")
+HELDOUT_ASK = "Ask {name} about colours and the answer is"
+
+
+def facts_heldout_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
+    """Facts stated in two phrasings (:data:`HELDOUT_TRAIN`), asked in a third (:data:`HELDOUT_ASK`)."""
+    rng = random.Random(f"facts-heldout-{seed}")
+    facts = _facts(rng, n_test)
+    train = [MCItem(template.format(name=name), (f" {colour}",), 0, id=f"facts-heldout-train-{i}-{t}")
+             for i, (name, colour) in enumerate(facts) for t, template in enumerate(HELDOUT_TRAIN)]
+    test, clusters = _ask(rng, facts, n_test, HELDOUT_ASK, "facts-heldout")
+    return TaskData("facts-heldout", train, test, clusters)
 
 
 def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None = None) -> TaskData:
@@ -153,8 +188,14 @@ def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None =
     return TaskData("rule", train, [item(test_words, i, "rule") for i in range(n_test)])
 
 
+# What each task measures, for table headings.
+TASK_LABELS = {"facts": "memorisation: asked with the training prompt",
+               "facts-heldout": "facts asked in a phrasing never trained on",
+               "rule": "a rule applied to unseen words"}
+
 TASKS: Registry[Callable[..., TaskData]] = Registry("benchmark task")
 TASKS.add("facts", facts_task)
+TASKS.add("facts-heldout", facts_heldout_task)
 TASKS.add("rule", rule_task)
 
 

@@ -48,9 +48,8 @@ def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *,
 
     regex = resolve_pattern(pattern)
     check_vocab_size(vocab_size, list(special_tokens))
-    check_output(f"{output}.model", overwrite=overwrite)
-    if export_hf is not None:
-        check_output(export_hf, overwrite=overwrite)
+    for out in (f"{output}.model", f"{output}.vocab", *([export_hf] if export_hf is not None else [])):
+        check_output(out, overwrite=overwrite, inputs=files)
     texts = read_text_files(files)
     if not any(texts):
         raise PawError("the corpus is empty (no text to learn from)")
@@ -62,20 +61,26 @@ def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *,
 
 
 def _write_trained(bpe, output: Path, export_hf: PathLike | None, *, overwrite: bool, inputs, command) -> None:
+    """``OUTPUT.model`` + ``OUTPUT.vocab`` (+ the export folder when it sits beside them) as one set."""
     from paw.io.atomic import atomic_dir
     from paw.io.bpe_files import write_hf_tokenizer_json, write_paw_model
     from paw.io.manifest import command_line, describe_input, write_manifest
 
-    write_paw_model(output, mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
-                    special_tokens=bpe.special_tokens, merges=bpe.merges)
-    if export_hf is None:
-        return
-    with atomic_dir(export_hf, overwrite=overwrite) as tmp:
-        write_hf_tokenizer_json(tmp / "tokenizer.json", mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
+    def export(folder: Path) -> None:
+        write_hf_tokenizer_json(folder / "tokenizer.json", mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
                                 special_tokens=bpe.special_tokens)
-        write_manifest(tmp, "paw_bpe.json", command=command or command_line(),
+        write_manifest(folder, "paw_bpe.json", command=command or command_line(),
                        inputs={str(p): describe_input(p) for p in inputs},
                        vocab_size=len(bpe.mergeable_ranks) + len(bpe.special_tokens), merges=len(bpe.merges))
+
+    together = export_hf is not None and Path(export_hf).parent == output.parent and Path(export_hf).name not in \
+        (f"{output.name}.model", f"{output.name}.vocab")
+    if export_hf is not None and not together:  # another folder: its own atomic output, written first
+        with atomic_dir(export_hf, overwrite=overwrite, inputs=inputs) as tmp:
+            export(tmp)
+    write_paw_model(output, mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
+                    special_tokens=bpe.special_tokens, merges=bpe.merges, overwrite=overwrite, inputs=inputs,
+                    extra_dir=export_hf if together else None, write_extra=export)
 
 
 def compare_files(tokenizers: Sequence[PathLike], files: Sequence[PathLike], *, plot: PathLike | None = None,

@@ -26,9 +26,15 @@ class TrainedBpe:
         return BpeEncoder(self.mergeable_ranks, self.pattern, self.special_tokens)
 
 
+MAX_VOCAB = 2**31 - 1  # ids are int32 in tiktoken and u32 in Hugging Face tokenizers
+
+
 def check_vocab_size(vocab_size: int, special_tokens: Sequence[str]) -> None:
     """Refuse a size that cannot hold the 256 bytes and the special tokens."""
     n = len(set(special_tokens))
+    if vocab_size > MAX_VOCAB:
+        raise PawError(f"--vocab-size {vocab_size} is above {MAX_VOCAB:,}: token ids are 32-bit in every "
+                       "tokenizer library")
     if vocab_size < 256 + n:
         raise PawError(f"--vocab-size {vocab_size} is too small: a byte-level BPE needs 256 byte tokens "
                        f"+ {n} special tokens = {256 + n} at least")

@@ -8,6 +8,7 @@ torch and friends inside the command bodies only, which keeps ``paw --help`` fas
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -66,16 +67,57 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: PawError -> one line on stderr, exit 2."""
+    """Console entry point: every failure is one line on stderr and exit code 2, never a traceback.
+
+    ``PawError`` (bad input, named by file), ``OSError`` (disk full, permissions), a bad flag and
+    any other library exception all end the same way; ``PAW_TRACEBACK=1`` shows the traceback of the
+    unexpected ones. Each command runs in one :func:`paw.io.atomic.input_scope`, so nothing it
+    reads can be written over.
+    """
+    from paw.cli._options import finite_floats
+    from paw.io.atomic import input_scope
+
     _quiet_libraries()
+    command = typer.main.get_command(app)
+    finite_floats(command)
     try:
-        app(args=argv, standalone_mode=True)
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 0
+        with input_scope():
+            command.main(args=argv, prog_name="paw", standalone_mode=False)
     except PawError as err:
-        typer.echo(f"error: {err}", err=True)
-        sys.exit(2)
+        return _fail(str(err))
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+        return _fail("interrupted", code=130)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else _fail(str(exit_.code)))
+    except Exception as err:
+        return _other(err)
     return 0
+
+
+def _kind(err: BaseException, *names: str) -> bool:
+    """Whether ``err`` is one of click's exception classes (typer vendors its own copy of click)."""
+    return any(cls.__name__ in names for cls in type(err).__mro__)
+
+
+def _other(err: Exception) -> int:
+    if _kind(err, "NoArgsIsHelpError"):  # `paw` or `paw bpe` alone: the help, as before
+        typer.echo(err.ctx.get_help() if getattr(err, "ctx", None) else "", err=True)
+        sys.exit(2)
+    if _kind(err, "Exit"):
+        return int(getattr(err, "exit_code", 0) or 0)
+    if _kind(err, "Abort"):
+        return _fail("aborted", code=130)
+    if _kind(err, "ClickException"):  # a bad flag: unknown, missing, not a number, out of range
+        ctx = getattr(err, "ctx", None)
+        return _fail(f"{ctx.command_path + ': ' if ctx else ''}{err.format_message()} (see --help)")
+    if isinstance(err, OSError):  # disk full, permission denied, ...
+        return _fail(f"{err.filename + ': ' if isinstance(err.filename, str) else ''}{err.strerror or err}")
+    if os.environ.get("PAW_TRACEBACK"):
+        raise err
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return _fail(f"unexpected {type(err).__name__}: {first} (set PAW_TRACEBACK=1 to see where)")
+
+
+def _fail(message: str, *, code: int = 2) -> int:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    sys.exit(code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 
 import typer
 
@@ -11,6 +12,8 @@ from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI mo
 
 DEVICE = typer.Option("auto", "--device", help=f"Where the arithmetic runs: {DEVICE_HELP}.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it already exists.")
+ALLOW_NONFINITE = typer.Option(False, "--allow-nonfinite", help="Write the output even if it holds NaN or Inf "
+                               "values (by default that is refused, naming the input they come from).")
 SEED = typer.Option(0, "--seed", help="Random seed; same inputs and seed give byte-identical outputs.")
 TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
                      "logs go to OUT-tracking/ beside the output.")
@@ -72,3 +75,43 @@ def track_once(kind: str, output, config: dict, metrics: dict) -> None:
     output = Path(output)
     where = log_once(kind, output.with_name(output.name + "-tracking"), config, metrics)
     typer.echo(f"tracking ({kind}): {where}")
+
+
+def finite_floats(command) -> None:
+    """Make every command under ``command`` refuse ``nan`` and ``inf`` in its float options.
+
+    The parser reads ``--scale inf`` or ``--weights nan nan`` as floats, and a NaN weight silently
+    turns a whole merged model into NaN. Each command's callback is wrapped once, so a new
+    command's float options are covered without a line of its own.
+    """
+    callback = getattr(command, "callback", None)
+    if callback is not None and not getattr(callback, "_paw_finite", False):
+        command.callback = _checking_floats(callback, _flag_names(command))
+    for sub in (getattr(command, "commands", None) or {}).values():
+        finite_floats(sub)
+
+
+def _flag_names(command) -> dict[str, str]:
+    names = {}
+    for param in getattr(command, "params", []):
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        names[param.name] = opts[0] if opts else param.name
+    return names
+
+
+def _checking_floats(callback, flags: dict[str, str]):
+    import functools
+
+    from paw.errors import PawError
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        for name, value in kwargs.items():
+            values = value if isinstance(value, (list, tuple)) else [value]
+            bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                raise PawError(f"{flags.get(name, name)} {bad[0]} is not a finite number")
+        return callback(*args, **kwargs)
+
+    run._paw_finite = True
+    return run

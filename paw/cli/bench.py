@@ -1,4 +1,4 @@
-"""``paw bench transfer``: the transfer quality benchmark (same code as scripts/bench_transfer_quality.py)."""
+"""``paw bench transfer`` (the transfer quality benchmark) and ``paw bench real`` (SmolLM2 and Gemma-3)."""
 
 from __future__ import annotations
 
@@ -54,3 +54,38 @@ def register(app: typer.Typer) -> None:
         typer.echo(markdown(results))
         typer.echo(f"wrote {output}/results.json, results.md, recovered.png "
                    f"({results['notes']['seconds']['total']:.0f} s)")
+
+    @bench_app.command("real")
+    def real(
+        output: Path = typer.Option(..., "--output", "-o", help="Folder for results.json, results.md, real.png."),
+        models: Path = typer.Option(..., "--models", help="Folder written by scripts/real_models.sh (holds "
+                                    "smollm2-135m-instruct/ and gemma-3-270m/)."),
+        data: Path = typer.Option(DEFAULT_DATA.parent if DEFAULT_DATA.parent.is_dir() else None, "--data",
+                                  help="Commonsense folder with raw/*.jsonl (ARC, OpenBookQA, PIQA, BoolQ, Winogrande)."),
+        parts: str = typer.Option("eval,tokenizers,transfer,merge", help="Parts to run (comma list)."),
+        eval_items: int = typer.Option(30, help="Seeded subset of each evaluation set."),
+        task_items: int = typer.Option(60, help="Held-out items of the LoRA tasks."),
+        lora_steps: int = typer.Option(40, help="LoRA training steps."),
+        methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
+        seed: int = typer.Option(0, help="Subset, task and LoRA seed."),
+        workdir: Path = typer.Option(None, help="Where fine-tunes and merges are kept (default: temporary)."),
+        device: str = DEVICE,
+        overwrite: bool = OVERWRITE,
+    ):
+        """SmolLM2-135M and Gemma-3-270M: eval, tokenizers, LoRA transfer across families, task vectors, merge.
+
+        Example: paw bench real --models ~/paw-models --output bench-real
+        """
+        from paw.bench.real import RealOptions
+        from paw.bench.real_report import markdown, real_to_folder
+        from paw.device import resolve_device
+        from paw.io.manifest import command_line
+
+        split = [p.strip() for p in parts.split(",") if p.strip()]
+        chosen = tuple(m.strip() for m in methods.split(",") if m.strip()) or None
+        opts = RealOptions(models=str(models), data=str(data) if data else None, parts=tuple(split),
+                           eval_items=eval_items, task_items=task_items, lora_steps=lora_steps, methods=chosen,
+                           seed=seed, device=str(resolve_device(device)))
+        results = real_to_folder(opts, output, workdir=workdir, overwrite=overwrite, command=command_line())
+        typer.echo(markdown(results))
+        typer.echo(f"wrote {output}/results.json, results.md, real.png ({results['seconds']['total']:.0f} s)")

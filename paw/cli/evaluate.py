@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    model: str = typer.Option(..., "--model", help="Model folder or cached Hugging Face id."),
+    model: str = typer.Option(..., "--model", help="Model folder, .gguf file or cached Hugging Face id."),
     data: Path = typer.Option(..., "--data", help="Multiple-choice JSON-lines file."),
     adapter: Path | None = typer.Option(None, "--adapter", help="PEFT LoRA folder to apply first."),
     format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
@@ -49,7 +49,7 @@ def eval_command(
 
 
 def train_lora_command(
-    model: str = typer.Option(..., "--model", help="Base model folder or cached Hugging Face id."),
+    model: str = typer.Option(..., "--model", help="Base model folder, .gguf file or cached Hugging Face id."),
     data: Path = typer.Option(..., "--data", help="Training multiple-choice JSON-lines file (the right answers are learnt)."),
     output: Path = typer.Option(..., "--output", help="PEFT adapter folder to create (with metrics.json)."),
     rank: int = typer.Option(16, "--rank", min=1, help="LoRA rank r."),

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from paw.cli._options import (
+    ALLOW_NONFINITE,
     DEVICE,
     OVERWRITE,
     SEED,
@@ -27,7 +28,7 @@ _Dtype = choices("Dtype", DTYPES)
 _VocabPolicy = choices("VocabPolicy", VOCAB_POLICIES)
 
 _HELP = {
-    "base": "The common base model (folder, .safetensors file or cached ID); optional for --method linear.",
+    "base": "The common base model (folder, .safetensors or .gguf file, or cached ID); optional for --method linear.",
     "models": "Fine-tunes of the base, space separated: --models A B C.",
     "output": "Folder to write (sharded safetensors + config + tokenizer + paw_merge.json).",
     "method": "task-arithmetic, ties, dare-linear, dare-ties, breadcrumbs or linear.",
@@ -73,13 +74,15 @@ def register(app: typer.Typer) -> None:
         vocab_policy: _VocabPolicy = typer.Option("refuse", "--vocab-policy", help=_HELP["vocab_policy"]),
         max_shard_size: str = typer.Option("2GB", "--max-shard-size", help=_HELP["max_shard_size"]),
         overwrite: bool = OVERWRITE,
+        allow_nonfinite: bool = ALLOW_NONFINITE,
         config: Path = typer.Option(None, "--config", help=_HELP["config"]),
         track: str = TRACK,
     ):
         """Merge fine-tunes of one base into one model, weighted by their task-vector L2 norms.
 
-        Streams tensor by tensor (memory near N+2 copies of the largest tensor) and writes sharded
-        safetensors atomically, with the base's config and tokenizer and a paw_merge.json record.
+        Streams in blocks of rows (memory near one output tensor plus N+2 float32 blocks) and writes
+        sharded safetensors atomically, with the base's config and tokenizer and a paw_merge.json
+        record. NaN/Inf in the result is refused, naming the input it comes from.
 
         Example: paw merge --base ./tiny/base --models ./ft1 ./ft2 --method ties --output ./merged
         """

@@ -12,7 +12,7 @@ from paw.cli._options import DEVICE, OVERWRITE, multi_value_command
 def register(app: typer.Typer) -> None:
     @app.command("task-vectors", cls=multi_value_command("--models"))
     def task_vectors(
-        base: str = typer.Option(..., "--base", help="Base model: folder, weight file or cached HF id."),
+        base: str = typer.Option(..., "--base", help="Base model: folder, weight file, .gguf or cached HF id."),
         models: list[str] = typer.Option(..., "--models",
                                          help="Fine-tuned model(s) of the same architecture: "
                                               "--models A B C (or --models A --models B)."),

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
     @app.command("analyze-tokenizers")
     def analyze_tokenizers(
         source: str = typer.Option(..., "--source", "-s", help="Source tokenizer: HF folder/ID, tokenizer.json, "
-                                   "tiktoken rank file or PAW BPE .model."),
+                                   "tiktoken rank file, PAW BPE .model or a model .gguf."),
         target: str = typer.Option(..., "--target", "-t", help="Target tokenizer (same kinds as --source)."),
         outdir: Path = typer.Option(..., "--outdir", "-o", help="Output folder (report.json, encoding.csv, ...)."),
         corpus: list[Path] = typer.Option(None, "--corpus", help="Text or .jsonl files (one text per line); "

@@ -37,7 +37,7 @@ def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None 
     from paw.device import resolve_device
     from paw.evaluate.formats import read_items
     from paw.evaluate.mc import evaluate
-    from paw.io.atomic import check_output
+    from paw.io.atomic import atomic_outputs, check_output
     from paw.io.lm import load_lm, quiet_transformers, write_results
     from paw.io.manifest import command_line
     from paw.io.tracking import check_kind, log_once
@@ -45,20 +45,27 @@ def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None 
     quiet_transformers()
     check_kind(track)  # before any heavy work
     output = None if output is None else Path(output)
+    run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
+    read = [model, data, adapter]
     if output is not None:
-        check_output(output, overwrite=overwrite)
+        check_output(output, overwrite=overwrite, inputs=read)
+        if track != "none":
+            check_output(run_dir, overwrite=overwrite, inputs=read)
     command = command or command_line()
     items = read_items(data, format=format, limit=limit)
     lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
     metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=progress)
     inputs = describe_inputs(model=model, adapter=adapter, data=data)
-    tracking = None
-    if track != "none":
-        run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
-        config = {"command": command, **{k: v["path"] for k, v in inputs.items()}}
-        tracking = log_once(track, run_dir, config, {"test": metrics})
-    if output is not None:
-        write_results(output, command=command, inputs=inputs, metrics=metrics, format=format, limit=limit)
+    config = {"command": command, **{k: v["path"] for k, v in inputs.items()}}
+    tracking = run_dir if track != "none" else None
+    if output is None:  # only the tracking log, in ./paw-runs/eval
+        log_once(track, run_dir, config, {"test": metrics})
+        return Evaluation(metrics, None, tracking)
+    # the results and their tracking log appear together, or neither does
+    with atomic_outputs([output, run_dir] if tracking else [output], overwrite=overwrite, inputs=read) as staging:
+        write_results(staging / output.name, command=command, inputs=inputs, metrics=metrics, format=format,
+                      limit=limit)
+        log_once(track, staging / run_dir.name, config, {"test": metrics})
     return Evaluation(metrics, output, tracking)
 
 
@@ -89,10 +96,13 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     from paw.io.lm import load_lm, quiet_transformers, write_adapter_into
     from paw.io.manifest import command_line, write_manifest
     from paw.io.tracking import make_tracker
+    from paw.validate import finite
 
     quiet_transformers()
     output = Path(output)
-    check_output(output, overwrite=overwrite)
+    check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
+    finite("--lr", lr, positive=True)
+    finite("--alpha", alpha)
     items = read_items(data, format=format, limit=limit)
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
     lm, tokenizer = load_lm(model, device=resolve_device(device), dtype=dtype)
@@ -101,7 +111,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     inputs = describe_inputs(model=model, data=data, eval_data=eval_data)
     run_dir = output.with_name(output.name + "-tracking")  # beside the adapter, which appears atomically
     tracker = make_tracker(track, run_dir, {"name": output.name, **settings, **{k: v["path"] for k, v in inputs.items()}})
-    with atomic_dir(output, overwrite=overwrite) as tmp:
+    with atomic_dir(output, overwrite=overwrite, inputs=[model, data, eval_data]) as tmp:
         def checkpoint(step: int, peft_model) -> None:
             if save_every and step % save_every == 0 and step < steps:
                 write_adapter_into(peft_model, tmp / f"checkpoint-{step}", base=model)

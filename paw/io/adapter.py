@@ -155,34 +155,113 @@ class LoraAdapter:
 
 
 def read_adapter(spec: str | Path) -> LoraAdapter:
-    """Read a PEFT adapter folder (``adapter_model.safetensors`` or ``adapter_model.bin``)."""
+    """Read a PEFT adapter folder (``adapter_model.safetensors`` or ``adapter_model.bin``).
+
+    The config is checked against the tensors (:func:`check_adapter`), so an adapter PEFT would
+    refuse to load is refused here too, with the module at fault named.
+    """
+    folder, config = read_adapter_config(spec)
+    st, binf = folder / WEIGHTS_NAME, folder / "adapter_model.bin"
+    if st.exists():
+        from paw.io.checkpoint import _SafetensorsFile
+
+        source = _SafetensorsFile(st)
+        tensors = {k: source.get(k) for k in source.keys()}
+    elif binf.exists():
+        tensors = _load_pickle(binf)
+    else:
+        raise PawError(f"no adapter weights ({WEIGHTS_NAME} or adapter_model.bin)", path=folder)
+    check_adapter(config, {k: tuple(v.shape) for k, v in tensors.items()}, path=folder)
+    adapter = LoraAdapter(config=config, tensors=dict(tensors), path=folder)
+    adapter.modules()  # validate pairs now, with the folder in the message
+    return adapter
+
+
+def read_adapter_config(spec: str | Path) -> tuple[Path, dict]:
+    """The adapter folder and its checked ``adapter_config.json`` (a LoRA, not DoRA, sane values)."""
     folder = resolve_path(spec, what="adapter")
     if folder.is_file():
         folder = folder.parent
-    config = read_json(folder / CONFIG_NAME) if (folder / CONFIG_NAME).exists() else None
-    if config is None:
+    if not (folder / CONFIG_NAME).exists():
         raise PawError(f"not a PEFT adapter folder: {CONFIG_NAME} is missing", path=folder)
+    config = read_json(folder / CONFIG_NAME)
     peft_type = str(config.get("peft_type", "LORA")).upper()
     if peft_type != "LORA":
         raise PawError(f"adapter type {peft_type} is not supported (only LoRA)", path=folder / CONFIG_NAME)
     if config.get("use_dora"):
         raise PawError("DoRA adapters are not supported (the magnitude vector does not transfer as a "
                        "rank-r factor)", path=folder / CONFIG_NAME)
-    st, binf = folder / WEIGHTS_NAME, folder / "adapter_model.bin"
-    if st.exists():
-        from safetensors.torch import load_file
+    check_adapter_config(config, path=folder / CONFIG_NAME)
+    return folder, config
 
-        try:
-            tensors = load_file(str(st))
-        except Exception as err:
-            raise PawError(f"not a readable safetensors file ({err})", path=st) from None
-    elif binf.exists():
-        tensors = _load_pickle(binf)
-    else:
-        raise PawError(f"no adapter weights ({WEIGHTS_NAME} or adapter_model.bin)", path=folder)
-    adapter = LoraAdapter(config=config, tensors=dict(tensors), path=folder)
-    adapter.modules()  # validate pairs now, with the folder in the message
-    return adapter
+
+def check_adapter_config(config: dict, *, path: Path | None = None) -> None:
+    """Refuse values PEFT cannot use: ``r: "four"``, a NaN alpha, a number as target_modules."""
+    def bad(key: str, want: str):
+        raise PawError(f"{key!r} must be {want}, got {config.get(key)!r}", path=path)
+
+    if not _positive_int(config.get("r", 8)):
+        bad("r", "a positive integer")
+    if not _finite_number(config.get("lora_alpha", 8)):
+        bad("lora_alpha", "a finite number")
+    targets = config.get("target_modules")
+    if not (targets is None or isinstance(targets, str)
+            or (isinstance(targets, list) and all(isinstance(t, str) for t in targets))):
+        bad("target_modules", "a list of module names or a regex string")
+    for key, check, want in (("rank_pattern", _positive_int, "positive integers"),
+                             ("alpha_pattern", _finite_number, "finite numbers")):
+        pattern = config.get(key) or {}
+        if not isinstance(pattern, dict) or not all(check(v) for v in pattern.values()):
+            bad(key, f"a mapping of module patterns to {want}")
+        for name in pattern:
+            try:
+                re.compile(name)
+            except re.error:
+                raise PawError(f"{key} holds {name!r}, which is not a valid pattern", path=path) from None
+
+
+def check_adapter(config: dict, shapes: dict[str, tuple[int, ...]], *, path: Path | None = None) -> None:
+    """Cross-check the config with the saved tensors' shapes, as PEFT does when it loads them.
+
+    Each module's ``lora_A`` is (r, in) and ``lora_B`` (out, r) with r the config's rank for that
+    module (``r`` or its ``rank_pattern``); every adapted module must be one ``target_modules``
+    selects. ``shapes`` maps saved keys to shapes (read from headers; no tensor is needed).
+    """
+    check_adapter_config(config, path=path)
+    probe = LoraAdapter(config=config, tensors={})
+    targets = config.get("target_modules")
+    for key, shape in sorted(shapes.items()):
+        split = split_adapter_key(key)
+        if split is None:
+            continue
+        module, factor, _kind = split
+        if len(shape) != 2:
+            raise PawError(f"tensor {key!r} has shape {list(shape)}; a LoRA factor is a matrix", path=path)
+        rank = probe.rank_of(module)
+        found = shape[0] if factor == "A" else shape[1]
+        if found != rank:
+            raise PawError(f"module {module!r}: lora_{factor} has rank {found} but {CONFIG_NAME} says r={rank} "
+                           "(PEFT would refuse to load it: size mismatch)", path=path)
+        if targets is not None and not _targets(targets, module):
+            raise PawError(f"module {module!r} has LoRA weights but is not in target_modules {targets!r} "
+                           "(PEFT would not create it, and its weights would be dropped)", path=path)
+
+
+def _targets(targets: str | list[str], module: str) -> bool:
+    """PEFT's rule: a string is a regex over the whole module path, a list matches path suffixes."""
+    if isinstance(targets, str):
+        return targets == "all-linear" or re.fullmatch(targets, module) is not None
+    return any(module == t or module.endswith(f".{t}") for t in targets)
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _finite_number(value) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_adapter(output: str | Path, adapter: LoraAdapter, *, overwrite: bool = False,
@@ -190,7 +269,9 @@ def write_adapter(output: str | Path, adapter: LoraAdapter, *, overwrite: bool =
     """Write ``adapter`` as a PEFT folder atomically; ``extra_files`` are JSON files beside it."""
     from safetensors.torch import save_file
 
-    with atomic_dir(output, overwrite=overwrite) as tmp:
+    # what PAW writes must load in PEFT: the same cross-check as on reading
+    check_adapter(adapter.config, {k: tuple(v.shape) for k, v in adapter.tensors.items()}, path=output)
+    with atomic_dir(output, overwrite=overwrite, inputs=[adapter.path]) as tmp:
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
         save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, adapter.config)

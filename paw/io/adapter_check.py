@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paw.errors import PawError
-from paw.io.adapter import CONFIG_NAME, WEIGHTS_NAME
-from paw.io.checkpoint import _load_pickle, open_checkpoint, read_json
-from paw.io.hub import resolve_path
+from paw.io.adapter import WEIGHTS_NAME, check_adapter, read_adapter_config
+from paw.io.checkpoint import _load_pickle, open_checkpoint
+from paw.io.safetensors_header import read_header
 
 
 @dataclass
@@ -36,28 +36,15 @@ class BaseHeader:
 
 def read_adapter_header(spec: str | Path) -> AdapterHeader:
     """Config and tensor shapes of a PEFT adapter folder, without reading tensor data."""
-    folder = resolve_path(spec, what="adapter")
-    if folder.is_file():
-        folder = folder.parent
-    if not (folder / CONFIG_NAME).exists():
-        raise PawError(f"not a PEFT adapter folder: {CONFIG_NAME} is missing", path=folder)
-    config = read_json(folder / CONFIG_NAME)
-    peft_type = str(config.get("peft_type", "LORA")).upper()
-    if peft_type != "LORA":
-        raise PawError(f"adapter type {peft_type} is not supported (only LoRA)", path=folder / CONFIG_NAME)
+    folder, config = read_adapter_config(spec)
     st, binf = folder / WEIGHTS_NAME, folder / "adapter_model.bin"
     if st.exists():
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(st), framework="pt") as f:
-                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-        except Exception as err:
-            raise PawError(f"not a readable safetensors file ({err})", path=st) from None
+        shapes = {k: e.shape for k, e in read_header(st).entries.items()}
     elif binf.exists():
         shapes = {k: tuple(v.shape) for k, v in _load_pickle(binf).items()}
     else:
         raise PawError(f"no adapter weights ({WEIGHTS_NAME} or adapter_model.bin)", path=folder)
+    check_adapter(config, shapes, path=folder)
     return AdapterHeader(config, shapes, folder)
 
 

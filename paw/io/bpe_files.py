@@ -26,7 +26,7 @@ from paw.bpe.bytelevel import str_to_token, token_to_str
 from paw.bpe.patterns import PATTERNS, to_oniguruma
 from paw.bpe.ranks import all_merges, merges_from_ranks, ranks_from_merges
 from paw.errors import PawError
-from paw.io.atomic import atomic_file
+from paw.io.atomic import atomic_file, atomic_outputs
 
 MODEL_VERSION = "paw-bpe v1"
 
@@ -84,12 +84,16 @@ def sniff_format(path: Path) -> str:
 
 
 def write_paw_model(prefix: str | Path, *, mergeable_ranks: dict[bytes, int], pattern: str | None,
-                    special_tokens: dict[str, int], merges: list[tuple[bytes, bytes]] | None = None) -> Path:
-    """Write ``PREFIX.model`` (read back by :func:`read_bpe`) and ``PREFIX.vocab`` (for people).
+                    special_tokens: dict[str, int], merges: list[tuple[bytes, bytes]] | None = None,
+                    overwrite: bool = True, inputs=(), extra_dir: str | Path | None = None,
+                    write_extra=None) -> Path:
+    """Write ``PREFIX.model`` (read back by :func:`read_bpe`) and ``PREFIX.vocab`` (for people), as one set.
 
     ``merges`` defaults to the ones recovered from the ranks. Single bytes must hold ranks 0..255
     and the merges must rebuild ``mergeable_ranks`` exactly; otherwise the file could not
-    round-trip and a :class:`PawError` says so.
+    round-trip and a :class:`PawError` says so. Both files (and ``extra_dir``, a folder beside them
+    that ``write_extra(folder)`` fills, e.g. the ``--export-hf`` copy) appear together or not at
+    all (:func:`paw.io.atomic.atomic_outputs`); ``overwrite=False`` refuses existing ones.
     """
     prefix = Path(prefix)
     order = _single_byte_order(mergeable_ranks)
@@ -102,11 +106,16 @@ def write_paw_model(prefix: str | Path, *, mergeable_ranks: dict[bytes, int], pa
              f"special_tokens {json.dumps(special_tokens, ensure_ascii=False, sort_keys=True)}",
              "bytes " + " ".join(map(str, order)), f"merges {len(merges)}"]
     lines += [f"{ranks[left]} {ranks[right]}" for left, right in merges]
-    with atomic_file(f"{prefix}.model", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(lines) + "\n")
-    with atomic_file(f"{prefix}.vocab", encoding="utf-8", newline="\n") as f:
-        f.write(_vocab_text(ranks, merges, special_tokens))
-    return Path(f"{prefix}.model")
+    model, vocab = Path(f"{prefix}.model"), Path(f"{prefix}.vocab")
+    outputs = [model, vocab, *([Path(extra_dir)] if extra_dir is not None else [])]
+    with atomic_outputs(outputs, overwrite=overwrite, inputs=inputs) as staging:
+        (staging / model.name).write_text("\n".join(lines) + "\n", encoding="utf-8", newline="\n")
+        (staging / vocab.name).write_text(_vocab_text(ranks, merges, special_tokens), encoding="utf-8",
+                                          newline="\n")
+        if extra_dir is not None:
+            (staging / Path(extra_dir).name).mkdir()
+            write_extra(staging / Path(extra_dir).name)
+    return model
 
 
 def _single_byte_order(ranks: dict[bytes, int]) -> tuple[int, ...]:
@@ -219,11 +228,15 @@ def _read_hf(path: Path) -> BpeFile:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise PawError(f"not valid JSON: {exc}", path=path) from None
-    model = data.get("model") or {}
-    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        raise PawError(f"tokenizer.json model is {model.get('type')!r}, not a byte-level BPE", path=path)
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        kind = model.get("type") if isinstance(model, dict) else model
+        raise PawError(f"tokenizer.json model is {kind!r}, not a byte-level BPE", path=path)
     # added tokens are special tokens; many files (GPT-2, PAW's) also list them in the model vocabulary
-    specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
+    try:
+        specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
+    except (KeyError, TypeError, ValueError):
+        raise PawError("tokenizer.json 'added_tokens' is not a list of {content, id} objects", path=path) from None
     try:
         ranks = {str_to_token(tok): int(i) for tok, i in model["vocab"].items() if specials.get(tok) != i}
     except KeyError:

@@ -8,6 +8,7 @@ for the model. Supported inputs (see :func:`open_checkpoint`):
   ``model.safetensors.index.json``, or ``pytorch_model*.bin`` (with or without index);
 - a single ``.safetensors`` file;
 - a ``.pt`` / ``.pth`` / ``.bin`` file, unpickled with ``weights_only=True`` and ``mmap=True``;
+- a llama.cpp ``.gguf`` file, dequantized tensor by tensor under Hugging Face names (:mod:`paw.io.gguf`);
 - a Hugging Face model ID already in the local cache (never downloaded).
 """
 
@@ -21,21 +22,14 @@ from typing import Any
 from paw import arch
 from paw.errors import PawError
 from paw.io.hub import resolve_path
+from paw.io.safetensors_header import DTYPES, read_header, shard_path
 
-SAFETENSORS_DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-}
+SAFETENSORS_DTYPES = {code: torch_name for code, (torch_name, _) in DTYPES.items()}
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 
 
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
-
-
 class _SafetensorsFile:
-    """One safetensors file: the header is parsed and checked once; each tensor is read on demand.
+    """One safetensors file: the header is read and checked once; each tensor is read on demand.
 
     Tensors are read with plain ``readinto`` calls into a fresh buffer rather than through a
     memory map, so the process holds exactly the tensor asked for: mapped file pages would
@@ -44,65 +38,41 @@ class _SafetensorsFile:
 
     def __init__(self, path: Path):
         self.path = path
-        self._entries, self._data_start = self._read_header(path)
-
-    def _read_header(self, path: Path) -> tuple[dict[str, dict], int]:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            n = int.from_bytes(head, "little") if len(head) == 8 else -1
-            if n < 2 or 8 + n > size:
-                self._bad("header length does not fit the file")
-            try:
-                header = json.loads(f.read(n))
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                self._bad(f"header is not JSON ({err.__class__.__name__})")
-        if not isinstance(header, dict):
-            self._bad("header is not a JSON object")
-        header.pop("__metadata__", None)
-        data_size = size - 8 - n
-        for name, entry in header.items():
-            try:
-                begin, end = entry["data_offsets"]
-                numel = 1
-                for d in entry["shape"]:
-                    numel *= int(d)
-                expected = numel * _ITEMSIZE[entry["dtype"]]
-            except (KeyError, TypeError, ValueError):
-                self._bad(f"entry {name!r} is malformed")
-            if end > data_size:
-                self._bad(f"tensor {name!r} ends past the end of the file (truncated)")
-            if end - begin != expected:
-                self._bad(f"tensor {name!r} has {end - begin} bytes for shape {entry['shape']}")
-        return header, 8 + n
-
-    def _bad(self, why: str):
-        raise PawError(f"not a readable safetensors file: corrupt or truncated header ({why})", path=self.path)
+        header = read_header(path)  # offsets, dtypes and sizes checked (paw.io.safetensors_header)
+        self._entries, self._data_start = header.entries, header.data_start
 
     def keys(self) -> list[str]:
         return list(self._entries)
 
-    def get(self, name: str):
+    def get(self, name: str, rows: tuple[int, int] | None = None):
+        """The tensor, or only rows ``[start, stop)`` of its first dimension (read from disk alone)."""
         import torch
 
         entry = self._entries[name]
-        begin, end = entry["data_offsets"]
+        begin, end, shape = entry.begin, entry.end, entry.shape
+        if rows is not None and shape:
+            row_bytes = (end - begin) // shape[0] if shape[0] else 0
+            start, stop = max(0, rows[0]), min(shape[0], rows[1])
+            begin, end = begin + start * row_bytes, begin + max(start, stop) * row_bytes
+            shape = (max(0, stop - start), *shape[1:])
         buf = torch.empty(end - begin, dtype=torch.uint8)
         view = memoryview(buf.numpy())
-        with open(self.path, "rb", buffering=0) as f:
-            f.seek(self._data_start + begin)
-            done = 0
-            while done < len(view):
-                got = f.readinto(view[done:])
-                if not got:
-                    raise PawError(f"cannot read tensor {name!r}: file truncated", path=self.path)
-                done += got
-        dtype = getattr(torch, SAFETENSORS_DTYPES[entry["dtype"]])
-        return buf.view(dtype).reshape(entry["shape"])
+        try:
+            with open(self.path, "rb", buffering=0) as f:
+                f.seek(self._data_start + begin)
+                done = 0
+                while done < len(view):
+                    got = f.readinto(view[done:])
+                    if not got:
+                        raise PawError(f"cannot read tensor {name!r}: file truncated", path=self.path)
+                    done += got
+        except OSError as err:
+            raise PawError(f"cannot read tensor {name!r}: {err.strerror or err}", path=self.path) from None
+        return buf.view(getattr(torch, entry.torch_dtype)).reshape(shape)
 
     def meta(self, name: str) -> tuple[tuple[int, ...], str]:
         entry = self._entries[name]
-        return tuple(entry["shape"]), SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"].lower())
+        return entry.shape, entry.torch_dtype
 
 
 class _TorchFile:
@@ -120,8 +90,9 @@ class _TorchFile:
     def keys(self) -> list[str]:
         return list(self._load())
 
-    def get(self, name: str):
-        return self._load()[name]
+    def get(self, name: str, rows: tuple[int, int] | None = None):
+        t = self._load()[name]
+        return t if rows is None or t.ndim == 0 else t[rows[0]:rows[1]]
 
     def meta(self, name: str) -> tuple[tuple[int, ...], str]:
         t = self._load()[name]
@@ -181,6 +152,14 @@ class Checkpoint(Mapping):
             raise KeyError(name) from None
         return source.get(name)
 
+    def rows(self, name: str, start: int, stop: int):
+        """Rows ``[start, stop)`` of tensor ``name`` (its first dimension), reading only those bytes.
+
+        A 0-d tensor is returned whole. Lets a streamed pass hold a block of a 128k-row embedding
+        instead of all of it.
+        """
+        return self._where[name].get(name, (start, stop))
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)
 
@@ -222,6 +201,10 @@ def open_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:
     if isinstance(spec, Checkpoint):
         return spec
     path = resolve_path(spec, what="model")
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        from paw.io.gguf import open_gguf
+
+        return open_gguf(path)
     if path.is_dir():
         files = _weight_files(path)
         config = read_json_if_exists(path / "config.json")
@@ -249,7 +232,7 @@ def _weight_files(folder: Path) -> list[Path]:
             weight_map = read_json(index).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
                 raise PawError("index has no 'weight_map'", path=index)
-            shards = [folder / f for f in sorted(set(weight_map.values()))]
+            shards = sorted({shard_path(folder, f, index=index) for f in weight_map.values()})
             missing = [s.name for s in shards if not s.exists()]
             if missing:
                 raise PawError(f"index lists shard(s) that are missing: {', '.join(missing[:3])}",

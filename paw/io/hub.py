@@ -21,12 +21,17 @@ def looks_like_model_id(spec: str) -> bool:
 
 def resolve_path(spec: str | os.PathLike, *, what: str = "model") -> Path:
     """Return an existing local path for ``spec``: the path itself or the cached snapshot folder."""
+    from paw.io.atomic import note_input
+
     path = Path(spec).expanduser()
     if path.exists():
+        note_input(path)  # read-only for the rest of this run (paw.io.atomic.input_scope)
         return path
     text = str(spec)
     if looks_like_model_id(text) and "/" in text:
-        return _cached_snapshot(text, what)
+        path = _cached_snapshot(text, what)
+        note_input(path)
+        return path
     raise PawError(f"no such file or folder ({what})", path=text)
 
 

@@ -32,6 +32,8 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     torch_dtype: Any = "auto" if device.type == "cuda" else torch.float32
     if dtype != "auto":
         torch_dtype = getattr(torch, dtype)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return _load_gguf_lm(path, adapter=adapter, device=device, dtype=torch_dtype)
     tokenizer_source = path
     if not _has_tokenizer(path) and adapter is not None and _has_tokenizer(Path(adapter)):
         tokenizer_source = Path(adapter)
@@ -39,6 +41,10 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     except (OSError, ValueError, TypeError) as err:
         raise PawError(f"cannot load a tokenizer from the model folder ({_first_line(err)})", path=path) from None
+    if path.is_dir():  # headers checked and pickles refused the way every other command does, first
+        from paw.io.checkpoint import open_checkpoint
+
+        open_checkpoint(path)
     try:
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except (OSError, ValueError, KeyError) as err:
@@ -48,12 +54,30 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     return lm.to(device).eval(), tokenizer
 
 
+def _load_gguf_lm(path: Path, *, adapter, device, dtype):
+    """A GGUF file: the model filled from :func:`paw.io.gguf.open_gguf`, transformers' tokenizer."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from paw.io.gguf import gguf_side_folder, load_gguf_model
+
+    model_dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    lm = load_gguf_model(path, dtype=model_dtype)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_side_folder(path))
+    if adapter is not None:
+        lm = _apply_adapter(lm, adapter)
+    return lm.to(device).eval(), tokenizer
+
+
 def _apply_adapter(lm, adapter: str | Path):
     from peft import PeftModel
+
+    from paw.io.adapter_check import read_adapter_header
 
     folder = resolve_path(adapter, what="adapter")
     if not (folder / "adapter_config.json").is_file():
         raise PawError("not a PEFT adapter folder (no adapter_config.json)", path=folder)
+    read_adapter_header(folder)  # config against tensor shapes, as PEFT would, but in one line
     try:
         return PeftModel.from_pretrained(lm, folder)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
@@ -84,12 +108,22 @@ def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str,
     """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model."""
     from paw.io.manifest import write_json
 
-    if base is not None:
-        for config in peft_model.peft_config.values():
+    for config in peft_model.peft_config.values():
+        if base is not None:
             config.base_model_name_or_path = str(base)
+        sort_target_modules(config)
     peft_model.save_pretrained(folder)
     for name, data in (extra_files or {}).items():
         write_json(Path(folder) / name, data)
+
+
+def sort_target_modules(config) -> None:
+    """PEFT keeps ``target_modules`` as a set and saves it in set order, which changes with Python's
+    string hashing from run to run; a sorted list makes ``adapter_config.json`` byte-identical."""
+    for key in ("target_modules", "modules_to_save"):
+        value = getattr(config, key, None)
+        if isinstance(value, (set, frozenset, list, tuple)):
+            setattr(config, key, sorted(value))
 
 
 def write_results(path: str | Path, *, command: str, inputs: dict[str, Any], **fields: Any) -> Path:

@@ -29,9 +29,14 @@ def read_records(path: Path) -> Iterator[tuple[int, Record]]:
     except OSError as err:
         raise PawError(f"cannot read data file ({err.strerror})", path=path) from None
     with handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield number, _parse_line(line, path, number)
+        number = 0
+        try:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield number, _parse_line(line, path, number)
+        except UnicodeDecodeError as err:
+            raise PawError(f"line {number + 1}: not UTF-8 text (byte {err.start} of a read block: "
+                           f"{err.object[err.start:err.start + 1]!r}); is this a JSON-lines file?", path=path) from None
 
 
 def _parse_line(line: str, path: Path, number: int) -> Record:

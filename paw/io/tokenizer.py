@@ -62,6 +62,10 @@ def open_tokenizer(spec: str | Path, *, pattern: str | None = None, fast: bool =
     from paw.io.hub import resolve_path
 
     path = resolve_path(spec, what="tokenizer")
+    if path.is_file() and path.suffix.lower() == ".gguf":  # transformers' conversion of its vocabulary
+        from paw.io.gguf import gguf_side_folder
+
+        path = gguf_side_folder(path)
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
             return read_tokenizer_json(path / "tokenizer.json", str(spec), fast=fast)

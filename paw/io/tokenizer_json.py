@@ -120,6 +120,10 @@ def _tiktoken_twin(info: TokenizerInfo, pattern: str, ids: list[int]):
     ranks = {info.vocab[i]: i for i in ids if i not in info.specials}
     if len(ranks) != len(ids) - len(set(ids) & set(info.specials)):  # two pieces with the same bytes
         return None
+    if any(bytes([b]) not in ranks for b in range(256)):
+        # tiktoken needs every single byte as a token (it panics on text with a missing one);
+        # SmolLM2's vocabulary lacks 21 of them, so its text goes through ``tokenizers``
+        return None
     try:
         enc = tiktoken.Encoding(info.spec, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
     except Exception:  # a pattern tiktoken's regex engine rejects

@@ -23,9 +23,10 @@ from paw.io.reports import save_figure
 REPORT_JSON = "transfer_report.json"
 REPORT_CSV = "transfer_report.csv"
 PLOT = "similarity_vs_depth.png"
-CSV_FIELDS = ("module", "target_module", "kind", "rank", "method", "decision", "transferred", "similarity",
-              "similarity_chance", "similarity_out", "similarity_in", "subspace_rank", "remix_residual",
-              "norm_ratio", "shape_source", "shape_target")
+CSV_FIELDS = ("module", "target_module", "kind", "rank", "method", "decision", "transferred", "related",
+              "similarity", "similarity_null", "similarity_lift", "similarity_chance", "similarity_out",
+              "similarity_in", "subspace_rank", "remix_residual", "residual_lift", "kept", "norm_ratio",
+              "shape_source", "shape_target")
 
 
 def report_rows(report: dict) -> list[dict[str, Any]]:
@@ -61,7 +62,8 @@ def similarity_figure(report: dict):
         m = re.search(r"layers\.(\d+)\.", rec["module"])
         if m and rec.get("similarity") is not None:
             kind = rec["module"].rsplit(".", 1)[-1]
-            series.setdefault(kind, []).append((int(m[1]), rec["similarity"], rec["similarity_chance"]))
+            null = rec.get("similarity_null", rec["similarity_chance"])
+            series.setdefault(kind, []).append((int(m[1]), rec["similarity"], null))
     for kind, pts in sorted(series.items()):
         pts.sort()
         line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=kind)[0]
@@ -72,7 +74,7 @@ def similarity_figure(report: dict):
     ax.set_xlabel("source layer")
     ax.set_ylabel("‖U_sᵀU_t‖²_F / R")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"subspace similarity ({report['method']}); dashed: chance R/d")
+    ax.set_title(f"subspace similarity ({report['method']}); dashed: the other target layers (null)")
     if series:
         ax.legend(fontsize=7, ncol=4, loc="lower left")
     fig.tight_layout()
@@ -84,7 +86,11 @@ def write_transfer(output: str | Path, adapter, report: dict, *, command: str, i
     """Write the adapter and its report into ``output`` atomically (nothing half-written on error)."""
     from safetensors.torch import save_file
 
-    with atomic_dir(output, overwrite=overwrite) as tmp:
+    from paw.io.adapter import check_adapter
+
+    # what PAW writes must load in PEFT: the same cross-check as on reading
+    check_adapter(adapter.config, {k: tuple(v.shape) for k, v in adapter.tensors.items()}, path=output)
+    with atomic_dir(output, overwrite=overwrite, inputs=[adapter.path]) as tmp:
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
         save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, adapter.config)

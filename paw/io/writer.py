@@ -7,6 +7,8 @@ the index follow the Hugging Face convention, so ``from_pretrained`` loads the f
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 from collections.abc import Iterable, Mapping
@@ -16,6 +18,7 @@ from typing import Any
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir
 from paw.io.manifest import write_json
+from paw.io.safetensors_header import DTYPES
 
 DEFAULT_SHARD_BYTES = 2 * 1024**3
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -24,52 +27,87 @@ _MODEL_SIDE_FILES = ("config.json", "generation_config.json")
 
 
 def parse_size(size: int | str) -> int:
-    """``'2GB'`` -> 2 * 1024**3, ``'500MB'`` -> 500 * 1024**2, ``123`` -> 123."""
-    if isinstance(size, int):
-        return size
-    text = size.strip().upper()
-    for unit, factor in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024), ("B", 1)):
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * factor)
-    return int(text)
+    """``'2GB'`` -> 2 * 1024**3, ``'500MB'`` -> 500 * 1024**2, ``123`` -> 123; anything else is a PawError."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        value = size
+    else:
+        text = str(size).strip().upper()
+        factor = 1
+        for unit, f in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024), ("B", 1)):
+            if text.endswith(unit):
+                text, factor = text[: -len(unit)], f
+                break
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise PawError(f"--max-shard-size {size!r} is not a size such as 2GB, 500MB or 1000000")
+        value = int(number * factor)
+    if value <= 0:
+        raise PawError(f"--max-shard-size {size!r} must be positive")
+    return value
 
 
 class ShardedWriter:
-    """Accumulate tensors into shards of at most ``max_shard_bytes`` and write the index at close."""
+    """Write tensors into shards of at most ``max_shard_bytes`` and the index at close.
+
+    Each tensor's bytes go to disk as soon as it is added (into the shard's data file), so memory
+    holds one tensor, never a shard: a streamed merge of an 8B model does not buffer 2 GB. When a
+    shard is full its header is written and the data appended behind it (``copy_file_range``, in
+    the kernel). The files are plain safetensors: header JSON padded to 8 bytes, then the data in
+    the order the tensors came.
+    """
 
     def __init__(self, folder: Path, *, max_shard_bytes: int, metadata: dict[str, str] | None = None):
         self.folder = folder
         self.max_shard_bytes = max_shard_bytes
         self.metadata = {"format": "pt", **(metadata or {})}
-        self._pending: dict[str, Any] = {}
+        self._entries: dict[str, dict] = {}   # the open shard's header entries
+        self._data = None                     # the open shard's data file
         self._pending_bytes = 0
         self._shards: list[list[str]] = []
         self._seen: set[str] = set()
         self.total_bytes = 0
 
     def add(self, name: str, tensor) -> None:
+        """Append ``tensor`` (any device, any layout) under ``name``; it is on disk when this returns."""
         if name in self._seen:
             raise PawError(f"tensor {name!r} written twice")
+        code = _SAFETENSORS_CODES.get(str(tensor.dtype).removeprefix("torch."))
+        if code is None:
+            raise PawError(f"tensor {name!r}: dtype {tensor.dtype} cannot be stored in safetensors")
         self._seen.add(name)
         nbytes = tensor.numel() * tensor.element_size()
-        if self._pending and self._pending_bytes + nbytes > self.max_shard_bytes:
+        if self._entries and self._pending_bytes + nbytes > self.max_shard_bytes:
             self._flush()
-        # own, contiguous storage: safetensors refuses views and tensors that share memory
-        self._pending[name] = tensor.detach().to("cpu").contiguous().clone()
+        if self._data is None:
+            self._data = open(self.folder / f".shard-{len(self._shards):05d}.data", "wb")
+        self._data.write(_raw_bytes(tensor))
+        self._entries[name] = {"dtype": code, "shape": list(tensor.shape),
+                               "data_offsets": [self._pending_bytes, self._pending_bytes + nbytes]}
         self._pending_bytes += nbytes
         self.total_bytes += nbytes
 
     def _flush(self) -> None:
-        from safetensors.torch import save_file
-
         index = len(self._shards)
-        save_file(self._pending, str(self.folder / f".shard-{index:05d}.safetensors"), metadata=self.metadata)
-        self._shards.append(list(self._pending))
-        self._pending, self._pending_bytes = {}, 0
+        data_path = self.folder / f".shard-{index:05d}.data"
+        if self._data is None:
+            self._data = open(data_path, "wb")
+        self._data.close()
+        header = json.dumps({"__metadata__": self.metadata, **self._entries}, separators=(",", ":")).encode()
+        header += b" " * (-len(header) % 8)  # tensor data starts 8-byte aligned, as safetensors writes it
+        with open(self.folder / f".shard-{index:05d}.safetensors", "wb") as out, open(data_path, "rb") as data:
+            out.write(len(header).to_bytes(8, "little") + header)
+            out.flush()
+            _append(data, out, self._pending_bytes)
+        data_path.unlink()
+        self._shards.append(list(self._entries))
+        self._entries, self._data, self._pending_bytes = {}, None, 0
 
     def close(self) -> list[str]:
         """Write what is pending, give shards their final names, write the index; return file names."""
-        if self._pending or not self._shards:
+        if self._entries or not self._shards:
             self._flush()
         count = len(self._shards)
         if count == 1:
@@ -86,11 +124,44 @@ class ShardedWriter:
         return names
 
 
+_SAFETENSORS_CODES = {torch_name: code for code, (torch_name, _) in DTYPES.items()}
+
+
+def _raw_bytes(tensor) -> memoryview:
+    """The tensor's bytes in row-major order, without a copy when it is already a CPU contiguous tensor."""
+    import torch
+
+    t = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return memoryview(t.view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
+
+
+def _append(src, dst, count: int) -> None:
+    """Copy ``count`` bytes from ``src`` to the end of ``dst`` (in the kernel where the OS can)."""
+    done = 0
+    try:
+        while done < count:
+            step = os.copy_file_range(src.fileno(), dst.fileno(), count - done)
+            if step == 0:
+                break
+            done += step
+    except (AttributeError, OSError):  # no copy_file_range here (or not between these files)
+        src.seek(done)
+        dst.seek(0, os.SEEK_END)
+        shutil.copyfileobj(src, dst, 16 << 20)
+        return
+    if done < count:
+        raise PawError("a shard's data file is shorter than what was written to it", path=src.name)
+
+
 def copy_side_files(source: str | Path | None, dest: Path, names: Iterable[str]) -> list[str]:
     """Copy the files in ``names`` that exist in folder ``source`` into ``dest``; return those copied."""
     if source is None:
         return []
     source = Path(source)
+    if source.is_file() and source.suffix.lower() == ".gguf":  # its config and tokenizer, as files
+        from paw.io.gguf import gguf_side_folder
+
+        source = gguf_side_folder(source)
     if source.is_file():
         source = source.parent
     copied = []
@@ -117,11 +188,14 @@ def write_checkpoint(
     ``config`` (a dict) is written as ``config.json``; otherwise ``config.json`` and
     ``generation_config.json`` are copied from ``copy_from`` when present there. Tokenizer files
     are copied from ``tokenizer_from`` (default: ``copy_from``). ``extra_files`` maps file names to
-    JSON-serialisable objects (e.g. a provenance manifest) written beside the weights.
+    JSON-serialisable objects (e.g. a provenance manifest), or to functions returning one (called
+    after the last tensor), written beside the weights. Inputs (``copy_from``, ``tokenizer_from``)
+    are never written over.
     """
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
-    with atomic_dir(output, overwrite=overwrite) as tmp:
-        writer = ShardedWriter(tmp, max_shard_bytes=parse_size(max_shard_size))
+    max_shard_bytes = parse_size(max_shard_size)
+    with atomic_dir(output, overwrite=overwrite, inputs=[copy_from, tokenizer_from]) as tmp:
+        writer = ShardedWriter(tmp, max_shard_bytes=max_shard_bytes)
         for name, tensor in items:
             writer.add(name, tensor)
         writer.close()
@@ -130,5 +204,5 @@ def write_checkpoint(
             write_json(tmp / "config.json", config)
         copy_side_files(tokenizer_from if tokenizer_from is not None else copy_from, tmp, TOKENIZER_FILES)
         for fname, obj in (extra_files or {}).items():
-            write_json(tmp / fname, obj)
+            write_json(tmp / fname, obj() if callable(obj) else obj)
     return Path(output)

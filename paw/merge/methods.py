@@ -52,6 +52,16 @@ class MergeMethod:
         used = {k: v for k, v in params.items() if k in self.params}
         return self.fn(base, deltas, weights, **self.fixed, **used)
 
+    @property
+    def sparsify(self) -> str | None:
+        """How each task vector is thinned first: None, magnitude, random or outliers."""
+        return self.fixed.get("sparsify")
+
+    def combine(self, base, deltas, weights):
+        """The method on task vectors that are already sparsified (the streamed merge does that per block)."""
+        fixed = {**self.fixed, "sparsify": None} if "sparsify" in self.fixed else self.fixed
+        return self.fn(base, deltas, weights, **fixed)
+
 
 METHODS: Registry[MergeMethod] = Registry("merge method")
 

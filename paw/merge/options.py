@@ -41,6 +41,7 @@ class MergeOptions:
     vocab_policy: str = "refuse"         # embed/lm_head rows of different vocab sizes: refuse or base
     overwrite: bool = False              # replace an existing output folder
     max_shard_size: str = "2GB"          # safetensors shard size
+    allow_nonfinite: bool = False        # write NaN/Inf values the merge produces instead of refusing
 
     def check(self) -> None:
         """Refuse values no merge can use, before any file is opened."""
@@ -52,6 +53,14 @@ class MergeOptions:
             if values is not None and len(values) != len(self.models):
                 raise PawError(f"{key} has {len(values)} value(s) but there are {len(self.models)} "
                                f"model(s); give one per model, in the same order")
+        from paw.io.writer import parse_size
+        from paw.validate import finite, finite_all
+
+        for flag in ("beta", "alpha", "scale", "density", "drop_rate", "gamma"):
+            finite(f"--{flag.replace('_', '-')}", getattr(self, flag))
+        finite_all("--weights", self.weights)
+        finite_all("--l2-norms", self.l2_norms)
+        parse_size(self.max_shard_size)
         _in_range("--density", self.density, 0.0, 1.0, low_open=True)
         _in_range("--drop-rate", self.drop_rate, 0.0, 1.0, high_open=True)
         _in_range("--gamma", self.gamma, 0.0, 1.0, high_open=True)

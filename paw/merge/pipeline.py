@@ -12,25 +12,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from paw import __version__
 from paw.errors import PawError
-from paw.io.atomic import check_output
+from paw.io.atomic import check_output, input_scope
 from paw.io.checkpoint import Checkpoint, open_checkpoint, read_json
 from paw.io.manifest import describe_input
 from paw.io.writer import write_checkpoint
+from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
+from paw.merge.blocks import TopK, find_thresholds, row_blocks
 from paw.merge.methods import MergeMethod, get_method, tensor_seed
 from paw.merge.norms import task_vector_norms
 from paw.merge.options import MergeOptions
 from paw.merge.plan import MergePlan, plan_merge
 from paw.merge.weights import weights_from_norms
 from paw.progress import track
+from paw.validate import NonFinite, nonfinite
 
 MANIFEST = "paw_merge.json"
-BLOCK_ELEMENTS = 1 << 20  # entries per step of an elementwise method on a large tensor (4 MB in float32)
+BLOCK_ELEMENTS = _BLOCK  # entries per row block of a merged tensor (4 MB in float32)
 
 
 @dataclass
@@ -46,6 +49,7 @@ class MergeJob:
     norm_source: str               # given | stats-dir | computed | not needed
     weights: list[float]
     device: Any                    # torch.device
+    nonfinite: dict[str, int] = field(default_factory=dict)  # tensor -> NaN/Inf written (allow_nonfinite)
 
     def table(self) -> list[tuple[str, float | None, float]]:
         """``(model name, L2 norm or None, weight)`` per model, for the table printed before merging."""
@@ -61,10 +65,12 @@ def prepare(options: MergeOptions) -> MergeJob:
     method = get_method(options.method)
     if options.base is None and method.needs_base:
         raise PawError(f"--base is required for method {method.name} (only 'linear' works without one)")
-    check_output(options.output, overwrite=options.overwrite)
+    inputs = [*options.models, *([options.base] if options.base else []), options.stats_dir]
+    check_output(options.output, overwrite=options.overwrite, inputs=inputs)
     device = resolve_device(options.device)
     models = [open_checkpoint(m) for m in options.models]
     reference = open_checkpoint(options.base) if options.base is not None else models[0]
+    check_output(options.output, overwrite=options.overwrite, inputs=[m.path for m in [reference, *models]])
     plan = plan_merge(reference, models, vocab_policy=options.vocab_policy)
     norms, source = _norms(options, reference, models, plan, device)
     if options.weights is not None:
@@ -72,6 +78,8 @@ def prepare(options: MergeOptions) -> MergeJob:
     else:
         weights = weights_from_norms(norms, options.mode, beta=options.beta, alpha=options.alpha) \
             if norms is not None else [1.0 / len(models)] * len(models)
+    if not all(math.isfinite(w) for w in weights):
+        raise PawError(f"the weights {weights} are not all finite numbers; nothing was written")
     if method.normalise_weights and abs(sum(weights)) < 1e-12:
         raise PawError(f"--weights sum to zero; method {method.name} divides by their sum")
     return MergeJob(options, method, reference, models, plan, norms, source, weights, device)
@@ -85,7 +93,8 @@ def _norms(options: MergeOptions, base: Checkpoint, models: list[Checkpoint], pl
         return [_summary_norm(Path(options.stats_dir), m.name) for m in models], "stats-dir"
     if options.weights is not None or options.mode == "equal":
         return None, "not needed"
-    return task_vector_norms(base, models, plan.merge, device=device), "computed"
+    return task_vector_norms(base, models, plan.merge, device=device, block_elements=BLOCK_ELEMENTS,
+                             allow_nonfinite=options.allow_nonfinite), "computed"
 
 
 def _summary_norm(stats_dir: Path, model_name: str) -> float:
@@ -94,70 +103,103 @@ def _summary_norm(stats_dir: Path, model_name: str) -> float:
         raise PawError(f"no task-vector summary for model {model_name!r} (run paw task-vectors --outdir "
                        f"{stats_dir}, or drop --stats-dir to compute the norms)", path=path)
     value = read_json(path).get("global_l2")
-    if not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise PawError("no numeric 'global_l2' in this summary", path=path)
     return float(value)
 
 
 def merged_tensors(job: MergeJob) -> Iterator[tuple[str, Any]]:
-    """Yield ``(name, tensor)`` for every tensor of the base, in its order: merged, row-merged or copied."""
+    """Yield ``(name, tensor)`` for every tensor of the base, in its order: merged, row-merged or copied.
+
+    A tensor with NaN/Inf is refused (naming the model it comes from) unless ``allow_nonfinite``.
+    """
+    merge = set(job.plan.merge) | set(job.plan.vocab_rows)
+    for name in track(job.plan.order, f"merging ({job.method.name})"):
+        tensor = _merge_tensor(job, name) if name in merge else job.reference[name]
+        if nonfinite(tensor):
+            _refuse_nonfinite(job, name, tensor)
+        yield name, tensor
+
+
+def _merge_tensor(job: MergeJob, name: str):
+    """One merged tensor, computed in row blocks: base + scale * method(Δ_1 .. Δ_N), in the output dtype."""
     import torch
 
     opts, ref = job.options, job.reference
-    merge = set(job.plan.merge) | set(job.plan.vocab_rows)
-    params = dict(density=opts.density, drop_rate=opts.drop_rate, gamma=opts.gamma)
-    for name in track(job.plan.order, f"merging ({job.method.name})"):
-        if name not in merge:
-            yield name, ref[name]
-            continue
-        out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
-        compute = torch.float64 if ref.dtype(name) == "float64" else torch.float32
-        rows = job.plan.vocab_rows.get(name)
-        shape = ref.shape(name)
-        out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
-        for block, get in _blocks(job, name, rows):
-            base = get(0).to(compute)
-            # bf16 - f32 promotes inside one kernel: no float32 copy of each model is ever made
-            deltas = [torch.sub(get(i), base).to(compute) for i in range(1, len(job.models) + 1)]
-            if job.method.random:
-                params["generators"] = [torch.Generator(device=job.device).manual_seed(
-                    tensor_seed(opts.seed, name, i)) for i in range(len(deltas))]
-            merged = job.method(base, deltas, job.weights, **params)
-            del deltas
-            # base + scale * merged, cast to the output dtype, in one pass
-            torch.add(base, merged, alpha=opts.scale, out=out[block] if out.ndim else out)
-        if rows is not None:  # rows past the shared vocabulary stay the base's
-            full = _load(ref, name, None, job.device).to(out_dtype, copy=True)
-            full[:rows] = out
-            out = full
-        yield name, out
+    out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
+    compute = torch.float64 if ref.dtype(name) == "float64" else torch.float32
+    rows = job.plan.vocab_rows.get(name)
+    shape = ref.shape(name)
+    blocks = row_blocks(shape, rows, BLOCK_ELEMENTS)
+    ckpts = [ref, *job.models]
+
+    def read(i: int, block):
+        return (ckpts[i][name] if block is None else ckpts[i].rows(name, *block)).to(job.device)
+
+    def deltas(block):
+        base = read(0, block).to(compute)
+        # bf16 - f32 promotes inside one kernel: no float32 copy of each model is ever made
+        return base, [torch.sub(read(i, block), base).to(compute) for i in range(1, len(ckpts))]
+
+    out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
+    thin = _sparsifiers(job, name, math.prod(out.shape), blocks, deltas)
+    for block in blocks:
+        base, ds = deltas(block)
+        if not opts.allow_nonfinite and not all(bool(torch.isfinite(d).all()) for d in ds):
+            _refuse_nonfinite(job, name, None)  # an input holds NaN/Inf here: name it, even if the method would drop it
+        for d, f in zip(ds, thin, strict=True):
+            f(d)
+        merged = job.method.combine(base, ds, job.weights)
+        del ds
+        torch.add(base, merged, alpha=opts.scale, out=out if block is None else out[block[0]:block[1]])
+    if rows is not None:  # rows past the shared vocabulary stay the base's
+        full = read(0, None).to(out_dtype, copy=True)
+        full[:rows] = out
+        out = full
+    return out
 
 
-def _blocks(job: MergeJob, name: str, rows: int | None):
-    """Yield ``(index, get)`` steps over one tensor; ``get(i)`` gives input i (0 = base) at ``index``.
+def _sparsifiers(job: MergeJob, name: str, n: int, blocks, deltas) -> list:
+    """Per model, an in-place function that thins a block of Δ_i as the method says.
 
-    Methods that need the whole tensor (TIES ranks, DARE draws) get one step, and each input is read
-    when asked for and dropped after its subtraction. Elementwise methods on tensors above
-    :data:`BLOCK_ELEMENTS` read the inputs once in their stored dtype and walk them in blocks of rows:
-    float32 temporaries then stay block-sized (cache-resident, a few MB), not tensor-sized.
+    TIES and Model Breadcrumbs keep entries by rank of |Δ_i| over the whole tensor: their thresholds
+    come from two streamed passes first (:func:`paw.merge.blocks.find_thresholds`). DARE draws one
+    uniform per entry from a generator seeded per (tensor, model), block after block in order, which
+    on the CPU gives the same draws as one call over the whole tensor.
     """
-    ckpts = [job.reference, *job.models]
-    shape = job.reference.shape(name)
-    first = rows or (shape[0] if shape else 1)
-    numel = first * math.prod(shape[1:])
-    if not job.method.elementwise or numel <= BLOCK_ELEMENTS or not shape:
-        yield slice(None), lambda i: _load(ckpts[i], name, rows, job.device)
+    import torch
+
+    opts, kind, count = job.options, job.method.sparsify, len(job.models)
+    if kind == "random" and opts.drop_rate > 0:
+        p = opts.drop_rate
+        gens = [torch.Generator(device=job.device).manual_seed(tensor_seed(opts.seed, name, i)) for i in range(count)]
+        return [lambda d, g=g: d.mul_(torch.rand(d.shape, generator=g, device=d.device) >= p).div_(1.0 - p)
+                for g in gens]
+    if kind == "magnitude" and opts.density < 1.0:
+        topks = [[TopK(max(1, int(opts.density * n)), n)] for _ in range(count)]
+    elif kind == "outliers":
+        n_top, n_keep = int(opts.gamma * n), int(opts.density * n)
+        topks = [[TopK(n_top + n_keep, n), TopK(n_top, n)] for _ in range(count)]
+    else:
+        return [lambda d: d] * count
+    find_thresholds(topks, lambda: ([d.abs_() for d in deltas(block)[1]] for block in blocks))
+    if kind == "magnitude":
+        return [lambda d, t=t[0]: d.mul_(t.mask(d.abs())) for t in topks]
+    return [lambda d, keep=t[0], drop=t[1]: d.mul_(keep.mask(d.abs()) & ~drop.mask(d.abs())) for t in topks]
+
+
+def _refuse_nonfinite(job: MergeJob, name: str, tensor) -> None:
+    """Name the input that brought NaN/Inf into ``name`` (``tensor``: the result, None while reading
+    inputs); refuse unless ``allow_nonfinite``."""
+    if job.options.allow_nonfinite:
+        job.nonfinite[name] = nonfinite(tensor)
         return
-    raw = [_load(c, name, rows, job.device) for c in ckpts]
-    step = max(1, BLOCK_ELEMENTS * first // numel)
-    for start in range(0, first, step):
-        yield slice(start, start + step), lambda i, s=slice(start, start + step): raw[i][s]
-
-
-def _load(ckpt: Checkpoint, name: str, rows: int | None, device):
-    """One tensor in its stored dtype, on ``device``, first ``rows`` rows only if given."""
-    t = ckpt[name]
-    return (t if rows is None else t[:rows]).to(device)
+    sources = [c for c in [job.reference, *job.models] if name in c and nonfinite(c[name])]
+    where = "; ".join(f"model {c.name} ({c.path}) holds {nonfinite(c[name])}" for c in sources) or \
+        "no input holds any: the weights or --scale overflow"
+    result = "" if tensor is None else f", and the merge would hold {nonfinite(tensor)}"
+    raise NonFinite(f"tensor {name!r}: NaN/Inf value(s): {where}{result}; nothing was written; "
+                    "pass --allow-nonfinite to write it anyway")
 
 
 def manifest(job: MergeJob, command: str) -> dict[str, Any]:
@@ -181,6 +223,7 @@ def manifest(job: MergeJob, command: str) -> dict[str, Any]:
         "copied_from_base": job.plan.copy,
         "vocab_rows_merged": job.plan.vocab_rows,
         "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "device")},
+        "nonfinite_written": dict(job.nonfinite),  # tensor -> NaN/Inf count, only with allow_nonfinite
     }
 
 
@@ -194,9 +237,10 @@ def execute(job: MergeJob, *, command: str = "") -> Path:
             config["torch_dtype"] = opts.dtype
     return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
                             max_shard_size=opts.max_shard_size, overwrite=opts.overwrite,
-                            extra_files={MANIFEST: manifest(job, command)})
+                            extra_files={MANIFEST: lambda: manifest(job, command)})  # after the tensors
 
 
 def merge(options: MergeOptions, *, command: str = "") -> Path:
     """:func:`prepare` then :func:`execute`: the whole merge as one library call."""
-    return execute(prepare(options), command=command)
+    with input_scope():  # nothing this merge reads may be written over
+        return execute(prepare(options), command=command)

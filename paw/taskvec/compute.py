@@ -62,18 +62,24 @@ class TaskVectorResults:
         return aggregate((name, s.numel, s.sumsq, s.l1) for name, s in rows)
 
     def cosines(self) -> list[list[float]]:
-        """N x N cosine similarity of the flattened task vectors (NaN next to an all-zero Δ)."""
+        """N x N cosine similarity of the flattened task vectors.
+
+        NaN next to a Δ whose cosine is undefined: all zero, or holding NaN/Inf (never 1.0).
+        """
+        from paw.validate import clamp_cosine
+
         norms = [math.sqrt(self.gram[i][i]) for i in range(len(self.models))]
+        defined = [0 < n < math.inf for n in norms]  # False for 0, inf and nan
         out = []
         for i, row in enumerate(self.gram):
             cells = []
             for k, dot in enumerate(row):
-                if norms[i] == 0 or norms[k] == 0:
+                if not (defined[i] and defined[k]):
                     cells.append(math.nan)
                 elif i == k:
                     cells.append(1.0)
                 else:
-                    cells.append(max(-1.0, min(1.0, dot / (norms[i] * norms[k]))))
+                    cells.append(clamp_cosine(dot / (norms[i] * norms[k])))
             out.append(cells)
         return out
 

@@ -44,7 +44,8 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
     specs = [str(m) for m in models]
     base_ckpt = open_checkpoint(base)
     model_ckpts = [open_checkpoint(m) for m in specs]
-    check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite)
+    check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite,
+                         inputs=[base_ckpt.path, *(m.path for m in model_ckpts)])
     devices = _devices(resolve_device(device), multi_gpu, workers)
     results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include, exclude=exclude)
     inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}

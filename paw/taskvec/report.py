@@ -11,7 +11,7 @@ Layout (names and columns are an interface: users and ``paw merge`` read them)::
     DIR/pairwise_cosines.csv            N x N cosines of the flattened task vectors
 
 Row builders, the summary and the figure are pure; :func:`write_report` writes through
-``paw.io`` (each model folder atomically).
+``paw.io`` (the whole report folder atomically, as one rename).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir, check_output
 from paw.io.manifest import describe_input, write_manifest
-from paw.io.reports import json_safe, make_readable, save_figure, write_csv
+from paw.io.reports import json_safe, save_figure, write_csv
 from paw.taskvec.compute import TaskVectorResults
 from paw.taskvec.groups import GROUP_ORDER
 from paw.taskvec.quantiles import QUANTILES
@@ -124,38 +124,41 @@ def output_paths(outdir: str | Path, model_names: Sequence[str]) -> list[Path]:
     return [outdir / name for name in model_names] + [outdir / COSINES_FILE]
 
 
-def check_report_outputs(outdir: str | Path, model_names: Sequence[str], *, overwrite: bool) -> None:
-    """Refuse (before any heavy work) to replace an earlier report unless ``overwrite``."""
+def check_report_outputs(outdir: str | Path, model_names: Sequence[str], *, overwrite: bool,
+                         inputs: Sequence = ()) -> None:
+    """Refuse (before any heavy work) an ``outdir`` that exists (unless ``overwrite``) or holds an input."""
     if Path(outdir).exists() and not Path(outdir).is_dir():
         raise PawError("--outdir exists and is not a folder", path=outdir)
-    for path in output_paths(outdir, model_names):
-        check_output(path, overwrite=overwrite)
+    check_output(outdir, overwrite=overwrite, inputs=inputs)
 
 
 def write_report(outdir: str | Path, results: TaskVectorResults, *, top_k: int = 50, command: str = "",
                  inputs: dict | None = None, overwrite: bool = False) -> list[Path]:
-    """Write every report file for every model; returns the model folders and the cosine table."""
+    """Write every report file for every model; returns the model folders and the cosine table.
+
+    The whole report folder is built aside and renamed into place once: a run that is killed or
+    fails leaves no half report (and no complete-looking model folder beside a missing one).
+    """
     outdir = Path(outdir)
-    check_report_outputs(outdir, results.models, overwrite=overwrite)
+    if outdir.exists() and not outdir.is_dir():
+        raise PawError("--outdir exists and is not a folder", path=outdir)
     if inputs is None:
         inputs = {"base": describe_input(results.base_path),
                   "models": [describe_input(p) for p in results.model_paths]}
-    written = []
-    for i, name in enumerate(results.models):
-        with atomic_dir(outdir / name, overwrite=overwrite) as tmp:
-            make_readable(tmp)
+    with atomic_dir(outdir, overwrite=overwrite, inputs=[results.base_path, *results.model_paths]) as tmp:
+        for i, name in enumerate(results.models):
+            folder = tmp / name
+            folder.mkdir()
             rows = param_rows(results, i)
-            write_csv(tmp / "per_param_stats.csv", rows, PER_PARAM_COLUMNS)
-            write_csv(tmp / f"top{top_k}_by_l2.csv", top_rows(rows, "l2", top_k), PER_PARAM_COLUMNS)
-            write_csv(tmp / f"top{top_k}_by_maxabs.csv", top_rows(rows, "maxabs", top_k), PER_PARAM_COLUMNS)
+            write_csv(folder / "per_param_stats.csv", rows, PER_PARAM_COLUMNS)
+            write_csv(folder / f"top{top_k}_by_l2.csv", top_rows(rows, "l2", top_k), PER_PARAM_COLUMNS)
+            write_csv(folder / f"top{top_k}_by_maxabs.csv", top_rows(rows, "maxabs", top_k), PER_PARAM_COLUMNS)
             info = summary(results, i, top_k=top_k)
-            write_manifest(tmp, "summary.json", command=command, inputs=json_safe(inputs), **json_safe(info))
+            write_manifest(folder, "summary.json", command=command, inputs=json_safe(inputs), **json_safe(info))
             notes = {"lm_head": "tied (in embed)"} if results.tied_lm_head.get("tied") else None
             save_figure(group_l2_figure(info["groups"], model=name, base=results.base, notes=notes),
-                        tmp / "group_l2_bar.png")
-        written.append(outdir / name)
-    cos = results.cosines()
-    written.append(write_csv(outdir / COSINES_FILE,
-                             [[name, *row] for name, row in zip(results.models, cos, strict=True)],
-                             ["model", *results.models]))
-    return written
+                        folder / "group_l2_bar.png")
+        cos = results.cosines()
+        write_csv(tmp / COSINES_FILE, [[name, *row] for name, row in zip(results.models, cos, strict=True)],
+                  ["model", *results.models])
+    return output_paths(outdir, results.models)

@@ -11,10 +11,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paw import arch
-from paw.errors import PawError
 from paw.transfer import linalg, structural
 from paw.transfer.layers import FINAL, count_layers, role_of, split_layer
+from paw.transfer.methods import Unavailable
 from paw.transfer.vocab import VocabIndex
+
+PROBES = 16  # Gaussian probes of the residual sketches (a JL estimate of ‖W_t − c·W_s‖ per module)
+
+
+@dataclass
+class Fingerprint:
+    """What relatedness needs of one weight, kept for the whole transfer (a few MB per weight).
+
+    ``U`` (out, R), ``V`` (in, R): top-R singular bases of the weight as it acts on the RMS-normalised
+    residual (reader weights with their norm gains folded in, so layers and models with other gains
+    compare fairly); ``probe``: the same weight times shared Gaussian probes (out, PROBES).
+    """
+
+    U: Any
+    V: Any
+    probe: Any
 
 
 def family_of(ckpt) -> arch.Family:
@@ -35,6 +51,8 @@ class Context:
     seed: int = 0
     layer_map: dict[int, int] = field(default_factory=dict)
     _svd: dict = field(default_factory=dict, repr=False)
+    _prints: dict = field(default_factory=dict, repr=False)
+    _omega: dict = field(default_factory=dict, repr=False)
     _residual: tuple | None = field(default=None, repr=False)
     _hidden: structural.UnitMap | None = field(default=None, repr=False)
     _units: dict = field(default_factory=dict, repr=False)
@@ -56,7 +74,10 @@ class Context:
         return ckpt[name].to(device=self.device, dtype=self.dtype)
 
     def forget_bases(self) -> None:
-        """Drop memoised singular bases (each base weight belongs to one module, done by now)."""
+        """Drop the methods' memoised singular bases (each base weight belongs to one module, done by now).
+
+        Fingerprints stay: the next modules compare against them as the null.
+        """
         self._svd.clear()
 
     def gain(self, side: str, norm_name: str | None, width: int):
@@ -82,14 +103,46 @@ class Context:
         return f"{parts[0]}.{parts[1]}.{role.norm}.weight" if parts else None
 
     # ---- truncated SVD, once per base weight --------------------------------------------------
-    def svd(self, side: str, name: str, W=None):
-        """Top-R singular triplets of a base weight, memoised by (side, name)."""
-        key = (side, name)
+    def sketch_seed(self, side: str) -> int:
+        """Independent randomized-SVD sketches per model: a shared one biases their overlap upward."""
+        return 2 * self.seed + (0 if side == "s" else 1)
+
+    def svd(self, side: str, name: str, W=None, *, rank: int | None = None):
+        """Top-R singular triplets of a base weight as stored, memoised by (side, name, R)."""
+        shape = tuple(W.shape) if W is not None else tuple(self.weight_shape(side, name))
+        rank = rank or linalg.default_rank(*shape, self.subspace_rank)
+        key = (side, name, rank)
         if key not in self._svd:
             W = self.weight(side, name) if W is None else W
-            rank = linalg.default_rank(*W.shape, self.subspace_rank)
-            self._svd[key] = linalg.top_singular(W, rank, seed=self.seed)
+            self._svd[key] = linalg.top_singular(W, rank, seed=self.sketch_seed(side))
         return self._svd[key]
+
+    def weight_shape(self, side: str, name: str):
+        return (self.source if side == "s" else self.target).shape(name)
+
+    def probes(self, n: int):
+        """(n, PROBES) Gaussian probes shared by both models (seeded by n): residual sketches compare."""
+        import torch
+
+        if n not in self._omega:
+            gen = torch.Generator().manual_seed(10_007 * self.seed + n)
+            self._omega[n] = torch.randn(n, PROBES, generator=gen).to(self.device) / PROBES ** 0.5
+        return self._omega[n]
+
+    def fingerprint(self, side: str, name: str, *, module: str, transpose: bool = False, W=None) -> Fingerprint:
+        """:class:`Fingerprint` of the base weight ``name`` of ``module`` (``transpose``: embedding tables)."""
+        norm = self.input_norm(side, module)
+        key = (side, name, transpose, norm)
+        if key not in self._prints:
+            if W is None:
+                W = self.weight(side, name)
+                W = W.T if transpose else W
+            if norm is not None:
+                W = W * self.gain(side, norm, W.shape[1])[None, :]
+            rank = linalg.default_rank(*W.shape)
+            U, _, V = linalg.top_singular(W, rank, seed=self.sketch_seed(side))
+            self._prints[key] = Fingerprint(U, V, W @ self.probes(W.shape[1]))
+        return self._prints[key]
 
     # ---- residual-stream maps (embed-map) -----------------------------------------------------
     def embedding_rows(self):
@@ -135,7 +188,7 @@ class Context:
         """Matched embedding rows of shared tokens, source and target."""
         e_s, e_t = self.families["s"].embed, self.families["t"].embed
         if e_s not in self.source or e_t not in self.target:
-            raise PawError(f"{method} needs the embedding ({e_s}, {e_t}) in both base models")
+            raise Unavailable(f"{method} needs the embedding ({e_s}, {e_t}) in both base models")
         return self.vocab.fit_rows(self.weight("s", e_s), self.weight("t", e_t), seed=self.seed)
 
     def _untied_heads(self) -> bool:
@@ -158,7 +211,7 @@ class Context:
         if key not in self._units:
             hd_s, hd_t = arch.head_dim(self.source.config), arch.head_dim(self.target.config)
             if hd_s is None or hd_s != hd_t:
-                raise PawError(f"structural needs the same head_dim in both configs (source {hd_s}, target {hd_t})")
+                raise Unavailable(f"structural needs the same head_dim in both configs (source {hd_s}, target {hd_t})")
             maps = structural.layer_unit_maps(self.layer_weights("s", layer_s), self.layer_weights("t", layer_t),
                                               self.hidden_map(), hd_s)
             self._units = {key: maps}

@@ -120,6 +120,18 @@ LayerMapFn = Callable[[int, int, Callable[[], list[list[float]]]], dict[int, int
 LAYER_MAPS: Registry[LayerMapFn] = Registry("layer map")
 
 
+@LAYER_MAPS.register("auto")
+def _auto(n_source: int, n_target: int, similarity) -> dict[int, int]:
+    """The first pairing ``auto`` tries: by name when depths agree, else by similarity.
+
+    ``transfer_lora`` does more under ``auto`` (:mod:`paw.transfer.pairing`): it checks that the
+    weights agree with the name pairing and tries the other pairings before it refuses a target.
+    """
+    if n_source == n_target:
+        return _by_name(n_source, n_target, similarity)
+    return _by_similarity(n_source, n_target, similarity)
+
+
 @LAYER_MAPS.register("name")
 def _by_name(n_source: int, n_target: int, similarity) -> dict[int, int]:
     """Layer i to layer i; when depths differ the extra layers stay unpaired."""

@@ -41,17 +41,28 @@ class Job:
     weight_s: str  # base tensor names (for the SVD cache)
     weight_t: str
     layers: tuple[int | None, int | None] = (None, None)
+    embedding: bool = False  # an embedding LoRA: W_s/W_t are the transposed tables
 
 
 @dataclass
 class Mapped:
-    """New factors; ``carry_out``/``carry_in`` map source bases (d_s, R) into target coordinates or are None."""
+    """New factors and how to judge them.
+
+    ``carry_out``/``carry_in`` map source bases (d_s, R) into target coordinates, or are None where
+    there is no common frame. ``residual`` is None where it would mean nothing (across shapes without
+    a unit correspondence). ``frame`` says how the kept share of ΔW can be measured: ``'same'`` (the
+    target update lives in the source's coordinates: ``⟨ΔW_t, ΔW_s⟩/‖ΔW_s‖²``), ``'selection'`` (the
+    target update is the source update with units selected: ``‖ΔW_t‖²/‖ΔW_s‖²``) or None.
+    """
 
     A: Any
     B: Any
-    residual: float
+    residual: float | None
     carry_out: Callable | None = None
     carry_in: Callable | None = None
+    frame: str | None = None
+    paired_out: list[int] | None = None  # target coordinates that have a source partner (None: all)
+    paired_in: list[int] | None = None
 
 
 MethodFn = Callable[[Any, Job], Mapped]
@@ -85,7 +96,7 @@ def copy(ctx, job: Job) -> Mapped:
     """
     _same_shape(job, "copy")
     if job.role is None or job.role.other != "vocab" or ctx.vocab.identity:
-        return Mapped(job.A, job.B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity)
+        return Mapped(job.A, job.B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity, frame="same")
     if job.role.side == "in":  # lm_head: vocabulary rows are the output
         W_hat = ctx.vocab.rows(job.W_s)
         return Mapped(job.A, ctx.vocab.rows(job.B.float()), linalg.scaled_residual(job.W_t, W_hat),
@@ -97,43 +108,55 @@ def copy(ctx, job: Job) -> Mapped:
 
 @register("lora-x")
 def lora_x(ctx, job: Job) -> Mapped:
-    """LoRA-X (Farhadzadeh et al., ICLR 2025): project onto the target weight's top-R singular subspaces.
+    """LoRA-X (Farhadzadeh et al., ICLR 2025) applied to an ordinary LoRA.
 
-    ``B_t = U_t U_tᵀ B_s`` and ``A_t = A_s V_t V_tᵀ`` (so ``ΔW_t = U_t U_tᵀ ΔW_s V_t V_tᵀ``), with
-    U_t (out, R), V_t (in, R). Lossy even source -> source unless R is full: directions of ΔW outside
-    the top-R row/column spaces of W are dropped (for a rectangular W, full R still drops the part of
-    A outside W's row space).
+    A LoRA-X adapter is trained *inside* the source weight's top-R singular subspaces, and its transfer
+    projects it onto the target weight's: ``ΔW_t = U_t U_tᵀ ΔW_s V_t V_tᵀ``. An ordinary LoRA first
+    loses what LoRA-X could not have learned, so ``ΔW_t = U_t U_tᵀ (U_s U_sᵀ ΔW_s V_s V_sᵀ) V_t V_tᵀ``,
+    in factors ``B_t = U_t (U_tᵀU_s)(U_sᵀB_s)`` and ``A_t = (A_s V_s)(V_sᵀV_t) V_tᵀ`` (rank stays r).
+    The paper fixes no single R for language-model weights; R is ``--subspace-rank`` or PAW's default
+    ``min(32, min(out, in)/4)``. What it keeps is reported (``kept``): often little, even source->source.
     """
     _same_shape(job, "lora-x")
     _plain_vocab(ctx, job, "lora-x")
-    U, _, V = ctx.svd("t", job.weight_t, job.W_t)
-    B = U @ (U.T @ job.B.float())
-    A = (job.A.float() @ V) @ V.T
-    return Mapped(A, B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity)
-
-
-@register("frobenius")
-def frobenius(ctx, job: Job) -> Mapped:
-    """Cross-LoRA (Xia et al., 2025, LoRA-Align): pair truncated SVD bases, ``P_out = U_t U_sᵀ``, ``P_in = V_t V_sᵀ``.
-
-    ``B_t = P_out B_s`` (out_t, r) and ``A_t = A_s P_inᵀ`` (r, in_t); shapes may differ. Signs are
-    canonical (largest entry of each left vector positive). Two plain facts: with equal shapes the
-    Frobenius-optimal alignment of the two bases reduces to the LoRA-X projection onto the target's
-    subspaces (the source basis only decides which directions survive); and pairing singular vectors
-    one by one fails as soon as the weights drift, because neighbouring singular values differ by a
-    few percent and single vectors rotate inside their clusters while the subspaces stay put.
-    """
-    _plain_vocab(ctx, job, "frobenius")
-    U_s, S_s, V_s = ctx.svd("s", job.weight_s, job.W_s)
+    U_s, _, V_s = ctx.svd("s", job.weight_s, job.W_s)
     U_t, _, V_t = ctx.svd("t", job.weight_t, job.W_t)
-    rank = min(U_s.shape[1], U_t.shape[1])
-    U_s, S_s, V_s, U_t, V_t = U_s[:, :rank], S_s[:rank], V_s[:, :rank], U_t[:, :rank], V_t[:, :rank]
-    B = U_t @ (U_s.T @ job.B.float())
-    A = (job.A.float() @ V_s) @ V_t.T
-    same = tuple(job.W_s.shape) == tuple(job.W_t.shape)
-    carried = job.W_s if same else (U_t * S_s) @ V_t.T
-    carry = _identity if same else None
-    return Mapped(A, B, linalg.scaled_residual(job.W_t, carried), carry, carry)
+    B = U_t @ ((U_t.T @ U_s) @ (U_s.T @ job.B.float()))
+    A = ((job.A.float() @ V_s) @ (V_s.T @ V_t)) @ V_t.T
+    return Mapped(A, B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity, frame="same")
+
+
+CROSS_LORA_RANK = 320  # Cross-LoRA's stated truncation rank (>= 99% of the Frobenius energy in its models)
+
+
+@register("cross-lora")
+def cross_lora(ctx, job: Job) -> Mapped:
+    """Cross-LoRA (Xia et al., 2025): LoRA-Align maps the bases, LoRA-Shift projects the update.
+
+    LoRA-Align takes rank-R truncated SVDs of both weights (R = 320 in the paper, capped at the
+    weight's size; ``--subspace-rank`` overrides) and the Frobenius-optimal maps
+    ``P_U = argmin ‖P U_s − U_t‖_F`` and ``P_V = argmin ‖P V_s − V_t‖_F``, whose minimum-norm solutions
+    are ``U_t U_sᵀ`` and ``V_t V_sᵀ``; the aligned bases are ``Ũ_s = P_U U_s = U_t`` and ``Ṽ_s = V_t``.
+    LoRA-Shift (Eq. 7) is then ``ΔW_t = Ũ_s Ũ_sᵀ ΔW_s Ṽ_s Ṽ_sᵀ = U_t U_tᵀ ΔW_s V_t V_tᵀ``: with equal
+    shapes, the projection onto the target's top-R subspaces. Eq. 7 needs equal shapes; across shapes
+    PAW applies the LoRA-Align maps themselves, ``ΔW_t = P_U ΔW_s P_Vᵀ`` (singular vectors paired one
+    by one, which has no common frame: similarity, residual and kept share are reported as null).
+    """
+    _plain_vocab(ctx, job, "cross-lora")
+
+    def rank_of(W):
+        return min(ctx.subspace_rank or CROSS_LORA_RANK, *W.shape)
+
+    U_t, _, V_t = ctx.svd("t", job.weight_t, job.W_t, rank=rank_of(job.W_t))
+    if tuple(job.W_s.shape) == tuple(job.W_t.shape):
+        B = U_t @ (U_t.T @ job.B.float())
+        A = (job.A.float() @ V_t) @ V_t.T
+        return Mapped(A, B, linalg.scaled_residual(job.W_t, job.W_s), _identity, _identity, frame="same")
+    U_s, _, V_s = ctx.svd("s", job.weight_s, job.W_s, rank=rank_of(job.W_s))
+    rank = min(U_s.shape[1], U_t.shape[1], V_s.shape[1], V_t.shape[1])
+    B = U_t[:, :rank] @ (U_s[:, :rank].T @ job.B.float())
+    A = (job.A.float() @ V_s[:, :rank]) @ V_t[:, :rank].T
+    return Mapped(A, B, None)
 
 
 def _role(job: Job, method: str) -> Any:
@@ -192,7 +215,7 @@ def embed_map(ctx, job: Job) -> Mapped:
         residual = linalg.gram_residual_sketch(  # Gram of W_t vs Gram of W_s · into_s, over the target inputs
             lambda X: W_t.T @ (W_t @ X), lambda X: into_s.T @ (gram @ (into_s @ X)), W_t.shape[1], trace_t,
             float((gram * (into_s @ into_s.T)).sum()), seed=ctx.seed, device=W_t.device)
-        return Mapped(A, B, residual, carry_out, lambda V: _orth(into_s.T @ V))
+        return Mapped(A, B, residual, carry_out, lambda V: _orth(M_ts.T @ V))  # gain-folded bases
     gram = W_s @ W_s.T  # (d_s, d_s)
     B = M_st @ job.B.float()
     if role.other == "vocab":
@@ -237,8 +260,17 @@ def structural_map(ctx, job: Job) -> Mapped:
 
     A, B = take(job.A.float(), in_idx, 1), take(job.B.float(), out_idx, 0)
     W_hat = take(take(job.W_s, out_idx, 0), in_idx, 1)
+    selection = role.other != "vocab" or ctx.vocab.identity
     return Mapped(A, B, _paired_residual(job.W_t, W_hat, out_idx, in_idx),
-                  lambda U: _orth(take(U, out_idx, 0)), lambda V: _orth(take(V, in_idx, 0)))
+                  lambda U: _orth(take(U, out_idx, 0)), lambda V: _orth(take(V, in_idx, 0)),
+                  frame="selection" if selection else None, paired_out=_paired(out_idx), paired_in=_paired(in_idx))
+
+
+def _paired(index: list[int] | None) -> list[int] | None:
+    """Target units with a source partner; None when every unit has one (nothing to restrict)."""
+    if index is None or all(i >= 0 for i in index):
+        return None
+    return [j for j, i in enumerate(index) if i >= 0]
 
 
 def _paired_residual(W_t, W_hat, out_idx, in_idx) -> float:

@@ -1,9 +1,11 @@
 """``transfer_lora``: the whole transfer of one adapter, module by module, with its report.
 
 Flow: check the adapter against the source base (every key names a source module of the right
-shape), match layers, then for every adapted module read the two base weights, map the factors with
-the chosen method (or let ``auto`` choose), measure subspace overlap against its chance level, the
-re-mix residual and the norm ratio, and finally carry ``modules_to_save`` tensors over as deltas.
+shape), choose a layer pairing (:mod:`paw.transfer.pairing`), then for every adapted module read the
+two base weights, map the factors with the chosen method (or let ``auto`` choose), record the
+evidence (:mod:`paw.transfer.evidence`: relatedness against the other target layers, kept share,
+norm ratio), and finally carry ``modules_to_save`` tensors over as deltas. ``auto`` tries the next
+layer pairing when the target looks unrelated under one, and refuses only when all failed.
 """
 
 from __future__ import annotations
@@ -14,22 +16,22 @@ from typing import Any
 from paw import arch
 from paw.errors import NotApplicable, PawError, Refused
 from paw.progress import track
-from paw.transfer import linalg
+from paw.transfer import pairing
 from paw.transfer.context import Context, family_of
-from paw.transfer.layers import (
-    LAYER_MAPS,
-    rename_layer,
-    role_of,
-    split_layer,
-)
+from paw.transfer.evidence import measure
+from paw.transfer.layers import LAYER_MAPS, rename_layer, role_of, split_layer
 from paw.transfer.methods import METHODS, Job, Mapped, Unavailable
+from paw.transfer.relatedness import (
+    KEPT_WARNING,
+    MIN_RELATED_FRACTION,
+    NORM_GUARD,
+    RESIDUAL_LIFT,
+    SIMILARITY_LIFT,
+    judge,
+)
 from paw.transfer.vocab import VocabIndex
 
 AUTO = "auto"
-RELATED_RESIDUAL = 0.8    # re-mix residual at or below this: the target module is a re-mix of the source's
-SIMILARITY_LIFT = 0.25    # default --min-similarity: chance + 0.25 · (1 - chance)
-NORM_GUARD = 3.0          # ‖ΔW_t‖/‖ΔW_s‖ above this is a blow-up, not a transfer
-MIN_RELATED_FRACTION = 0.5
 
 
 def method_names() -> list[str]:
@@ -47,7 +49,7 @@ TOKENIZER_CHANGE = ("source and target tokenizers differ (--vocab-map): the adap
 
 
 def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank: int | None = None,
-                  min_similarity: float | None = None, layer_map: str = "name", vocab_map=None,
+                  min_similarity: float | None = None, layer_map: str = AUTO, vocab_map=None,
                   ridge: float = 1e-2, force: bool = False, device="cpu",
                   target_name: str | None = None) -> tuple[Any, dict]:
     """Move ``adapter`` (a :class:`paw.io.adapter.LoraAdapter`) from ``source`` to ``target`` bases.
@@ -55,17 +57,17 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     ``source``/``target``: checkpoints (``Mapping`` name -> tensor with ``.config``, ``.name``, ``.path``).
     Returns ``(adapter for the target, report dict)``; every output module keeps its rank r.
     ``vocab_map``: a :class:`paw.io.vocab_map.VocabMapping` or None (same tokenizer).
+    ``layer_map``: ``auto`` (default, see :mod:`paw.transfer.pairing`) or one of :data:`LAYER_MAPS`.
     Raises PawError on bad input, :class:`~paw.errors.NotApplicable` when the method cannot map the
-    adapter, and :class:`~paw.errors.Refused` when ``auto`` finds the target unrelated (unless ``force``).
+    adapter, and :class:`~paw.errors.Refused` when ``auto`` finds the target unrelated under every
+    layer pairing it tried (unless ``force``).
     """
     import torch
-
-    from paw.io.adapter import LoraAdapter, adapter_key, lora_config_dict
 
     if method not in method_names():
         raise PawError(f"unknown transfer method {method!r}; choose one of {', '.join(method_names())}")
     if layer_map not in LAYER_MAPS:
-        raise PawError(f"unknown --layer-map {layer_map!r}; choose one of {', '.join(LAYER_MAPS)}")
+        raise PawError(f"unknown --layer-map {layer_map!r}; choose one of {', '.join(LAYER_MAPS.names())}")
     if ridge <= 0:
         raise PawError(f"--ridge must be positive, got {ridge}")
     device = torch.device(device) if isinstance(device, str) else device
@@ -75,29 +77,48 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     placed = {m: _check_module(adapter, lm, source) for m, lm in modules.items()}
     vocab = VocabIndex.from_mapping(vocab_map, _rows(source), _rows(target))
     ctx = Context(source, target, device, ridge=ridge, subspace_rank=subspace_rank, vocab=vocab)
-    ctx.layer_map = _layer_map(ctx, layer_map)
-
-    records, tensors = [], {}
+    attempts = []
     with torch.no_grad():
-        for module in track(list(modules), "transfer-lora"):
-            lm = modules[module]
-            record, mapped = _transfer_module(ctx, lm, placed[module], method, min_similarity, force)
-            records.append(record)
-            ctx.forget_bases()
-            if mapped is not None:
-                dtype = lm.A.dtype
-                tensors[adapter_key(record["target_module"], "A", lm.kind)] = mapped.A.to("cpu", dtype).contiguous()
-                tensors[adapter_key(record["target_module"], "B", lm.kind)] = mapped.B.to("cpu", dtype).contiguous()
-        extras = _carry_extras(ctx, adapter, _residual_method(method, records))
-    report = _report(ctx, adapter, records, method, layer_map, min_similarity, force, extras)
+        for candidate in pairing.candidates(ctx, layer_map):
+            ctx.layer_map = candidate.pairs
+            records, tensors, extras = _run(ctx, adapter, modules, placed, method, min_similarity, force)
+            report = _report(ctx, adapter, records, method, candidate, min_similarity, force, extras)
+            attempts.append(_attempt(candidate, report))
+            if method != AUTO or force or not report["summary"]["unrelated"]:
+                break
+    report["layers"]["tried"] = attempts
     if vocab_map is not None:
         report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE]
     if method == AUTO and report["summary"]["unrelated"] and not force:
-        raise Refused(_refusal(report))
+        raise Refused(_refusal(report, attempts))
     done = [r for r in records if r["transferred"]]
     if not done:
         raise NotApplicable("no module was transferred (see the reasons with --force or another --method): "
                        + "; ".join(f"{r['module']}: {r['decision']}" for r in records[:3]))
+    return _adapter(adapter, target, target_name, done, tensors, extras), report
+
+
+def _run(ctx: Context, adapter, modules: dict, placed: dict, method: str, min_similarity, force):
+    """Every module under the current layer pairing: ``(records, tensors, extras)``."""
+    from paw.io.adapter import adapter_key
+
+    records, tensors = [], {}
+    for module in track(list(modules), "transfer-lora"):
+        lm = modules[module]
+        record, mapped = _transfer_module(ctx, lm, placed[module], method, min_similarity, force)
+        records.append(record)
+        ctx.forget_bases()
+        if mapped is not None:
+            dtype = lm.A.dtype
+            tensors[adapter_key(record["target_module"], "A", lm.kind)] = mapped.A.to("cpu", dtype).contiguous()
+            tensors[adapter_key(record["target_module"], "B", lm.kind)] = mapped.B.to("cpu", dtype).contiguous()
+    extras = _carry_extras(ctx, adapter, _residual_method(method, records))
+    return records, tensors, extras
+
+
+def _adapter(adapter, target, target_name, done: list[dict], tensors: dict, extras: dict):
+    from paw.io.adapter import LoraAdapter, lora_config_dict
+
     for key, value in extras["tensors"].items():
         tensors[key] = value
     config = lora_config_dict(
@@ -105,7 +126,7 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
         target_modules=_target_modules(done, target), rank_pattern=_pattern(done, adapter.rank_of, adapter.r),
         alpha_pattern=_pattern(done, adapter.alpha_of, adapter.alpha),
         modules_to_save=adapter.modules_to_save or None, use_rslora=bool(adapter.config.get("use_rslora")))
-    return LoraAdapter(config=config, tensors=tensors), report
+    return LoraAdapter(config=config, tensors=tensors)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -143,15 +164,6 @@ def _check_module(adapter, lm, source) -> str:
     return name
 
 
-def _layer_map(ctx: Context, how: str) -> dict[int, int]:
-    def similarity() -> list[list[float]]:
-        scores = ctx.similarity_scores()
-        ctx.facts["layer_similarity"] = scores  # reported: why layers paired up as they did
-        return scores
-
-    return LAYER_MAPS[how](*ctx.n_layers, similarity)
-
-
 # --------------------------------------------------------------------------------------- per module
 
 def _job(ctx: Context, lm, source_name: str) -> Job | str:
@@ -162,60 +174,46 @@ def _job(ctx: Context, lm, source_name: str) -> Job | str:
     if target_name not in ctx.target:
         return f"not transferred: the target has no {target_name!r}"
     W_s, W_t = ctx.weight("s", source_name), ctx.weight("t", target_name)
-    if lm.kind == "embedding":
+    embedding = lm.kind == "embedding"
+    if embedding:
         W_s, W_t = W_s.T, W_t.T
     ls, lt = split_layer(lm.module), split_layer(target_module)
     return Job(lm.module, target_module, lm.A.to(ctx.device), lm.B.to(ctx.device), W_s, W_t,
-               role_of(lm.module, ctx.families["s"]),
-               source_name, target_name, (ls[1] if ls else None, lt[1] if lt else None))
-
-
-def _measure(ctx: Context, job: Job, mapped: Mapped, lm) -> dict:
-    """Similarity (with chance level) in the method's common frame, residual and norm ratio.
-
-    ``similarity`` is the weaker side (output or input basis, whichever is closer to its chance level):
-    a module whose output space agrees but whose input space was rotated away is not related.
-    """
-    U_s, _, V_s = ctx.svd("s", job.weight_s, job.W_s)
-    U_t, _, V_t = ctx.svd("t", job.weight_t, job.W_t)
-    sims, chances = {}, {}
-    for side, carry, X_s, X_t in (("out", mapped.carry_out, U_s, U_t), ("in", mapped.carry_in, V_s, V_t)):
-        if carry is None:
-            continue
-        rank = min(X_s.shape[1], X_t.shape[1])
-        sims[side] = linalg.subspace_similarity(carry(X_s)[:, :rank], X_t[:, :rank])
-        chances[side] = linalg.chance_similarity(rank, X_t.shape[0])
-    norm_s = linalg.lora_norm(job.A, job.B)
-    ratio = linalg.lora_norm(mapped.A, mapped.B) / norm_s if norm_s > 0 else 1.0
-    weaker = min(sims, key=lambda k: sims[k] - chances[k]) if sims else None  # both sides must agree
-    return {
-        "similarity": _r(sims[weaker]) if sims else None,
-        "similarity_chance": _r(chances[weaker]) if sims else None,
-        "similarity_out": _r(sims.get("out")), "similarity_in": _r(sims.get("in")),
-        "subspace_rank": int(U_t.shape[1]), "remix_residual": _r(mapped.residual), "norm_ratio": _r(ratio),
-    }
+               role_of(lm.module, ctx.families["s"]), source_name, target_name,
+               (ls[1] if ls else None, lt[1] if lt else None), embedding)
 
 
 def _r(x):
     return None if x is None else round(float(x), 6)
 
 
-def _threshold(evidence: dict, min_similarity: float | None) -> float | None:
-    if min_similarity is not None:
-        return min_similarity
-    chance = evidence["similarity_chance"]
-    return None if chance is None else chance + SIMILARITY_LIFT * (1 - chance)
-
-
-def _related(evidence: dict, min_similarity: float | None) -> bool:
-    thr = _threshold(evidence, min_similarity)
-    similar = evidence["similarity"] is not None and thr is not None and evidence["similarity"] >= thr
-    return evidence["remix_residual"] <= RELATED_RESIDUAL or similar
-
-
 def _candidates(job: Job) -> list[str]:
     same = tuple(job.W_s.shape) == tuple(job.W_t.shape)
     return (["copy"] if same else []) + ["structural", "embed-map"]
+
+
+def _warnings(evidence: dict) -> list[str]:
+    """What the decision must say aloud: most of ΔW dropped, or its norm blown up."""
+    out = []
+    kept, ratio = evidence["kept"], evidence["norm_ratio"]
+    if kept is not None and kept < KEPT_WARNING:
+        out.append(f"keeps {kept:.0%} of ΔW")
+    elif kept is None and ratio < KEPT_WARNING:
+        out.append(f"norm ratio {ratio:.3g}: most of ΔW dropped")
+    if ratio > NORM_GUARD:
+        out.append(f"norm ratio {ratio:.3g} > {NORM_GUARD}")
+    return out
+
+
+def _decision(name: str, evidence: dict, note: str = "") -> str:
+    warn = _warnings(evidence)
+    parts = [p for p in (note, *(f"warning: {w}" for w in warn)) if p]
+    return f"{name} ({'; '.join(parts)})" if parts else name
+
+
+def _verdict(evidence: dict, min_similarity: float | None):
+    floor_ok = min_similarity is None or (evidence["similarity"] or 0.0) >= min_similarity
+    return judge(evidence["similarity_lift"], evidence["residual_lift"], min_similarity_ok=floor_ok)
 
 
 def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tuple[dict, Mapped | None]:
@@ -230,36 +228,38 @@ def _transfer_module(ctx, lm, source_name, method, min_similarity, force) -> tup
             mapped = METHODS[method](ctx, job)
         except Unavailable as err:
             raise NotApplicable(str(err)) from None
-        evidence = _measure(ctx, job, mapped, lm)
-        decision, keep = method, True
+        evidence = measure(ctx, job, mapped)
+        verdict = _verdict(evidence, min_similarity)
         if min_similarity is not None and (evidence["similarity"] or 0.0) < min_similarity:
-            decision, keep = f"skipped: similarity {evidence['similarity']} < --min-similarity {min_similarity}", False
-        elif evidence["norm_ratio"] > NORM_GUARD:
-            decision = f"{method} (warning: norm ratio {evidence['norm_ratio']:.3g} > {NORM_GUARD})"
-        return {**base, "method": method, "decision": decision, "transferred": keep, **evidence}, \
-            (mapped if keep else None)
-    tried = []
-    first = None
+            return {**base, "method": method, "transferred": False, "related": verdict.related, **evidence,
+                    "decision": f"skipped: similarity {evidence['similarity']} < --min-similarity {min_similarity}"
+                    }, None
+        return {**base, "method": method, "decision": _decision(method, evidence), "transferred": True,
+                "related": verdict.related, "why": verdict.reason, **evidence}, mapped
+    tried, first = [], None
     for name in _candidates(job):
         try:
             mapped = METHODS[name](ctx, job)
-        except Unavailable as err:
+        except Unavailable as err:  # skipped with its reason; auto never fails because of one candidate
             tried.append({"method": name, "unavailable": str(err)})
             continue
-        evidence = _measure(ctx, job, mapped, lm)
-        related = _related(evidence, min_similarity)
+        evidence = measure(ctx, job, mapped)
+        verdict = _verdict(evidence, min_similarity)
         blow_up = evidence["norm_ratio"] > NORM_GUARD
-        tried.append({"method": name, "related": related, "blow_up": blow_up, **evidence})
-        first = first or (name, mapped, evidence)
-        if related and not blow_up:
-            return {**base, "method": name, "decision": f"{name} (related)", "transferred": True,
-                    "related": True, **evidence, "candidates": tried}, mapped
+        tried.append({"method": name, "related": verdict.related, "why": verdict.reason, "blow_up": blow_up,
+                      **evidence})
+        first = first or (name, mapped, evidence, verdict)
+        if verdict.related and not blow_up:
+            return {**base, "method": name, "decision": _decision(name, evidence, "related"), "transferred": True,
+                    "related": True, "why": verdict.reason, **evidence, "candidates": tried}, mapped
     if first is None:
-        raise NotApplicable(f"no method can map {lm.module}: " + "; ".join(t["unavailable"] for t in tried))
-    name, mapped, evidence = first
-    decision = f"{name} (unrelated, forced)" if force else "not transferred: target module unrelated"
+        reasons = "; ".join(f"{t['method']}: {t['unavailable']}" for t in tried)
+        return {**base, "method": None, "transferred": False, "candidates": tried,
+                "decision": f"not transferred: no candidate method applies ({reasons})"}, None
+    name, mapped, evidence, verdict = first
+    decision = _decision(name, evidence, "unrelated, forced") if force else "not transferred: target module unrelated"
     return {**base, "method": name, "decision": decision, "transferred": force, "related": False,
-            **evidence, "candidates": tried}, (mapped if force else None)
+            "why": verdict.reason, **evidence, "candidates": tried}, (mapped if force else None)
 
 
 # ---------------------------------------------------------------------------- modules_to_save etc.
@@ -346,26 +346,55 @@ def _pattern(done: list[dict], value_of, default) -> dict:
     return {r["target_module"]: value_of(r["module"]) for r in done if value_of(r["module"]) != default}
 
 
-def _report(ctx, adapter, records, method, layer_map, min_similarity, force, extras) -> dict:
+def _median(records: list[dict], key: str):
+    values = [r[key] for r in records if r.get(key) is not None]
+    return _r(statistics.median(values)) if values else None
+
+
+def _kept_total(done: list[dict], adapter) -> dict:
+    """The adapter as a whole: kept share (energy-weighted over modules that have one) and norm ratio."""
+    from paw.transfer import linalg
+
+    weights, modules = {}, adapter.modules()
+    for r in done:
+        lm = modules[r["module"]]
+        weights[r["module"]] = linalg.lora_norm(lm.A, lm.B) ** 2
+    with_kept = [r for r in done if r.get("kept") is not None]
+    total = sum(weights[r["module"]] for r in with_kept)
+    kept = sum(r["kept"] * weights[r["module"]] for r in with_kept) / total if total > 0 else None
+    norm_total = sum(weights.values())
+    ratio = (sum(r["norm_ratio"] ** 2 * weights[r["module"]] for r in done) / norm_total) ** 0.5 if norm_total else None
+    return {"kept_share": _r(kept), "kept_modules": len(with_kept), "norm_ratio_total": _r(ratio)}
+
+
+def _report(ctx, adapter, records, method, chosen: pairing.Pairing, min_similarity, force, extras) -> dict:
     done = [r for r in records if r["transferred"]]
     n_s, n_t = ctx.n_layers
     matched = ctx.layer_map
-    sims = [r["similarity"] for r in records if r.get("similarity") is not None]
-    chances = [r["similarity_chance"] for r in records if r.get("similarity_chance") is not None]
-    residuals = [r["remix_residual"] for r in records if r.get("remix_residual") is not None]
     related = [r for r in records if r.get("related")]
     judged = [r for r in records if "related" in r]
-    unrelated = method == AUTO and bool(judged) and len(related) < MIN_RELATED_FRACTION * len(judged)
+    unrelated = method == AUTO and (not judged or len(related) < MIN_RELATED_FRACTION * len(judged))
     counts: dict[str, int] = {}
     for r in done:
         counts[r["method"]] = counts.get(r["method"], 0) + 1
+    kept = _kept_total(done, adapter)
+    warnings = []
+    if done and kept["kept_share"] is not None and kept["kept_share"] < KEPT_WARNING:
+        warnings.append(f"the transferred adapter keeps {kept['kept_share']:.0%} of the source update (energy "
+                        f"share over {kept['kept_modules']} modules): most of it was dropped")
+    elif done and kept["kept_share"] is None and (kept["norm_ratio_total"] or 0.0) < KEPT_WARNING:
+        warnings.append(f"the transferred adapter's norm is {kept['norm_ratio_total']:.2f} of the source's: "
+                        "most of the update was dropped")
     return {
-        "format": "paw-transfer-report", "version": 1, "method": method, "force": force,
+        "format": "paw-transfer-report", "version": 2, "method": method, "force": force,
         "source": str(getattr(ctx.source, "path", ctx.source.name)),
         "target": str(getattr(ctx.target, "path", ctx.target.name)),
         "adapter": {"r": adapter.r, "alpha": adapter.alpha, "modules": len(records)},
         "ridge": ctx.ridge, "min_similarity": min_similarity,
-        "layers": {"how": layer_map, "source": n_s, "target": n_t,
+        "thresholds": {"similarity_lift": SIMILARITY_LIFT, "residual_lift": RESIDUAL_LIFT,
+                       "min_related_fraction": MIN_RELATED_FRACTION, "norm_guard": NORM_GUARD,
+                       "kept_warning": KEPT_WARNING},
+        "layers": {"how": chosen.how, "why": chosen.why, "source": n_s, "target": n_t,
                    "pairs": [[s, t] for s, t in sorted(matched.items())],
                    "source_without_partner": [i for i in range(n_s) if i not in matched],
                    "target_without_partner": [j for j in range(n_t) if j not in set(matched.values())]},
@@ -374,20 +403,32 @@ def _report(ctx, adapter, records, method, layer_map, min_similarity, force, ext
         "summary": {"transferred": len(done), "not_transferred": len(records) - len(done),
                     "methods": dict(sorted(counts.items())),
                     "related": len(related) if judged else None, "judged": len(judged) if judged else None,
-                    "median_similarity": _r(statistics.median(sims)) if sims else None,
-                    "median_chance": _r(statistics.median(chances)) if chances else None,
-                    "median_remix_residual": _r(statistics.median(residuals)) if residuals else None,
+                    "median_similarity": _median(records, "similarity"),
+                    "median_similarity_null": _median(records, "similarity_null"),
+                    "median_similarity_lift": _median(records, "similarity_lift"),
+                    "median_chance": _median(records, "similarity_chance"),
+                    "median_remix_residual": _median(records, "remix_residual"),
+                    "median_residual_lift": _median(records, "residual_lift"),
                     "max_norm_ratio": _r(max((r["norm_ratio"] for r in done), default=0.0)),
-                    "unrelated": unrelated},
+                    **kept, "unrelated": unrelated},
+        "warnings": warnings,
         "extras": extras["notes"],
         "modules": records,
     }
 
 
-def _refusal(report: dict) -> str:
+def _attempt(candidate: pairing.Pairing, report: dict) -> dict:
     s = report["summary"]
-    return (f"target looks unrelated to the source: {s['related']}/{s['judged']} modules related "
-            f"(median subspace similarity {s['median_similarity']} vs chance {s['median_chance']}, median "
-            f"re-mix residual {s['median_remix_residual']}; related means residual <= {RELATED_RESIDUAL} or "
-            "similarity above chance + 0.25*(1-chance)); no data-free map would transfer anything useful. "
-            f"Pass --force to write the adapter anyway, or {DISTILL_HINT}")
+    return {"how": candidate.how, "pairs": [[a, b] for a, b in sorted(candidate.pairs.items())],
+            "why": candidate.why, "related": s["related"], "judged": s["judged"], "refused": s["unrelated"]}
+
+
+def _refusal(report: dict, attempts: list[dict]) -> str:
+    s = report["summary"]
+    tried = "; ".join(f"{a['how']} {a['pairs']}: {a['related'] or 0}/{a['judged'] or 0} related" for a in attempts)
+    return (f"target looks unrelated to the source under every layer pairing tried ({tried}): a module is "
+            "related when it matches its partner clearly better than the other target layers (similarity "
+            f"lift >= {SIMILARITY_LIFT} or residual lift >= {RESIDUAL_LIFT}); last pairing: median subspace "
+            f"similarity {s['median_similarity']} vs {s['median_similarity_null']} for the other layers "
+            f"(chance {s['median_chance']}), median lift {s['median_similarity_lift']}; no data-free map would "
+            f"transfer anything useful. Pass --force to write the adapter anyway, or {DISTILL_HINT}")

@@ -34,33 +34,70 @@ class TransferredAdapter:
 
 def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: PathLike, output: PathLike, *,
                      method: str = "auto", subspace_rank: int | None = None, min_similarity: float | None = None,
-                     layer_map: str = "name", vocab_map: PathLike | None = None, ridge: float = 1e-2,
+                     layer_map: str = "auto", vocab_map: PathLike | None = None, ridge: float = 1e-2,
                      force: bool = False, device: str = "cpu", overwrite: bool = False,
-                     command: str | None = None) -> TransferredAdapter:
-    """Read the adapter and both bases, transfer (training-free, rank-preserving), write ``output`` atomically."""
+                     allow_nonfinite: bool = False, command: str | None = None) -> TransferredAdapter:
+    """Read the adapter and both bases, transfer (training-free, rank-preserving), write ``output`` atomically.
+
+    An adapter with NaN/Inf values is never written unless ``allow_nonfinite``; the input holding
+    them is named.
+    """
+    import torch
+
     from paw.device import resolve_device
+    from paw.errors import PawError
     from paw.io.adapter import read_adapter
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
     from paw.io.manifest import command_line, describe_input
     from paw.io.transfer_report import write_transfer
     from paw.transfer.pipeline import transfer_lora
+    from paw.validate import ALLOW_HINT, NonFinite, finite, refuse_nonfinite_all
 
-    check_output(output, overwrite=overwrite)
+    finite("--ridge", ridge, positive=True)
+    finite("--min-similarity", min_similarity)
     dev = resolve_device(device)
     lora = read_adapter(adapter)
     source, target = open_checkpoint(source_base), open_checkpoint(target_base)
+    check_output(output, overwrite=overwrite, inputs=[lora.path, source.path, target.path, vocab_map])
     mapping = None
     if vocab_map is not None:
         from paw.io.vocab_map import read_vocab_map
 
         mapping = read_vocab_map(vocab_map)
-    moved, report = transfer_lora(lora, source, target, method=method, subspace_rank=subspace_rank,
-                                  min_similarity=min_similarity, layer_map=layer_map, vocab_map=mapping,
-                                  ridge=ridge, force=force, device=dev, target_name=str(target_base))
+    try:
+        moved, report = transfer_lora(lora, source, target, method=method, subspace_rank=subspace_rank,
+                                      min_similarity=min_similarity, layer_map=layer_map, vocab_map=mapping,
+                                      ridge=ridge, force=force, device=dev, target_name=str(target_base))
+    except torch.linalg.LinAlgError as err:  # an SVD or solve that did not converge (NaN inputs, mostly)
+        _name_nonfinite(lora, source, target)
+        raise PawError(f"the linear algebra of the transfer failed ({str(err).splitlines()[0][:200]})") from None
+    bad = refuse_nonfinite_all(moved.tensors, what="transferred adapter", allow=True)
+    if bad and not allow_nonfinite:
+        _name_nonfinite(lora, source, target)
+        raise NonFinite(f"the transferred adapter would hold NaN/Inf in {len(bad)} tensor(s) (first: "
+                        f"{next(iter(bad))}); nothing was written; {ALLOW_HINT}", path=output)
+    if bad:
+        report = {**report, "nonfinite_written": bad}
     inputs = {"adapter": describe_input(adapter), "source_base": describe_input(source_base),
               "target_base": describe_input(target_base)}
     if vocab_map is not None:
         inputs["vocab_map"] = describe_input(vocab_map)
     write_transfer(output, moved, report, command=command or command_line(), inputs=inputs, overwrite=overwrite)
     return TransferredAdapter(Path(output), report, inputs)
+
+
+def _name_nonfinite(lora, source, target) -> None:
+    """Raise :class:`~paw.validate.NonFinite` naming the first input tensor with NaN/Inf the adapter touches."""
+    from paw.validate import ALLOW_HINT, NonFinite, nonfinite
+
+    for key, tensor in sorted(lora.tensors.items()):
+        if nonfinite(tensor):
+            raise NonFinite(f"tensor {key!r} holds {nonfinite(tensor)} NaN/Inf value(s); nothing was written; "
+                            f"{ALLOW_HINT}", path=lora.path)
+    for ckpt, role in ((source, "source base"), (target, "target base")):
+        for module in lora.modules():
+            name = f"{module}.weight"
+            if name in ckpt and nonfinite(ckpt[name]):
+                raise NonFinite(f"{role} {ckpt.name}: tensor {name!r} holds {nonfinite(ckpt[name])} NaN/Inf "
+                                f"value(s); nothing was written; {ALLOW_HINT}", path=ckpt.path)

@@ -10,8 +10,16 @@ import torch
 
 from paw.bench.quality import applied, random_deltas, score_items
 from paw.bench.report import markdown
-from paw.bench.stats import accuracy, recovered
-from paw.bench.tasks import COLOURS, facts_task, rule_task, synthetic_sentences
+from paw.bench.stats import accuracy, kept, recovered
+from paw.bench.tasks import (
+    COLOURS,
+    HELDOUT_ASK,
+    HELDOUT_TRAIN,
+    facts_heldout_task,
+    facts_task,
+    rule_task,
+    synthetic_sentences,
+)
 
 
 def test_accuracy_pools_seeds():
@@ -34,6 +42,25 @@ def test_recovered_is_ratio_of_gains_with_a_sane_bootstrap():
     assert recovered(base, base, direct, n_boot=0)["value"] == 0.0
 
 
+def test_cluster_bootstrap_widens_the_stderr_of_repeated_questions():
+    """Each fact asked twice with the same outcome: 300 items are 150 independent ones, stderr x sqrt(2)."""
+    rng = np.random.default_rng(3)
+    per_fact = [(rng.random(150) < p).astype(int) for p in (0.25, 0.9, 0.6)]
+    base, direct, half = ([np.concatenate([x, x])] for x in per_fact)
+    clusters = [list(range(150)) * 2]
+    items = recovered(half, base, direct, n_boot=2000, seed=1)
+    facts = recovered(half, base, direct, clusters=clusters, n_boot=2000, seed=1)
+    assert facts["value"] == items["value"]
+    assert 1.25 < facts["stderr"] / items["stderr"] < 1.6
+
+
+def test_kept_divides_by_the_source_gain():
+    source_base, source_lora = [[0] * 8 + [1] * 2], [[1] * 10]     # the adapter adds 0.8 on its own base
+    target_base, transfer = [[0] * 9 + [1]], [[1] * 4 + [0] * 5 + [1]]  # +0.4 on the target
+    r = kept(transfer, target_base, source_lora, source_base, n_boot=0)
+    assert r["value"] == pytest.approx(0.5) and r["per_seed"] == [pytest.approx(0.5)]
+
+
 def test_recovered_flags_a_ceiling_at_base():
     base = [[1, 0] * 50]
     r = recovered(base, base, base, n_boot=50)
@@ -50,6 +77,16 @@ def test_tasks_are_balanced_held_out_and_deterministic():
     # training text states each tested fact; each fact is asked twice with other distractors
     assert {(t.question, t.choices[0]) for t in facts.train} == {(i.question, i.choices[i.answer]) for i in facts.test}
     assert facts.test[0].question == facts.test[150].question and facts.test[0].choices != facts.test[150].choices
+
+    assert facts.clusters[:3] == [0, 1, 2] and facts.clusters[150] == 0
+
+    held = facts_heldout_task(300, seed=3, words=[])
+    assert len(held.train) == 2 * 150 and len(held.test) == 300
+    trained = {t.question for t in held.train}
+    assert all(i.question not in trained for i in held.test)  # asked in a phrasing never trained on
+    name = held.test[0].question.removeprefix("Ask ").removesuffix(" about colours and the answer is")
+    assert {t.question for t in held.train if name in t.question} == {p.format(name=name) for p in HELDOUT_TRAIN}
+    assert HELDOUT_ASK.format(name=name) == held.test[0].question
 
     words = sorted({w for s in synthetic_sentences(200, seed=0) for w in s.lower().strip(".").split()})
     rule = rule_task(50, seed=1, words=words + [f"w{i}" for i in range(60)])

@@ -205,12 +205,16 @@ def test_space_separated_lists_after_one_flag():
                                    "--seed", "3", "--l2-norms=1", "--l2-norms", "2"]
 
 
-@pytest.mark.parametrize("method", ["task-arithmetic", "linear"])
+@pytest.mark.parametrize("method", ["task-arithmetic", "linear", "ties", "dare-ties", "breadcrumbs"])
 def test_blockwise_path_gives_the_same_bytes(cli, family, tmp_path, monkeypatch, method):
+    """Row blocks, streamed thresholds (radix select) and per-block DARE draws change no byte."""
+    import paw.merge.blocks as blocks
     import paw.merge.pipeline as pipeline
 
-    _merge(cli, family, tmp_path / "whole", "--method", method, "--scale", "0.7")
+    extra = ("--method", method, "--scale", "0.7", "--density", "0.3", "--gamma", "0.05", "--drop-rate", "0.5")
+    _merge(cli, family, tmp_path / "whole", *extra)
     monkeypatch.setattr(pipeline, "BLOCK_ELEMENTS", 100)  # every matrix goes through in blocks of rows
-    _merge(cli, family, tmp_path / "blocks", "--method", method, "--scale", "0.7")
+    monkeypatch.setattr(blocks, "SMALL", 0)  # and every threshold through the two histogram passes
+    _merge(cli, family, tmp_path / "blocks", *extra)
     assert (tmp_path / "whole" / "model.safetensors").read_bytes() == \
         (tmp_path / "blocks" / "model.safetensors").read_bytes()

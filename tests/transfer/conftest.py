@@ -81,6 +81,34 @@ def logits():
     return run
 
 
+@pytest.fixture(scope="session")
+def trained(src):
+    """``(state dict, config)`` of ``src`` trained 120 steps on the embedded text: layers with real structure."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from paw import zoo
+    from paw.bench.lm import Schedule, token_stream, train_lm
+    from paw.device import single_threaded_cpu
+
+    model = AutoModelForCausalLM.from_pretrained(src).float()
+    stream = token_stream(AutoTokenizer.from_pretrained(src), zoo.sample_texts("en") * 4)
+    torch.manual_seed(0)
+    with single_threaded_cpu(["cpu"]):  # tiny steps: one thread is several times faster on a busy machine
+        train_lm(model, stream, Schedule(steps=120, batch_size=8, seq_len=32, lr=3e-3, warmup=10), seed=0,
+                 progress=False)
+    return {k: v.detach().float().clone() for k, v in model.state_dict().items()}, model.config.to_dict()
+
+
+@pytest.fixture(scope="session")
+def trained_lora(troot, trained, save_state) -> Path:
+    from paw import zoo
+
+    sd, cfg = trained
+    return zoo.make_lora(save_state(sd, cfg, troot / "trained"), troot / "trained-lora", rank=4, alpha=8, seed=12,
+                         scale=0.2)
+
+
 def rotate(sd: dict, seed: int = 0) -> dict:
     """The same function in a rotated residual basis: x_t = Q x_s, RMSNorm gains folded into the readers."""
     import torch

@@ -40,7 +40,7 @@ def test_refuses_unrelated_target_with_evidence(cli, tmp_path, src, src_lora, in
     res = _run(cli, src_lora, src, independent, tmp_path / "out")
     assert res.exit_code == 2
     line = res.stderr.strip()
-    assert line.startswith("error: target looks unrelated") and "vs chance" in line and "--force" in line
+    assert line.startswith("error: target looks unrelated") and "for the other layers" in line and "--force" in line
     assert "\n" not in line and not (tmp_path / "out").exists()
     forced = _run(cli, src_lora, src, independent, tmp_path / "out", "--force")
     assert forced.exit_code == 0 and (tmp_path / "out" / "adapter_model.safetensors").exists()

@@ -1,0 +1,138 @@
+"""``paw bench real`` results as ``results.json``, ``results.md`` and ``real.png`` (see :mod:`paw.bench.real`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paw.bench.real import EVAL_SETS, GEMMA, SMOL
+
+_NAMES = {SMOL: "SmolLM2-135M-Instruct (Q4_1)", GEMMA: "Gemma-3-270M (Q4_K_M)"}
+
+
+def _pct(acc: dict | None) -> str:
+    return "—" if not acc else f"{100 * acc['mean']:.1f} ± {100 * acc['stderr']:.1f}"
+
+
+def _frac(r: dict | None) -> str:
+    if not r or r.get("value") is None:
+        return "—"
+    se = f" ± {r['stderr']:.2f}" if r.get("stderr") is not None else ""
+    return f"{r['value']:.2f}{se}"
+
+
+def _eval_table(ev: dict) -> list[str]:
+    lines = ["| set | model | acc | acc_norm | published (unquantized) |", "|---|---|---|---|---|"]
+    for set_name in EVAL_SETS:
+        for model, per_set in ev["results"].items():
+            r = per_set.get(set_name)
+            if r is None:
+                continue
+            pub = ev["published"].get(model, {}).get(set_name)
+            pub_text = f"{pub['value']:.1f} ({pub['metric']}, {pub['shots']})" if pub else "—"
+            lines.append(f"| {set_name} | {_NAMES[model]} | {100 * r['accuracy']:.1f} ± {100 * r['stderr']:.1f} "
+                         f"| {100 * r['accuracy_norm']:.1f} ± {100 * r['stderr_norm']:.1f} | {pub_text} |")
+    return lines
+
+
+def _transfer_table(tr: dict) -> list[str]:
+    lines = [f"Task `{tr['task']}` ({tr['items']} held-out items, chance 25%). SmolLM2 base "
+             f"{_pct(tr['source']['base'])}, with its LoRA {_pct(tr['source']['lora'])}.", "",
+             "| condition on Gemma-3-270M | status | accuracy % | recovered | kept |", "|---|---|---|---|---|"]
+    for name, row in tr["rows"].items():
+        note = row.get("reason", "")
+        state = row["status"] + (f": {note[:90]}" if note else "")
+        lines.append(f"| {name} | {state} | {_pct(row.get('accuracy'))} | {_frac(row.get('recovered'))} "
+                     f"| {_frac(row.get('kept'))} |")
+    return lines
+
+
+def _merge_table(mg: dict) -> list[str]:
+    lines = ["| task | SmolLM2 base % | its fine-tune % | " + " | ".join(f"{m} % (kept)" for m in mg["merges"]) + " |",
+             "|---|---|---|" + "---|" * len(mg["merges"])]
+    for task, row in mg["tasks"].items():
+        cells = [f"{_pct(mg['merges'][m][task]['accuracy'])} ({_frac(mg['merges'][m][task]['kept'])})"
+                 for m in mg["merges"]]
+        lines.append(f"| {task} | {_pct(row['base'])} | {_pct(row['fine_tune'])} | " + " | ".join(cells) + " |")
+    tv = ", ".join(f"{n}: ‖Δ‖₂ = {r['global_l2']:.3f}" for n, r in mg["task_vectors"].items())
+    return [*lines, "", f"Task vectors (fine-tune − SmolLM2): {tv}."]
+
+
+def markdown(results: dict) -> str:
+    """The results as markdown tables, one section per part that ran."""
+    out = ["# paw bench real", ""]
+    if "eval" in results:
+        out += ["## Multiple-choice accuracy (%, ± stderr)", "", *_eval_table(results["eval"]), ""]
+    if "tokenizers" in results:
+        cov = results["tokenizers"]["alignment_coverage"]
+        out += ["## Tokenizers", "", "Gemma-3 tokens mapped to SmolLM2 tokens: "
+                + ", ".join(f"{k} {v:,}" for k, v in cov.items()), ""]
+    if "transfer" in results:
+        out += ["## LoRA transfer SmolLM2 → Gemma-3", "", *_transfer_table(results["transfer"]), ""]
+    if "merge" in results:
+        out += ["## Task vectors and merges on SmolLM2", "", *_merge_table(results["merge"]), ""]
+    secs = results.get("seconds", {})
+    out += ["Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in secs.items())
+            + f"; load average before/after {results['machine']['load_before'][0]:.1f}/"
+              f"{results['machine']['load_after'][0]:.1f} on {results['machine']['cpus']} CPUs.", ""]
+    return "\n".join(out)
+
+
+def plot(results: dict):
+    """Accuracy per evaluation set (both models, published figures as markers) and transfer accuracy."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4))
+    ax_eval, ax_tr = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    if "eval" in results:
+        per_model = results["eval"]["results"]
+        sets = [s for s in EVAL_SETS if all(s in per for per in per_model.values())]
+        for k, (model, per_set) in enumerate(results["eval"]["results"].items()):
+            xs = [i + (k - 0.5) * 0.38 for i in range(len(sets))]
+            ys = [100 * per_set[s]["accuracy"] for s in sets]
+            err = [100 * per_set[s]["stderr"] for s in sets]
+            ax_eval.bar(xs, ys, 0.36, yerr=err, label=_NAMES[model])
+            pub = results["eval"]["published"].get(model, {})
+            px = [x for x, s in zip(xs, sets, strict=True) if s in pub]
+            ax_eval.scatter(px, [pub[s]["value"] for s in sets if s in pub], marker="_", s=300, color="black",
+                            zorder=3, label="published" if k == 0 else None)
+        ax_eval.set_xticks(range(len(sets)), sets, rotation=20)
+        ax_eval.set_ylabel("accuracy %")
+        ax_eval.legend(fontsize=8)
+    if "transfer" in results:
+        rows = {n: r for n, r in results["transfer"]["rows"].items() if r.get("accuracy")}
+        ax_tr.bar(range(len(rows)), [100 * r["accuracy"]["mean"] for r in rows.values()],
+                  yerr=[100 * r["accuracy"]["stderr"] for r in rows.values()], color="tab:green")
+        ax_tr.set_xticks(range(len(rows)), list(rows), rotation=30)
+        ax_tr.set_title("facts LoRA on Gemma-3-270M", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def write_real(output: str | Path, results: dict, *, overwrite: bool = False, command: str = "") -> Path:
+    """Write ``results.json``, ``results.md`` and ``real.png`` into ``output`` atomically."""
+    from paw import __version__
+    from paw.io.atomic import atomic_dir
+    from paw.io.manifest import write_json
+    from paw.io.reports import save_figure
+
+    with atomic_dir(output, overwrite=overwrite) as tmp:
+        write_json(tmp / "results.json", {"paw_version": __version__, "command": command, **results})
+        (tmp / "results.md").write_text(markdown(results), encoding="utf-8")
+        save_figure(plot(results), tmp / "real.png")
+    return Path(output)
+
+
+def real_to_folder(opts, output: str | Path, *, workdir: str | Path | None = None, overwrite: bool = False,
+                   command: str = "") -> dict:
+    """:func:`paw.bench.real.run_real` into ``output`` (what ``paw bench real`` runs); returns the results."""
+    import tempfile
+
+    from paw.bench.real import run_real
+    from paw.io.atomic import check_output
+
+    check_output(output, overwrite=overwrite)
+    opts.check()
+    with tempfile.TemporaryDirectory(prefix="paw-bench-real-") as tmp:
+        results = run_real(opts, workdir or tmp)
+    write_real(output, results, overwrite=overwrite, command=command)
+    return results
