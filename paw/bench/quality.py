@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paw import arch
 from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
 from paw.bench.options import BenchOptions
 from paw.bench.results import BUILD, SOURCE, TransferStatus, summarize
@@ -36,7 +37,7 @@ from paw.bench.tasks import TASKS, build_corpora, common_words
 from paw.errors import PawError, Refused, Skipped
 from paw.progress import status
 
-LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
 
 
 @dataclass

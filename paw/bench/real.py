@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from paw import arch
 from paw.errors import PawError, Refused
 from paw.progress import status
 
@@ -47,7 +48,7 @@ PUBLISHED: dict[str, dict[str, tuple[float, str, str, str]]] = {
     GEMMA: {"ARC-Easy": (57.7, "acc", "0-shot", _GEMMA_SRC), "PIQA": (67.7, "acc", "0-shot", _GEMMA_SRC),
             "BoolQ": (61.4, "acc", "0-shot", _GEMMA_SRC)},
 }
-LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,53 @@ from pathlib import Path
 
 import typer
 
-from paw.cli import _transfer_distill as D
-from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, TRACK, choices
+from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, SEED, TRACK, choices
+from paw.transfer.distill import DISTILL, INITS  # light, like the two below
 from paw.transfer.layers import LAYER_MAPS  # light: torch is imported inside the functions
 from paw.transfer.pipeline import method_names
 
-Method = choices("Method", [*method_names(), D.DISTILL])  # distill trains a LoRA: paw/cli/_transfer_distill.py
+Method = choices("Method", [*method_names(), DISTILL])  # distill trains a LoRA: paw/transfer/distill.py
 LayerMap = choices("LayerMap", LAYER_MAPS)
+DistillInit = choices("DistillInit", INITS)
+
+_DISTILL_DEFAULTS = {"prompts": None, "synthesize": 0, "seed_examples": None, "discriminator": False,
+                     "eval_prompts": None, "holdout": 0.1, "init": "auto", "rank": None, "alpha": None,
+                     "target_modules": None, "max_steps": 200, "batch_size": 8, "lr": 1e-4, "max_new_tokens": 16,
+                     "seed": 0}
+
+
+def _no_distill_options(given: dict) -> None:
+    from paw.errors import PawError
+
+    used = [k for k, v in _DISTILL_DEFAULTS.items() if getattr(given[k], "value", given[k]) != v]
+    if used:
+        raise PawError(f"--{used[0].replace('_', '-')} is a --method distill option")
+
+
+def _distill(a: dict) -> None:
+    """``--method distill``: parse, call :func:`paw.transfer.distill_run.run_distill`, print the outcome."""
+    from paw.cli._options import command_line, track_once
+    from paw.io.tracking import check_kind
+    from paw.transfer.distill_run import run_distill
+
+    check_kind(a["track"])
+    modules = [m.strip() for m in a["target_modules"].split(",") if m.strip()] if a["target_modules"] else None
+    result = run_distill(
+        a["adapter"], a["source_base"], a["target_base"], a["output"], prompts=a["prompts"],
+        synthesize=a["synthesize"], seed_examples=a["seed_examples"], eval_prompts=a["eval_prompts"],
+        discriminator=a["discriminator"], init=a["init"].value, rank=a["rank"], alpha=a["alpha"],
+        target_modules=modules, steps=a["max_steps"], batch_size=a["batch_size"], lr=a["lr"],
+        max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], seed=a["seed"], device=a["device"],
+        overwrite=a["overwrite"])
+    d = result.report["distill"]
+    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {d['inputs']['train']} {d['inputs']['source']} "
+               f"inputs, {d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")
+    before, after = d["agreement"]["before"], d["agreement"]["after"]
+    for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
+        if after[key] is not None:
+            typer.echo(f"{label} with the teacher on {d['agreement']['measured_on']}: {before[key]} -> {after[key]}")
+    track_once(a["track"], result.output, {"command": command_line(), "method": DISTILL, **result.inputs},
+               {"distill": {k: d[k] for k in ("loss_start", "loss_end")} | {"agreement": after}})
 
 
 def register(app: typer.Typer) -> None:
@@ -40,23 +80,44 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = OVERWRITE,
         allow_nonfinite: bool = ALLOW_NONFINITE,
         track: str = TRACK,
-        prompts: str = D.PROMPTS, synthesize: int = D.SYNTHESIZE, seed_examples: Path = D.SEED_EXAMPLES,
-        discriminator: bool = D.DISCRIMINATOR, eval_prompts: Path = D.EVAL_PROMPTS, holdout: float = D.HOLDOUT,
-        init: D.DistillInit = D.INIT, rank: int = D.RANK, alpha: float = D.ALPHA, target_modules: str = D.TARGET_MODULES,
-        max_steps: int = D.MAX_STEPS, batch_size: int = D.BATCH_SIZE, lr: float = D.LR,
-        max_new_tokens: int = D.MAX_NEW_TOKENS, seed: int = D.DISTILL_SEED,
+        # ---- --method distill only (label-free inputs; see docs/distill.md) ----
+        prompts: str = typer.Option(None, "--prompts", help="[distill] Task inputs: a file paw eval reads "
+                                    "(answers ignored) or text, one input per line; or 'generic'."),
+        synthesize: int = typer.Option(0, "--synthesize", min=0, help="[distill] Let the teacher write N inputs "
+                                       "from --seed-examples."),
+        seed_examples: Path = typer.Option(None, "--seed-examples", help="[distill] At most 5 task inputs for "
+                                           "--synthesize."),
+        discriminator: bool = typer.Option(False, "--discriminator", help="[distill] Keep only synthetic inputs "
+                                           "the teacher finds task-like (likelihood ratio vs generic text)."),
+        eval_prompts: Path = typer.Option(None, "--eval-prompts", help="[distill] Held-out inputs for the "
+                                          "agreement figures [default: --holdout of the inputs]."),
+        holdout: float = typer.Option(0.1, "--holdout", help="[distill] Fraction of inputs kept for agreement."),
+        init: DistillInit = typer.Option("auto", "--init", help="[distill] auto: start from the weight-space "
+                                         "transfer when the target is related; none: PEFT init."),
+        rank: int = typer.Option(None, "--rank", min=1, help="[distill] LoRA rank [default: the source's]."),
+        alpha: float = typer.Option(None, "--alpha", help="[distill] LoRA alpha [default: the source's]."),
+        target_modules: str = typer.Option(None, "--target-modules", help="[distill] Comma list [default: the "
+                                           "source adapter's module types that the target has]."),
+        max_steps: int = typer.Option(200, "--max-steps", min=1, help="[distill] Optimiser steps."),
+        batch_size: int = typer.Option(8, "--batch-size", min=1, help="[distill] Inputs per step."),
+        lr: float = typer.Option(1e-4, "--lr", help="[distill] AdamW learning rate."),
+        max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1, help="[distill] Teacher continuation "
+                                           "length (it also stops at a line break)."),
+        seed: int = SEED,
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.
 
         --method distill instead trains a new LoRA on the target to imitate source + adapter on label-free
-        inputs, for any tokenizer and family (options marked [distill]; docs/distill.md).
+        inputs (any tokenizer, any family; docs/distill.md).
 
         Example: paw transfer-lora --adapter ./tiny/lora --source-base ./tiny/base --target-base ./tiny/finetune -o ./moved
 
         Example: paw transfer-lora --method distill --prompts inputs.jsonl --adapter ./lora --source-base ./a --target-base ./b -o ./moved
         """
-        if D.handle(method.value, locals()):
+        if method.value == DISTILL:
+            _distill(locals())
             return
+        _no_distill_options(locals())
         from paw.cli._options import command_line, track_once
         from paw.io.tracking import check_kind
         from paw.io.transfer_report import REPORT_JSON

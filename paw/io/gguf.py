@@ -264,15 +264,28 @@ class _GgufTensors:
     def meta(self, name: str) -> tuple[tuple[int, ...], str]:
         return self._header.tensors[self._gguf_name[name]].shape, "float32"
 
-    def get(self, name: str):
-        """Dequantize one tensor to float32, then undo llama.cpp's transform of it, if any."""
+    def get(self, name: str, rows: tuple[int, int] | None = None):
+        """Dequantize one tensor to float32, then undo llama.cpp's transform of it, if any.
+
+        ``rows=(start, stop)`` slices the first dimension after the transform: the Q/K row permutation
+        mixes rows, so a block is cut from the whole tensor, not read alone.
+        """
         import numpy as np
         import torch
 
-        entry = self._header.tensors[self._gguf_name[name]]
-        values = _dequantize(self.path, entry).numpy()
-        result = self._processor.process(weights=values, name=entry.name).weights
-        return torch.from_numpy(result if result is values else np.ascontiguousarray(result, dtype=np.float32))
+        cached = getattr(self, "_last", None)
+        if rows is not None and cached is not None and cached[0] == name:
+            out = cached[1]  # a streamed pass asks for one tensor block by block: dequantize it once
+        else:
+            entry = self._header.tensors[self._gguf_name[name]]
+            values = _dequantize(self.path, entry).numpy()
+            result = self._processor.process(weights=values, name=entry.name).weights
+            out = torch.from_numpy(result if result is values else np.ascontiguousarray(result, dtype=np.float32))
+        if rows is None or out.ndim == 0:
+            self._last = None
+            return out
+        self._last = (name, out) if rows[1] < out.shape[0] else None  # kept until its last block is read
+        return out[rows[0]:rows[1]].clone()
 
 
 def _dequantize(path: Path, entry: TensorEntry):
@@ -383,7 +396,10 @@ def load_gguf_model(path: str | Path, *, dtype=None):
     config = gguf_config(path)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
     params = dict(model.named_parameters())
-    missing = [n for n in params if n not in ckpt and not (n == "lm_head.weight" and config.tie_word_embeddings)]
+    from paw import arch
+
+    head = arch.family(config.to_dict()).head
+    missing = [n for n in params if n not in ckpt and not (n == head and config.tie_word_embeddings)]
     if missing:
         raise PawError(f"GGUF lacks {len(missing)} weight(s) of the model, e.g. {missing[0]}", path=path)
     with torch.no_grad():

@@ -431,4 +431,4 @@ def _refusal(report: dict, attempts: list[dict]) -> str:
             f"lift >= {SIMILARITY_LIFT} or residual lift >= {RESIDUAL_LIFT}); last pairing: median subspace "
             f"similarity {s['median_similarity']} vs {s['median_similarity_null']} for the other layers "
             f"(chance {s['median_chance']}), median lift {s['median_similarity_lift']}; no data-free map would "
-            f"transfer anything useful. Pass --force to write the adapter anyway, or {DISTILL_HINT}")
+            "transfer anything useful. Pass --force to write the adapter anyway, or " + DISTILL_HINT)
