@@ -514,3 +514,18 @@ def test_a_merged_model_is_readable_by_another_user_under_umask_022(cli, fx, tmp
         done = subprocess.run(["cat", *files], capture_output=True, user=65534, group=65534)
         assert done.returncode == 0, done.stderr
     shutil.rmtree(tmp_path)
+
+
+def test_a_nested_command_keeps_its_inputs_to_itself(tmp_path):
+    """The benchmark runs commands inside a command: a step's inputs guard that step only."""
+    from paw.errors import PawError
+    from paw.io.atomic import check_output, input_scope, note_input
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with input_scope():
+        with input_scope():
+            note_input(scratch)
+            with pytest.raises(PawError, match="never modifies"):
+                check_output(scratch, overwrite=True)
+        check_output(scratch, overwrite=True)  # the outer step may rewrite its own scratch folder
