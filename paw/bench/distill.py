@@ -141,8 +141,6 @@ def markdown(results: dict) -> str:
             lines.append(f"| {r['target']} | {kind} | {100 * acc['mean']:.1f} ± {100 * acc['stderr']:.1f} | "
                          f"{_fraction(r.get('kept'))} | {_fraction(r.get('recovered'))} | {cpu} |")
         lines.append("")
-    lines.append("† for kept: the source LoRA is not two standard errors above the source base; for recovered: the "
-                 "direct LoRA is not two standard errors above the target base.")
     return "\n".join(lines) + "\n"
 
 
