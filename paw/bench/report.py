@@ -33,6 +33,8 @@ def _rec(row: dict | None, key: str = "recovered") -> str:
         return "†"
     if r["stderr"] is None:
         return f"{r['value']:.2f}"
+    if r["stderr"] > 1:  # some resamples nearly cancel the denominator: the stderr says nothing, the interval does
+        return f"{r['value']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
     return f"{r['value']:.2f} ± {r['stderr']:.2f}"
 
 
@@ -111,7 +113,9 @@ def markdown(results: dict) -> str:
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         lines.append(f"Target `{name}`: {why}.")
-    lines.append("† the denominator's gain is not two standard errors above zero, so the fraction is not meaningful.")
+    lines.append("† the denominator's gain is not two standard errors above zero, so the fraction is not meaningful; "
+                 "[a, b]: the bootstrap's 2.5-97.5% interval, shown where some resamples nearly cancel the "
+                 "denominator and the standard error is meaningless.")
     return "\n".join(lines) + "\n"
 
 
