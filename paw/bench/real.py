@@ -9,7 +9,8 @@ GGUF files that ship in packages). Four parts, each optional (``parts``):
 2. ``tokenizers``: the two tokenizers compared (:func:`paw.vocab.pipelines.analyze_tokenizers`)
    and Gemma's vocabulary aligned to SmolLM2's (the map transfers need);
 3. ``transfer``: a LoRA trained on SmolLM2 for the invented-facts task, moved to Gemma-3 by every
-   transfer method (``auto`` included) and scored item by item against Gemma's base, a random
+   transfer method (``auto`` included) and by ``distill`` (a Gemma LoRA taught on the task's
+   label-free prompts to continue them as SmolLM2 + LoRA does), scored item by item against Gemma's base, a random
    adapter of the same norms and a LoRA trained on Gemma itself (the ceiling). ``recovered`` is
    ``(t - b) / (d - b)`` against that ceiling, ``kept`` is ``(t - b) / (s_lora - s_base)`` against
    the source's own gain; both with a paired bootstrap over items (:mod:`paw.bench.stats`);
@@ -182,7 +183,7 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
 
     task = _task("facts", opts, _words(opts))
     bopts = _bench_options(opts)
-    methods = list(opts.methods) if opts.methods else method_names()
+    methods = [m for m in (opts.methods or method_names()) if m != "distill"]
     status(f"transfer: scoring SmolLM2 and training its facts LoRA ({opts.lora_steps} steps)")
     s_base = score_items(source.model, source.tokenizer, task.test)
     adapter, fit = train_adapter(source, task, bopts, opts.seed, SMOL)
@@ -218,7 +219,10 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
         rows[method] = {"status": "ok", "seconds": time.perf_counter() - t0,
                         "summary": {k: v for k, v in (report.get("summary") or {}).items()
                                     if isinstance(v, (int, float, str))}}
-    rows["distill"] = _distill_row()
+    if opts.methods is None or "distill" in opts.methods:
+        rows["distill"], outcome = _distill(adapter, source, target, task, opts)
+        if outcome is not None:
+            outcomes["distill"] = outcome
     for name, outcome in outcomes.items():
         row = rows.setdefault(name, {"status": "ok"})
         row["accuracy"] = accuracy([outcome])
@@ -238,13 +242,35 @@ def _checkpoints(models: dict[str, Path]):
     return open_checkpoint(models[SMOL]), open_checkpoint(models[GEMMA])
 
 
-def _distill_row() -> dict:
-    """``distill`` (issue 15) needs training data and runs apart; say plainly whether it exists here."""
+def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, list[int] | None]:
+    """``distill`` (issue 15): a Gemma LoRA taught to continue the task's prompts as SmolLM2 + LoRA does.
+
+    The inputs are the training prompts without their answers ("Kavo Milret likes the colour"); the
+    teacher writes the continuation, the student (Gemma, PEFT-initialised LoRA: the tokenizers
+    differ) learns it as text. Same rank, steps, batch and learning rate as the LoRAs above.
+    """
+    from paw.bench.quality import adapter_deltas, applied, score_items
+
     try:
-        import paw.transfer.distill  # noqa: F401
+        from paw.transfer.distill import LM, distill_lora
     except ImportError:
-        return {"status": "not run", "reason": "distill not merged yet (paw.transfer.distill is absent)"}
-    return {"status": "not run", "reason": "paw.transfer.distill exists; bench real does not call it yet"}
+        return {"status": "not run", "reason": "distill not merged yet (paw.transfer.distill is absent)"}, None
+    status(f"transfer: distill ({opts.lora_steps} steps on {len(task.train)} label-free prompts)")
+    t0 = time.perf_counter()
+    try:
+        with applied(source.model, adapter_deltas(adapter)):
+            moved, report = distill_lora(adapter, LM(source.model, source.tokenizer, SMOL),
+                                         LM(target.model, target.tokenizer, GEMMA),
+                                         prompts=[item.question for item in task.train], init="none",
+                                         steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
+                                         max_new_tokens=4, seed=opts.seed, device=opts.device, target_name=GEMMA,
+                                         progress=False)
+    except PawError as err:
+        return {"status": "n/a", "reason": str(err).splitlines()[0][:300]}, None
+    with applied(target.model, adapter_deltas(moved)):
+        outcome = score_items(target.model, target.tokenizer, task.test)
+    summary = {k: v for k, v in (report.get("summary") or {}).items() if isinstance(v, (int, float, str))}
+    return {"status": "ok", "seconds": time.perf_counter() - t0, "summary": summary}, outcome
 
 
 def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path) -> dict:
