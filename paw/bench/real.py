@@ -348,11 +348,13 @@ def run_real(opts: RealOptions, workdir: str | Path) -> dict:
         t = time.perf_counter()
         out["eval"] = part_eval(opts, models)
         seconds["eval"] = time.perf_counter() - t
+        _save_partial(workdir, out)
     vocab_map = None
     if "tokenizers" in opts.parts or "transfer" in opts.parts:
         t = time.perf_counter()
         out["tokenizers"], vocab_map = part_tokenizers(opts, models, workdir)
         seconds["tokenizers"] = time.perf_counter() - t
+        _save_partial(workdir, out)
     if "transfer" in opts.parts or "merge" in opts.parts:
         lm, tok = _load(models[SMOL], opts.device)
         source = Base(SMOL, lm, tok, models[SMOL])
@@ -360,11 +362,20 @@ def run_real(opts: RealOptions, workdir: str | Path) -> dict:
             t = time.perf_counter()
             out["transfer"] = part_transfer(opts, models, vocab_map, source)
             seconds["transfer"] = time.perf_counter() - t
+            _save_partial(workdir, out)
         if "merge" in opts.parts:
             t = time.perf_counter()
             out["merge"] = part_merge(opts, models, source, workdir)
             seconds["merge"] = time.perf_counter() - t
+            _save_partial(workdir, out)
     seconds["total"] = time.perf_counter() - t_all
     out["seconds"] = seconds
     out["machine"]["load_after"] = list(os.getloadavg())
     return out
+
+
+def _save_partial(workdir: Path, out: dict) -> None:
+    """Keep the parts done so far in ``workdir/partial-results.json``: a late failure loses only its part."""
+    from paw.io.manifest import write_json
+
+    write_json(workdir / "partial-results.json", out)
