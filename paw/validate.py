@@ -23,20 +23,25 @@ class NonFinite(PawError):
     """A tensor holds NaN or infinite values where the output must be finite."""
 
 
-def finite(flag: str, value: float | None, *, positive: bool = False) -> float | None:
-    """``value`` if it is a finite number (and > 0 with ``positive``); else a one-line PawError."""
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32: tensor arithmetic runs in float32
+
+
+def finite(flag: str, value: float | None, *, positive: bool = False, limit: float | None = None) -> float | None:
+    """``value`` if it is a finite number (> 0 with ``positive``, ``|value| <= limit``); else a PawError."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise PawError(f"{flag} {value!r} is not a finite number")
     if positive and value <= 0:
         raise PawError(f"{flag} must be positive, got {value}")
+    if limit is not None and abs(value) > limit:
+        raise PawError(f"{flag} {value!r} is too large (the arithmetic is float32: at most {limit:.4g})")
     return float(value)
 
 
-def finite_all(flag: str, values: Iterable[float] | None) -> list[float] | None:
+def finite_all(flag: str, values: Iterable[float] | None, *, limit: float | None = None) -> list[float] | None:
     """Every entry of a list flag (``--weights 0.5 nan``) checked with :func:`finite`."""
-    return None if values is None else [finite(flag, v) for v in values]
+    return None if values is None else [finite(flag, v, limit=limit) for v in values]
 
 
 def nonfinite(tensor, *, chunk: int = 1 << 20) -> int:

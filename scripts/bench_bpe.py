@@ -33,9 +33,6 @@ from paw.bpe import PATTERNS, BpeEncoder, train_tokenizer  # noqa: E402
 from paw.bpe.bytelevel import token_to_str  # noqa: E402
 from paw.bpe.patterns import compile_pattern  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "commonsense" / "raw"
-
-
 # ----------------------------------------------------------------------------- corpus
 
 
@@ -67,10 +64,10 @@ def _mo_text(path: Path) -> str:
     return "\n".join(v for k, v in catalog.items() if k and isinstance(v, str))
 
 
-def build_corpus(megabytes: float) -> list[str]:
+def build_corpus(megabytes: float, prose: list[Path] = ()) -> list[str]:
     """About 45% code, 10% docs and prose, 45% translations, interleaved, up to ``megabytes``."""
     budget = {"code": 0.45, "docs": 0.10, "i18n": 0.45}
-    sources = {"code": _python_sources(), "docs": _docs() + sorted(SHARED.glob("*.jsonl")), "i18n": _translations()}
+    sources = {"code": _python_sources(), "docs": _docs() + list(prose), "i18n": _translations()}
     docs, sizes = [], dict.fromkeys(budget, 0)
     for kind, paths in sources.items():
         for path in paths:
@@ -247,6 +244,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus-mb", type=float, default=20.0, help="corpus size (default 20)")
+    parser.add_argument("--prose", type=Path, nargs="*", default=[],
+                        help="English prose files mixed into the docs share (the published run used the raw "
+                        "commonsense QA .jsonl files)")
     parser.add_argument("--vocab-size", type=int, default=32000, help="vocabulary to train (default 32000)")
     parser.add_argument("--pattern", default="llama3", help="pre-tokenization pattern name (default llama3)")
     parser.add_argument("--naive-mb", type=float, default=0.5, help="slice for the minbpe-style trainer")
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
         return export_tokenizers(args.export_tokenizers)
     args.tmp.mkdir(parents=True, exist_ok=True)
 
-    docs = build_corpus(args.corpus_mb)
+    docs = build_corpus(args.corpus_mb, args.prose)
     corpus_mb = sum(len(d.encode()) for d in docs) / 1e6
     if args.save_corpus:
         args.save_corpus.write_text("\n".join(docs), encoding="utf-8")

@@ -15,8 +15,6 @@ import math
 import time
 from pathlib import Path
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commonsense" / "raw" / "arc-easy_test.jsonl"
-
 
 def naive_scores(model, tokenizer, items):
     """The textbook loop: for each choice, run ``context + choice`` alone and sum the choice's log-probs."""
@@ -44,7 +42,7 @@ def naive_scores(model, tokenizer, items):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="multiple-choice JSONL (default: ARC-Easy test)")
+    parser.add_argument("--data", type=Path, required=True, help="multiple-choice JSONL, e.g. ARC-Easy test (raw layout)")
     parser.add_argument("--items", type=int, default=64, help="number of items to score")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)

@@ -11,7 +11,7 @@ Wikipedia passages). Both routes receive the same missing tokens:
 Reported on held-out new-domain text: tokens per 1,000 characters (fewer = the extension helps),
 the share of token ends that are also token ends in the new-domain tokenizer's own segmentation (a literal
 added-token match can cut ``"other"`` into ``"o" + "the" + "r"``; BPE merges respect the
-pre-tokenizer), how many lines decode back to themselves, and the wall time of each route. Needs ../shared/data/commonsense (or --data).
+pre-tokenizer), how many lines decode back to themselves, and the wall time of each route. Needs --data: a folder of the formatted commonsense *.jsonl files (not with --base-tokenizer).
 
     python scripts/bench_extend.py --base-vocab 2000 --new-vocab 4000 --hidden 256
     python scripts/bench_extend.py --base-tokenizer llama3/tokenizer.json --new-tokenizer qwen3/tokenizer.json
@@ -29,7 +29,6 @@ from pathlib import Path
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commonsense" / "formatted"
 
 
 def _lines(path: Path, limit: int) -> list[str]:
@@ -49,13 +48,15 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=256, help="model hidden size")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--texts", type=int, default=1500, help="lines of each corpus to train on")
-    ap.add_argument("--data", type=Path, default=DATA, help="folder with the formatted commonsense jsonl files")
+    ap.add_argument("--data", type=Path, default=None, help="folder with the formatted commonsense jsonl files")
     ap.add_argument("--work", type=Path, default=Path("/tmp/paw-bench-extend/bench"))
     ap.add_argument("--base-tokenizer", type=Path, help="a real tokenizer.json to extend instead of a trained one")
     ap.add_argument("--new-tokenizer", type=Path, help="with --base-tokenizer: the tokenizer whose tokens are added")
     ap.add_argument("--held-out", type=Path, help="with --base-tokenizer: text file to measure on "
                     "(default: PAW's multilingual sample text)")
     args = ap.parse_args()
+    if args.data is None and args.base_tokenizer is None:
+        ap.error("--data DIR (the formatted commonsense *.jsonl files) is needed unless --base-tokenizer is given")
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

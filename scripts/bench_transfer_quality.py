@@ -28,7 +28,6 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commonsense" / "formatted"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-seed", type=int, default=0,
                         help="initialisation/corpus-order seed of the models (pool runs of several with --merge "
                              "to see the spread between model builds)")
-    parser.add_argument("--data", type=Path, default=DATA if DATA.is_dir() else None,
-                        help="commonsense *_formatted.jsonl folder for the corpus (absent: embedded text)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="commonsense *_formatted.jsonl folder for the corpus (absent: embedded fallback text, "
+                        "said in the output and in results.json)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the models here (default: temporary)")
     parser.add_argument("--quick", action="store_true", help="tiny smoke configuration")
     parser.add_argument("--device", default="cpu")
@@ -66,9 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     from paw.bench.options import options_from
     from paw.bench.quality import benchmark_to_folder
     from paw.bench.report import markdown
+    from paw.bench.tasks import FALLBACK_WARNING
     from paw.errors import PawError
     from paw.io.atomic import check_output
 
+    if args.data is None:
+        print(FALLBACK_WARNING, file=sys.stderr)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -86,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(markdown(results))
+    if results["notes"].get("corpus_fallback"):
+        print(FALLBACK_WARNING)
     seconds = results["notes"]["seconds"]
     print(f"time: {seconds['total']:.0f} s in all ("
           + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items() if k != "total") + ")")

@@ -13,7 +13,11 @@ venv="${PAW_VENV:-.venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"
 stamp="$venv/.paw-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# The stamp holds a hash of pyproject.toml: a fresh clone of the same project (new file times) reuses
+# the venv, a changed dependency list reinstalls. An older, empty stamp falls back to comparing times.
+want="$("$py" -c 'import hashlib,sys; print(hashlib.sha256(open("pyproject.toml","rb").read()).hexdigest())')"
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [ ! -f "$stamp" ] || { [ -n "$have" ] && [ "$have" != "$want" ]; } || { [ -z "$have" ] && [ pyproject.toml -nt "$stamp" ]; }; then
     export PIP_DISABLE_PIP_VERSION_CHECK=1
     if ! "$py" -c "import torch" 2>/dev/null; then
         if [ -n "${PAW_TORCH_SPEC:-}" ]; then spec="$PAW_TORCH_SPEC"
@@ -24,11 +28,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     fi
     echo "[paw] installing paw and its dependencies" >&2
     "$py" -m pip install -q -e ".[dev]"
-    touch "$stamp"
+    echo "$want" > "$stamp"
 fi
 case "$what" in
-    demo) exec "$venv/bin/paw" demo "$@" ;;
+    # `python -m` from the checkout's root runs this checkout's code, even with a venv shared by several
+    demo) exec "$py" -m paw demo "$@" ;;
     test) exec "$py" -m pytest "$@" ;;
-    paw)  exec "$venv/bin/paw" "$@" ;;
+    paw)  exec "$py" -m paw "$@" ;;
     *) echo "usage: bash scripts/bootstrap.sh demo|test|paw [args...]" >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parent / "data"  # carried with the repo: nothing outside it is read
 
 
 @dataclass
@@ -72,8 +72,7 @@ def tiny_lora(zoo_root, tiny_llama) -> Path:
     return zoo.make_lora(tiny_llama, zoo_root / "llama-lora", rank=4, alpha=8, seed=3)
 
 
-@pytest.fixture
-def shared_data() -> Path:
-    if not SHARED_DATA.exists():
-        pytest.skip("../shared/data not present")
-    return SHARED_DATA
+@pytest.fixture(scope="session")
+def commonsense() -> Path:
+    """Slices of the public commonsense QA sets in both layouts (tests/data/README.md says which lines)."""
+    return DATA / "commonsense"

@@ -71,3 +71,38 @@ def test_resolve_device_errors():
     if not torch.cuda.is_available():
         with pytest.raises(PawError, match="CUDA is not available"):
             resolve_device("cuda:0")
+
+
+def test_a_short_flag_means_one_thing_everywhere():
+    """``-m`` was --method in one command and --model in another; a short flag now names one option."""
+    import click
+
+    from paw.cli import app
+
+    same = {"--outdir": "--output"}  # both name where the results go
+    meaning: dict[str, set[str]] = {}
+    for _, cmd in _commands(app):
+        for param in cmd.params:
+            if not isinstance(param, click.Option):
+                continue
+            longs = [o for o in param.opts if o.startswith("--")]
+            for short in (o for o in param.opts + param.secondary_opts if not o.startswith("--")):
+                meaning.setdefault(short, set()).update(same.get(o, o) for o in longs)
+    assert {s: names for s, names in meaning.items() if len(names) > 1} == {}
+    assert "-m" not in meaning
+
+
+def test_tables_do_not_wrap_off_a_terminal(capsys):
+    from rich.table import Table
+
+    from paw.cli._options import console
+
+    table = Table(title="a wide table")
+    headers = [f"header number {i} of the table" for i in range(6)]  # ~170 columns: wider than 80
+    for h in headers:
+        table.add_column(h)
+    table.add_row(*[f"value {i}" for i in range(6)])
+    console().print(table)
+    lines = capsys.readouterr().out.splitlines()
+    header_line = next(line for line in lines if "header number 0" in line)
+    assert all(h in header_line for h in headers)

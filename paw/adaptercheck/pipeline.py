@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paw.errors import PawError
+from paw.io.manifest import records_call
 
 PathLike = str | Path
 
@@ -57,6 +58,7 @@ class ResizedBase:
         return lines
 
 
+@records_call
 def resize_base(adapter: PathLike, base: PathLike, output: PathLike, *, tokenizer: PathLike | None = None,
                 vocab_size: int | None = None, device: str = "cpu", overwrite: bool = False,
                 command: str | None = None) -> ResizedBase:
@@ -70,7 +72,7 @@ def resize_base(adapter: PathLike, base: PathLike, output: PathLike, *, tokenize
     from paw.io.adapter_check import read_adapter_header
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
-    from paw.io.manifest import command_line, describe_input
+    from paw.io.manifest import describe_input
     from paw.io.writer import TOKENIZER_FILES, write_checkpoint
     from paw.vocab.extend import find_vocab_tensors, with_vocab_size
 
@@ -89,7 +91,7 @@ def resize_base(adapter: PathLike, base: PathLike, output: PathLike, *, tokenize
     if rows == old:
         raise PawError(f"base already has {old} rows, the size the adapter expects; nothing to resize", path=base)
     sources = vocab_sources(read_adapter(adapter).tensors, header.config, keys)
-    manifest = {"paw_version": __version__, "command": command or command_line(),
+    manifest = {"paw_version": __version__, "command": command,
                 "inputs": {"adapter": describe_input(adapter), "base": describe_input(base)},
                 "old_rows": old, "rows": rows, "tokenizer_from": str(tok_source),
                 "rows_from_adapter": sorted(sources)}

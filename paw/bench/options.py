@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from paw.bench.targets import TARGETS
-from paw.bench.tasks import TASKS
+from paw.bench.tasks import TASKS, missing_sets
 from paw.errors import PawError
 
 
@@ -86,6 +86,8 @@ def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: i
         raise PawError(f"--seeds {seeds!r}: expected comma-separated integers such as 0,1") from None
     if data is not None and not Path(data).is_dir():
         raise PawError("--data: not a folder of *_formatted.jsonl files", path=data)
+    if data is not None and missing_sets(data):
+        raise PawError(f"--data: lacks {', '.join(missing_sets(data))}", path=data)
     base = quick_options() if quick else BenchOptions(hidden_size=hidden_size, num_layers=num_layers,
                                                       intermediate_size=(hidden_size * 11 // 4) // 8 * 8,
                                                       pretrain_steps=pretrain_steps, lora_steps=lora_steps,

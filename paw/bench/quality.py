@@ -33,8 +33,9 @@ from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
 from paw.bench.options import BenchOptions
 from paw.bench.results import BUILD, SOURCE, TransferStatus, summarize
 from paw.bench.targets import TARGETS, Workshop
-from paw.bench.tasks import TASKS, build_corpora, common_words
+from paw.bench.tasks import TASKS, build_corpora, common_words, missing_sets
 from paw.errors import PawError, Refused, Skipped
+from paw.io.manifest import records_call
 from paw.progress import status
 
 LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
@@ -189,7 +190,7 @@ def build_bases(opts: BenchOptions, workdir: Path, *, progress: bool = True) -> 
            f"{schedule.steps} steps) on {corpus}")
     losses = train_lm(source, stream, schedule, seed=opts.model_seed, device=device, progress=progress)
     src_folder = save_model(source, workdir / "models" / SOURCE, tokenizer=tokenizer)
-    notes = {"corpus": corpus, "corpus_texts": [len(source_texts), len(shifted_texts)],
+    notes = {"corpus": corpus, "corpus_fallback": bool(missing_sets(folder)), "corpus_texts": [len(source_texts), len(shifted_texts)],
              "corpus_tokens": int(len(stream)), "tokenizer_vocab": len(tokenizer),
              "source": {"parameters": sum(p.numel() for p in source.parameters()), "final_train_loss": losses[-1],
                         "held_out_loss": held_out_loss(source, held_out, seq_len=opts.seq_len)},
@@ -308,6 +309,7 @@ def run_benchmark(opts: BenchOptions, workdir: str | Path, *, progress: bool = T
         torch.set_num_threads(threads)
 
 
+@records_call
 def benchmark_to_folder(opts: BenchOptions, output: str | Path, *, workdir: str | Path | None = None,
                         overwrite: bool = False, command: str | None = None, progress: bool = True) -> dict:
     """:func:`run_benchmark`, then ``output/`` with results.json, results.md and recovered.png.
@@ -318,12 +320,11 @@ def benchmark_to_folder(opts: BenchOptions, output: str | Path, *, workdir: str 
 
     from paw.bench.report import write_results
     from paw.io.atomic import check_output
-    from paw.io.manifest import command_line
 
     check_output(output, overwrite=overwrite)
     with tempfile.TemporaryDirectory(prefix="paw-bench-") as tmp:
         results = run_benchmark(opts, workdir or tmp, progress=progress)
-    write_results(output, results, overwrite=overwrite, command=command or command_line())
+    write_results(output, results, overwrite=overwrite, command=command)
     return results
 
 

@@ -33,6 +33,8 @@ def _rec(row: dict | None, key: str = "recovered") -> str:
         return "†"
     if r["stderr"] is None:
         return f"{r['value']:.2f}"
+    if r["stderr"] > 1:  # some resamples nearly cancel the denominator: the stderr says nothing, the interval does
+        return f"{r['value']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
     return f"{r['value']:.2f} ± {r['stderr']:.2f}"
 
 
@@ -111,12 +113,19 @@ def markdown(results: dict) -> str:
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         lines.append(f"Target `{name}`: {why}.")
-    lines.append("† the denominator's gain is not two standard errors above zero, so the fraction is not meaningful.")
+    lines.append("† the denominator's gain is not two standard errors above zero, so the fraction is not meaningful; "
+                 "[a, b]: the bootstrap's 2.5-97.5% interval, shown where some resamples nearly cancel the "
+                 "denominator and the standard error is meaningless.")
     return "\n".join(lines) + "\n"
 
 
 def plot(results: dict):
-    """Bar chart of the recovered fraction per target and method, one panel per task; returns the figure."""
+    """Bar chart of the recovered fraction per target and method, one panel per task; returns the figure.
+
+    Cells that are not plain numbers say so: a † cell (the ceiling is not two stderr above the base)
+    is drawn pale and hatched with a † above it, a refused one (``auto`` kept the base) carries
+    "refused", and a method that does not apply leaves its slot empty with "n/a".
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,22 +140,39 @@ def plot(results: dict):
     width = 0.8 / len(methods)
     for ax, task in zip(axes[:, 0], tasks, strict=True):
         for j, method in enumerate(methods):
-            values, errors = [], []
-            for t in targets:
-                r = (index.get((task, t, method)) or {}).get("recovered")
-                values.append(r["value"] if r and r["value"] is not None else np.nan)
-                errors.append(r["stderr"] or 0 if r else 0)
-            ax.bar(np.arange(len(targets)) + (j - len(methods) / 2 + 0.5) * width, values, width,
-                   yerr=errors, label=method, capsize=2)
+            cells = [_plot_cell(index.get((task, t, method))) for t in targets]
+            x = np.arange(len(targets)) + (j - len(methods) / 2 + 0.5) * width
+            bars = ax.bar(x, [c[0] for c in cells], width, yerr=[c[1] for c in cells], label=method, capsize=2)
+            for bar, xi, (value, _, mark) in zip(bars, x, cells, strict=True):
+                if mark == "†":
+                    bar.set_alpha(0.35)
+                    bar.set_hatch("//")
+                if mark:
+                    y = 0.02 if np.isnan(value) else max(value, 0) + 0.04
+                    ax.text(xi, y, mark, ha="center", va="bottom", fontsize=6, rotation=90 if len(mark) > 1 else 0)
         ax.axhline(1.0, color="k", lw=0.6, ls="--")
         ax.axhline(0.0, color="k", lw=0.6)
         ax.set_xticks(np.arange(len(targets)), targets)
         ax.set_ylabel("recovered fraction")
-        ax.set_title(f"task: {task}")
+        ax.set_title(f"task: {task}   († pale: the direct LoRA is not 2 stderr above the base)", fontsize=9)
         ax.set_ylim(-0.5, 1.3)
     axes[0, 0].legend(ncol=min(len(methods), 4), fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def _plot_cell(row: dict | None) -> tuple[float, float, str]:
+    """``(value, stderr, mark)`` of one bar; value is NaN (no bar) where there is no number to draw."""
+    nan = float("nan")
+    if row is None:
+        return nan, 0.0, ""
+    statuses = _statuses(row)
+    r = row.get("recovered")
+    if r is None or r["value"] is None or not math.isfinite(r["value"]):
+        mark = "n/a" if TransferStatus.NOT_APPLICABLE in statuses else ("†" if r is not None else "")
+        return nan, 0.0, mark
+    mark = "refused" if TransferStatus.REFUSED in statuses else ("†" if not r["ceiling_ok"] else "")
+    return r["value"], r["stderr"] or 0.0, mark
 
 
 def write_results(output: str | Path, results: dict, *, overwrite: bool = False, command: str = "") -> Path:

@@ -85,10 +85,10 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
                     if condition in methods:
                         row["transfer_summary"] = {str(s): per_seed[s]["summaries"].get(condition) for s in seeds}
                 rows.append(row)
-    if any(m.startswith("distill[") for m in methods):  # the kept fraction: paw/bench/distill.py
-        from paw.bench.distill import add_kept
+    if any(m.startswith("distill[") for m in methods):  # CPU seconds per distillation: paw/bench/distill.py
+        from paw.bench.distill import add_cpu_seconds
 
-        rows = add_kept(rows, raw, source=SOURCE, n_boot=settings["n_boot"])
+        rows = add_cpu_seconds(rows, raw)
     packed = {task: {base: {str(seed): {**r, "outcomes": {c: "".join(map(str, o)) for c, o in r["outcomes"].items()}}
                             for seed, r in per_seed.items()} for base, per_seed in per_base.items()}
               for task, per_base in raw.items()}

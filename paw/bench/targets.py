@@ -116,7 +116,6 @@ def _sizes(cfg: dict, factor: float, multiple: int) -> int:
 
 @target("pruned")
 def pruned(ws: Workshop) -> Built:
-    from paw.bench.models import model_from_state_dict
     from paw.bench.surgery import Dims, prune_by_importance
 
     cfg = _config(ws.source)
@@ -124,16 +123,12 @@ def pruned(ws: Workshop) -> Built:
     sizes = dict(hidden=_sizes(d.hidden, 0.75, 8), heads=max(d.group, d.heads // 2 // d.group * d.group),
                  neurons=_sizes(d.neurons, 0.75, 8), layers=max(1, d.layers - 1))
     sd, new_cfg = prune_by_importance({k: v.detach().cpu() for k, v in ws.source.state_dict().items()}, cfg, **sizes)
-    model = model_from_state_dict(sd, new_cfg)
-    schedule = ws.heal()
-    train_lm(model, ws.source_stream, schedule, seed=ws.seed + 12, device=ws.device, description="healing pruned",
-             progress=ws.progress)
-    return Built(model, ws.tokenizer, {"pruned_to": sizes, "heal_steps": schedule.steps})
+    model, steps = _healed(ws, sd, new_cfg, seed=ws.seed + 12, description="healing pruned")
+    return Built(model, ws.tokenizer, {"pruned_to": sizes, "heal_steps": steps})
 
 
 @target("grown")
 def grown(ws: Workshop) -> Built:
-    from paw.bench.models import model_from_state_dict
     from paw.bench.surgery import Dims, grow_state_dict
 
     cfg = _config(ws.source)
@@ -142,11 +137,19 @@ def grown(ws: Workshop) -> Built:
                  num_layers=d.layers + 2)
     sd, new_cfg = grow_state_dict({k: v.detach().cpu() for k, v in ws.source.state_dict().items()}, cfg,
                                   seed=ws.seed + 13, **sizes)
-    model = model_from_state_dict(sd, new_cfg)
+    model, steps = _healed(ws, sd, new_cfg, seed=ws.seed + 13, description="training grown")
+    return Built(model, ws.tokenizer, {"grown_to": sizes, "steps": steps})
+
+
+def _healed(ws: Workshop, sd: dict, cfg: dict, *, seed: int, description: str):
+    """A model cut or grown from the source, trained on for the healing schedule: ``(model, steps)``."""
+    from paw.bench.models import model_from_state_dict
+
+    model = model_from_state_dict(sd, cfg)
     schedule = ws.heal()
-    train_lm(model, ws.source_stream, schedule, seed=ws.seed + 13, device=ws.device, description="training grown",
+    train_lm(model, ws.source_stream, schedule, seed=seed, device=ws.device, description=description,
              progress=ws.progress)
-    return Built(model, ws.tokenizer, {"grown_to": sizes, "steps": schedule.steps})
+    return model, schedule.steps
 
 
 @target("distilled")

@@ -1,6 +1,6 @@
 """Pretraining corpora and the benchmark's multiple-choice tasks, all built offline and deterministically.
 
-Corpora: the question + right-answer text of the commonsense sets in ``shared/data/commonsense`` when
+Corpora: the question + right-answer text of the commonsense sets in the ``--data`` folder when
 they are present (ARC and OpenBookQA for the source, PIQA and Winogrande for the *shifted* corpus a
 version upgrade is trained on), else the embedded ``paw/data`` samples plus template sentences
 (:func:`synthetic_sentences`). Either way the model learns real structure (syntax, frequent words).
@@ -64,6 +64,16 @@ def _sentence(item: MCItem) -> str:
         return item.question.replace("_", answer)
     question = re.sub(r"^Question: |\nAnswer:\s*$", "", item.question.strip())
     return re.sub(r"\s+", " ", f"{question.strip()} {answer}")
+
+
+def missing_sets(folder: Path | str | None) -> list[str]:
+    """The ``<name>_formatted.jsonl`` files the corpora need that ``folder`` lacks (all when ``folder`` is None)."""
+    names = [f"{name}_formatted.jsonl" for name in SOURCE_SETS + SHIFTED_SETS]
+    return names if folder is None else [n for n in names if not (Path(folder) / n).is_file()]
+
+
+FALLBACK_WARNING = ("warning: no --data folder: the corpus is the embedded fallback (paw/data samples + template "
+                    "sentences), not commonsense QA text; figures differ from docs/benchmarks/transfer-quality.md")
 
 
 def commonsense_corpus(folder: Path | None, names: tuple[str, ...]) -> list[str] | None:

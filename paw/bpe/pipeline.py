@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from paw.errors import PawError
+from paw.io.manifest import records_call
 
 PathLike = str | Path
 
@@ -31,6 +32,7 @@ def open_encoder(spec: PathLike, pattern: str | None = None):
     return BpeEncoder(bpe.mergeable_ranks, bpe.pattern, bpe.special_tokens)
 
 
+@records_call
 def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *, pattern: str = "gpt4",
                 special_tokens: Sequence[str] = (), min_frequency: int = 0, export_hf: PathLike | None = None,
                 processes: int = 0, overwrite: bool = False, command: str | None = None,
@@ -64,12 +66,12 @@ def _write_trained(bpe, output: Path, export_hf: PathLike | None, *, overwrite: 
     """``OUTPUT.model`` + ``OUTPUT.vocab`` (+ the export folder when it sits beside them) as one set."""
     from paw.io.atomic import atomic_dir
     from paw.io.bpe_files import write_hf_tokenizer_json, write_paw_model
-    from paw.io.manifest import command_line, describe_input, write_manifest
+    from paw.io.manifest import describe_input, write_manifest
 
     def export(folder: Path) -> None:
         write_hf_tokenizer_json(folder / "tokenizer.json", mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
                                 special_tokens=bpe.special_tokens)
-        write_manifest(folder, "paw_bpe.json", command=command or command_line(),
+        write_manifest(folder, "paw_bpe.json", command=command,
                        inputs={str(p): describe_input(p) for p in inputs},
                        vocab_size=len(bpe.mergeable_ranks) + len(bpe.special_tokens), merges=len(bpe.merges))
 

@@ -72,17 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     ``PawError`` (bad input, named by file), ``OSError`` (disk full, permissions), a bad flag and
     any other library exception all end the same way; ``PAW_TRACEBACK=1`` shows the traceback of the
     unexpected ones. Each command runs in one :func:`paw.io.atomic.input_scope`, so nothing it
-    reads can be written over.
+    reads can be written over, and records the arguments it parsed as its command (not the host
+    process's ``sys.argv``).
     """
     from paw.cli._options import finite_floats
     from paw.io.atomic import input_scope
+    from paw.io.manifest import cli_invocation
 
     _quiet_libraries()
     command = typer.main.get_command(app)
     finite_floats(command)
+    args = sys.argv[1:] if argv is None else list(argv)  # what this CLI parses, recorded as its command
     try:
-        with input_scope():
-            command.main(args=argv, prog_name="paw", standalone_mode=False)
+        with input_scope(), cli_invocation(args):
+            command.main(args=args, prog_name="paw", standalone_mode=False)
     except PawError as err:
         return _fail(str(err))
     except KeyboardInterrupt:

@@ -19,6 +19,17 @@ TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or
                      "logs go to OUT-tracking/ beside the output.")
 
 
+def console():
+    """A rich console on stdout. Off a terminal (a pipe, a log file, CI) it is wide enough that table
+    headers and long lines never wrap: a log should read like the screen, not be cut at 80 columns."""
+    from rich.console import Console
+
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out.width = 1000
+    return out
+
+
 def choices(name: str, values) -> type[enum.Enum]:
     """A str Enum of a registry's names, so ``--help`` lists them and click refuses any other."""
     return enum.Enum(name, {v: v for v in values}, type=str)

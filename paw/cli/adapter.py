@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE
+from paw.cli._options import DEVICE, OVERWRITE, command_line
 
 
 def register(app: typer.Typer) -> None:
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         from paw.adaptercheck.pipeline import resize_base
 
         result = resize_base(adapter, base, output, tokenizer=tokenizer, vocab_size=vocab_size or None,
-                             device=device, overwrite=overwrite)
+                             device=device, overwrite=overwrite, command=command_line())
         for line in result.lines():
             typer.echo(line)
 

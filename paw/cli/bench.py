@@ -6,9 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "commonsense" / "formatted"
+from paw.cli._options import DEVICE, OVERWRITE, command_line
 
 
 def register(app: typer.Typer) -> None:
@@ -31,8 +29,10 @@ def register(app: typer.Typer) -> None:
         pretrain_steps: int = typer.Option(400, help="Source pretraining steps (targets scale with it)."),
         lora_steps: int = typer.Option(300, help="LoRA training steps."),
         lora_rank: int = typer.Option(8, help="LoRA rank."),
-        data: Path = typer.Option(DEFAULT_DATA if DEFAULT_DATA.is_dir() else None, "--data",
-                                  help="Folder of commonsense *_formatted.jsonl (corpus); absent: embedded text."),
+        data: Path = typer.Option(None, "--data",
+                                  help="Folder of the commonsense *_formatted.jsonl files (ARC, OpenBookQA, PIQA, "
+                                  "Winogrande, BoolQ) for the pretraining corpus. Without it the corpus is embedded "
+                                  "fallback text, said loudly in the output and in results.json (notes.corpus_fallback)."),
         workdir: Path = typer.Option(None, help="Where models are kept (default: a temporary folder, removed)."),
         quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke configuration (tiny everything)."),
         device: str = DEVICE,
@@ -45,13 +45,18 @@ def register(app: typer.Typer) -> None:
         from paw.bench.options import options_from
         from paw.bench.quality import benchmark_to_folder
         from paw.bench.report import markdown
+        from paw.bench.tasks import FALLBACK_WARNING
 
         opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
                             lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
                             distill=distill)
-        results = benchmark_to_folder(opts, output, workdir=workdir, overwrite=overwrite)
+        if data is None:
+            typer.echo(FALLBACK_WARNING, err=True)
+        results = benchmark_to_folder(opts, output, workdir=workdir, overwrite=overwrite, command=command_line())
         typer.echo(markdown(results))
+        if results["notes"].get("corpus_fallback"):
+            typer.echo(FALLBACK_WARNING)
         typer.echo(f"wrote {output}/results.json, results.md, recovered.png "
                    f"({results['notes']['seconds']['total']:.0f} s)")
 
@@ -60,7 +65,7 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(..., "--output", "-o", help="Folder for results.json, results.md, real.png."),
         models: Path = typer.Option(..., "--models", help="Folder written by scripts/real_models.sh (holds "
                                     "smollm2-135m-instruct/ and gemma-3-270m/)."),
-        data: Path = typer.Option(DEFAULT_DATA.parent if DEFAULT_DATA.parent.is_dir() else None, "--data",
+        data: Path = typer.Option(..., "--data",
                                   help="Commonsense folder with raw/*.jsonl (ARC, OpenBookQA, PIQA, BoolQ, Winogrande)."),
         parts: str = typer.Option("eval,tokenizers,transfer,merge", help="Parts to run (comma list)."),
         eval_items: int = typer.Option(30, help="Seeded subset of each evaluation set."),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import OVERWRITE
+from paw.cli._options import OVERWRITE, command_line
 
 TOKENIZER_HELP = "A PAW .model, a tiktoken rank file (base64 token + rank per line) or a byte-level BPE tokenizer.json."
 PATTERN_HELP = "Pre-tokenization: gpt2, gpt4 (cl100k), llama3, qwen2, o200k, none, or a regex."
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
         bpe = train_files(files, vocab_size, output, pattern=pattern, special_tokens=special_tokens,
                           min_frequency=min_frequency, export_hf=export_hf, processes=processes, overwrite=overwrite,
-                          track=lambda steps, n: track(steps, "merges", total=n))
+                          track=lambda steps, n: track(steps, "merges", total=n), command=command_line())
         n_vocab = len(bpe.mergeable_ranks) + len(bpe.special_tokens)
         typer.echo(f"{len(bpe.merges)} merges, vocabulary {n_vocab} -> {output}.model, {output}.vocab"
                    + (f", {export_hf}/tokenizer.json" if export_hf else ""))

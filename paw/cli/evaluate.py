@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED
+from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line
 from paw.evaluate.formats import READERS  # light: the readers are plain functions
 
 FORMAT_HELP = (f"Data layout: auto (detected from the first line), {', '.join(READERS)} "
@@ -37,12 +37,12 @@ def eval_command(
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
     perplexity of the correct answers.
 
-    Example: paw eval --model ./tiny/base --data ../shared/data/commonsense/raw/arc-easy_test.jsonl --limit 200
+    Example: paw eval --model ./paw_demo/models/base --data ./paw_demo/data/colour.jsonl --limit 200
     """
     from paw.evaluate.pipeline import evaluate_model
 
     result = evaluate_model(model, data, adapter=adapter, format=format, limit=limit, batch_size=batch_size,
-                            output=output, device=device, dtype=dtype, track=track, overwrite=overwrite)
+                            output=output, device=device, dtype=dtype, track=track, overwrite=overwrite, command=command_line())
     _print_metrics(result.metrics)
     if result.output is not None:
         typer.echo(f"results: {result.output}")
@@ -81,7 +81,7 @@ def train_lora_command(
     result = train_lora_adapter(model, data, output, rank=rank, alpha=alpha, target_modules=target_modules,
                                 steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_data=eval_data,
                                 format=format, limit=limit, eval_limit=eval_limit, save_every=save_every,
-                                device=device, dtype=dtype, track=track, overwrite=overwrite)
+                                device=device, dtype=dtype, track=track, overwrite=overwrite, command=command_line())
     _print_training(result.metrics)
     typer.echo(f"adapter: {output}" + (f"  (tracking: {result.tracking})" if result.tracking else ""))
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, choices, multi_value_command
+from paw.cli._options import DEVICE, OVERWRITE, choices, command_line, multi_value_command
 from paw.vocab.resize import INITS  # light: torch is imported inside the functions
 
 Init = choices("Init", INITS)
@@ -23,6 +23,10 @@ def register(app: typer.Typer) -> None:
         from_tokenizer: Path = typer.Option(None, "--from-tokenizer",
                                             help="Add every token of this tokenizer that the model lacks "
                                             "(HF tokenizer.json / folder, or a `paw bpe train` .model)."),
+        skip_numbers: bool = typer.Option(True, "--skip-numbers/--keep-numbers",
+                                          help="With --from-tokenizer: leave out its number strings ('2024', ' 12'). "
+                                          "Most pre-tokenizers split digit runs, so they could only be added tokens, "
+                                          "which would change how every number in old text tokenizes."),
         special: bool = typer.Option(False, "--special", help="Add them as special (added, unsplittable) tokens."),
         init: Init = typer.Option("interpolate", "--init", help="How new rows start."),
         pad_to_multiple: int = typer.Option(0, "--pad-to-multiple", min=0,
@@ -41,11 +45,16 @@ def register(app: typer.Typer) -> None:
 
         Example: paw extend-tokenizer --model ./tiny/base --tokens-file words.txt --output ./tiny-ext
         """
-        from paw.vocab.extend_pipeline import extend_tokenizer, tokens_from
+        from paw.vocab.extend_pipeline import extend_tokenizer, split_numbers, tokens_from
 
-        token_list = tokens_from(tokens=tokens, tokens_file=tokens_file, from_tokenizer=from_tokenizer)
+        token_list = tokens_from(tokens=tokens, tokens_file=tokens_file, from_tokenizer=from_tokenizer,
+                                 skip_numbers=False)
+        if from_tokenizer and skip_numbers:
+            token_list, numbers = split_numbers(token_list)
+            if numbers:
+                typer.echo(f"left out {len(numbers)} number string(s) of {from_tokenizer} (--keep-numbers adds them)")
         result = extend_tokenizer(model, output, token_list, special=special, init=init.value,
                                   pad_to_multiple=pad_to_multiple, device=device, overwrite=overwrite,
-                                  max_intermediates=None if max_intermediates < 0 else max_intermediates)
+                                  max_intermediates=None if max_intermediates < 0 else max_intermediates, command=command_line())
         for line in result.lines():
             typer.echo(line)

@@ -135,11 +135,12 @@ def _read_yaml(path: Path) -> dict:
 
 
 def _print_table(job) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from paw.cli._options import console as make_console
+
     mode = "explicit --weights" if job.options.weights is not None else f"mode {job.options.mode}"
-    console = Console(width=100)
+    console = make_console()
     console.print(f"paw merge: {job.method.name}, {mode}, L2 norms {job.norm_source}")
     table = Table()
     table.add_column("model")

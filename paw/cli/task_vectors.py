@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, multi_value_command
+from paw.cli._options import DEVICE, OVERWRITE, command_line, multi_value_command
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         from paw.taskvec.pipeline import task_vectors as run_task_vectors
 
         results = run_task_vectors(base, models, outdir, device=device, multi_gpu=multi_gpu, top_k=top_k,
-                                   include=include, exclude=exclude, workers=workers, overwrite=overwrite).results
+                                   include=include, exclude=exclude, workers=workers, overwrite=overwrite, command=command_line()).results
         for i, name in enumerate(results.models):
             typer.echo(f"{name}: global L2 {results.global_l2(i):.6g}, L1 {results.global_l1(i):.6g} "
                        f"over {results.n_params():,} parameters in {len(results.names)} tensors "

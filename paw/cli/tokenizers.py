@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, choices
+from paw.cli._options import DEVICE, OVERWRITE, choices, command_line, console, multi_value_command
 from paw.vocab.embed import FALLBACKS  # light: torch is imported inside the functions
 from paw.vocab.pipelines import methods_help  # light: the alignment registry, no torch
 from paw.vocab.transplant import HEAD_POLICIES
@@ -32,7 +32,7 @@ def _coverage_table(title: str, coverage: dict[str, int], total: int):
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("analyze-tokenizers")
+    @app.command("analyze-tokenizers", cls=multi_value_command("--corpus"))
     def analyze_tokenizers(
         source: str = typer.Option(..., "--source", "-s", help="Source tokenizer: HF folder/ID, tokenizer.json, "
                                    "tiktoken rank file, PAW BPE .model or a model .gguf."),
@@ -56,12 +56,12 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"wrote {outdir}/ (report.json, encoding.csv, source_only.txt, target_only.txt"
                    f"{', length_ratio.png, bytes_per_token.png' if result.figures else ''})")
 
-    @app.command("align-vocab")
+    @app.command("align-vocab", cls=multi_value_command("--corpus"))
     def align_vocab(
         source: str = typer.Option(..., "--source", "-s", help="Source tokenizer (where embeddings come from)."),
         target: str = typer.Option(..., "--target", "-t", help="Target tokenizer (rows to build)."),
         output: Path = typer.Option(..., "--output", "-o", help="Mapping JSON to write (paw-vocab-map v1)."),
-        method: list[str] = typer.Option(None, "--method", "-m", help=methods_help()),
+        method: list[str] = typer.Option(None, "--method", help=methods_help()),
         source_model: str = typer.Option(None, "--source-model", help="Model whose embeddings 'semantic' uses."),
         corpus: list[Path] = typer.Option(None, "--corpus", help="Text files for 'frequency' token counts."),
         anchors: int = typer.Option(8, "--anchors", min=1, help="Shared tokens per target token for 'semantic'."),
@@ -73,20 +73,19 @@ def register(app: typer.Typer) -> None:
 
         Example: paw align-vocab --source ./qwen --target ./llama3 --output qwen2llama.json --method exact,decompose
         """
-        from rich.console import Console
 
         from paw.vocab.pipelines import align_vocab, parse_methods
 
         result = align_vocab(source, target, output, methods=parse_methods(method), source_model=source_model,
                              corpus=corpus, anchors=anchors, rank_pattern=rank_pattern, device=device,
                              overwrite=overwrite)
-        Console().print(_coverage_table(f"{source} -> {target}", result.coverage, result.mapping.target_size))
+        console().print(_coverage_table(f"{source} -> {target}", result.coverage, result.mapping.target_size))
         typer.echo(f"wrote {output}")
 
-    @app.command("transplant-tokenizer")
+    @app.command("transplant-tokenizer", cls=multi_value_command("--corpus"))
     def transplant_tokenizer(
-        model: str = typer.Option(..., "--model", "-m", help="Model folder (with its own tokenizer)."),
-        tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="New tokenizer T (HF folder, tokenizer.json, "
+        model: str = typer.Option(..., "--model", help="Model folder (with its own tokenizer)."),
+        tokenizer: str = typer.Option(..., "--tokenizer", help="New tokenizer T (HF folder, tokenizer.json, "
                                       "tiktoken or PAW BPE file)."),
         output: Path = typer.Option(..., "--output", "-o", help="Output model folder."),
         method: list[str] = typer.Option(None, "--method", help=methods_help()),
@@ -107,14 +106,14 @@ def register(app: typer.Typer) -> None:
 
         Example: paw transplant-tokenizer --model ./tiny/base --tokenizer ./other-tok --output ./tiny-t2
         """
-        from rich.console import Console
 
         from paw.vocab.pipelines import parse_methods, transplant_tokenizer
 
         result = transplant_tokenizer(model, tokenizer, output, methods=parse_methods(method), vocab_map=vocab_map,
                                       init=init.value, head=head.value, corpus=corpus, check=check, check_texts=check_texts,
-                                      anchors=anchors, rank_pattern=rank_pattern, device=device, overwrite=overwrite)
-        Console().print(_coverage_table(f"{model} -> {tokenizer}", result.coverage, result.target_size))
+                                      anchors=anchors, rank_pattern=rank_pattern, device=device, overwrite=overwrite,
+                                      command=command_line())
+        console().print(_coverage_table(f"{model} -> {tokenizer}", result.coverage, result.target_size))
         if result.semantic_check:
             c = result.semantic_check
             typer.echo(f"semantic check over {c['texts']} texts: cosine mean {c.get('mean')} std {c.get('std')} "
@@ -123,7 +122,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_analysis(report: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     sz, voc, enc = report["sizes"], report["vocabulary"], report["encoding"]
@@ -136,12 +134,12 @@ def _print_analysis(report: dict) -> None:
     o = enc["overall"]
     for key in ("tokens", "bytes_per_token", "tokens_per_word", "byte_fallback_rate", "unknown_rate"):
         t.add_row(key.replace("_", " "), str(o[f"source_{key}"]), str(o[f"target_{key}"]))
-    console = Console()
-    console.print(t)
-    console.print(f"vocabulary: common {voc['common']:,}  source-only {voc['source_only']:,}  target-only "
+    out = console()
+    out.print(t)
+    out.print(f"vocabulary: common {voc['common']:,}  source-only {voc['source_only']:,}  target-only "
                   f"{voc['target_only']:,}  jaccard {voc['jaccard']:.4f}  overlap coefficient "
                   f"{voc['overlap_coefficient']:.4f}")
-    console.print(f"encoding: {o['texts']:,} texts, {o['bytes']:,} bytes, length ratio target/source "
+    out.print(f"encoding: {o['texts']:,} texts, {o['bytes']:,} bytes, length ratio target/source "
                   f"{o['length_ratio']}, boundary agreement {o['boundary_agreement']}")
     s = Table(title="by script")
     for col in ("script", "texts", "src bytes/tok", "tgt bytes/tok", "ratio", "boundary agr."):
@@ -149,11 +147,11 @@ def _print_analysis(report: dict) -> None:
     for name, row in enc["by_script"].items():
         s.add_row(name, str(row["texts"]), str(row["source_bytes_per_token"]), str(row["target_bytes_per_token"]),
                   str(row["length_ratio"]), str(row["boundary_agreement"]))
-    console.print(s)
+    out.print(s)
     sp = Table(title="special tokens by role")
     for col in ("role", "source", "target"):
         sp.add_column(col)
     for role, pair in report["special_tokens"].items():
         sp.add_row(role, " ".join(pair["source"][:6]) + (" ..." if len(pair["source"]) > 6 else ""),
                    " ".join(pair["target"][:6]) + (" ..." if len(pair["target"]) > 6 else ""))
-    console.print(sp)
+    out.print(sp)

@@ -127,7 +127,8 @@ def register(app: typer.Typer) -> None:
         result = transfer_adapter(adapter, source_base, target_base, output, method=method.value,
                                   subspace_rank=subspace_rank, min_similarity=min_similarity,
                                   layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
-                                  device=device, overwrite=overwrite, allow_nonfinite=allow_nonfinite)
+                                  device=device, overwrite=overwrite, allow_nonfinite=allow_nonfinite,
+                                  command=command_line())
         report, inputs = result.report, result.inputs
         s = report["summary"]
         typer.echo(f"transferred {s['transferred']}/{report['adapter']['modules']} modules "

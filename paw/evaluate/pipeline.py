@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paw.io.manifest import records_call
+
 PathLike = str | Path
 
 
@@ -26,6 +28,7 @@ class Evaluation:
     tracking: Path | None          # where ``track`` logged, None for ``track='none'``
 
 
+@records_call
 def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None = None, format: str = "auto",
                    limit: int | None = None, batch_size: int = 8, output: PathLike | None = None,
                    device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
@@ -39,7 +42,6 @@ def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None 
     from paw.evaluate.mc import evaluate
     from paw.io.atomic import atomic_outputs, check_output
     from paw.io.lm import load_lm, quiet_transformers, write_results
-    from paw.io.manifest import command_line
     from paw.io.tracking import check_kind, log_once
 
     quiet_transformers()
@@ -51,7 +53,7 @@ def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None 
         check_output(output, overwrite=overwrite, inputs=read)
         if track != "none":
             check_output(run_dir, overwrite=overwrite, inputs=read)
-    command = command or command_line()
+
     items = read_items(data, format=format, limit=limit)
     lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
     metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=progress)
@@ -78,6 +80,7 @@ class TrainedAdapter:
     tracking: Path | None          # OUTPUT-tracking/ when ``track`` is not 'none'
 
 
+@records_call
 def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, rank: int = 16, alpha: float = 32,
                        target_modules: str = "all-linear", steps: int = 600, batch_size: int = 6, lr: float = 1.5e-5,
                        seed: int = 0, eval_data: PathLike | None = None, format: str = "auto",
@@ -94,7 +97,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     from paw.evaluate.train import train_lora
     from paw.io.atomic import atomic_dir, check_output
     from paw.io.lm import load_lm, quiet_transformers, write_adapter_into
-    from paw.io.manifest import command_line, write_manifest
+    from paw.io.manifest import write_manifest
     from paw.io.tracking import make_tracker
     from paw.validate import finite
 
@@ -122,7 +125,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
         finally:
             tracker.finish()
         write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
-        write_manifest(tmp, "paw_train_lora.json", command=command or command_line(), inputs=inputs,
+        write_manifest(tmp, "paw_train_lora.json", command=command, inputs=inputs,
                        settings=settings)
     return TrainedAdapter(output, metrics, run_dir if track != "none" else None)
 

@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - not POSIX: no locking, the no-replace 
 
 _COMMIT = "COMMIT"
 _STAGING = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[^/]+$")
-_scope: set[str] | None = None  # real paths read by the run in progress (see input_scope)
+_scopes: list[set[str]] = []  # real paths read by the runs in progress, innermost last (see input_scope)
 
 
 class OutputInUse(PawError):
@@ -54,30 +54,27 @@ class OutputInUse(PawError):
 def input_scope() -> Iterator[None]:
     """Collect every input this block resolves; outputs written inside it may not touch them.
 
-    The CLI runs each command in one scope; library pipelines open their own. Nested scopes share
-    the outer one.
+    The CLI runs each command in one scope; library pipelines may open their own. A nested scope
+    (a command run from inside another, as the benchmark does) starts empty, so one step's inputs
+    do not forbid a later step from rewriting its own scratch files.
     """
-    global _scope
-    if _scope is not None:
-        yield
-        return
-    _scope = set()
+    _scopes.append(set())
     try:
         yield
     finally:
-        _scope = None
+        _scopes.pop()
 
 
 def note_input(path: str | os.PathLike) -> None:
     """Record ``path`` as an input of the run in progress (no effect outside an :func:`input_scope`)."""
-    if _scope is not None:
-        _scope.add(os.path.realpath(path))
+    if _scopes:
+        _scopes[-1].add(os.path.realpath(path))
 
 
 def check_not_input(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> None:
     """Refuse an output that equals, contains or lies inside an input (``inputs`` or the scope's)."""
     out = os.path.realpath(path)
-    for raw in {*(os.path.realpath(p) for p in inputs if p is not None and str(p)), *(_scope or ())}:
+    for raw in {*(os.path.realpath(p) for p in inputs if p is not None and str(p)), *(_scopes[-1] if _scopes else ())}:
         if out == raw or _same_file(out, raw):
             how = "is"
         elif raw.startswith(out.rstrip(os.sep) + os.sep):

@@ -38,7 +38,7 @@ def read_prompt_lines(path: str | Path, *, what: str = "prompt file") -> list[st
 
 
 def curve_figure(report: dict):
-    """The distillation loss per step (total, and its sequence / choice parts when both were used)."""
+    """The distillation loss per step: the total and, when there are several, each of its parts."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +48,7 @@ def curve_figure(report: dict):
     fig = Figure(figsize=(7, 4), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     curve = section["curve"]
-    parts = [k for k in ("sequence", "choice") if any(v is not None for v in curve.get(k, []))]
+    parts = [k for k in curve if k != "loss" and any(v is not None for v in curve[k])]
     for key in (["loss"] + (parts if len(parts) > 1 else [])):
         values = [float("nan") if v is None else v for v in curve[key]]
         ax.plot(range(1, len(values) + 1), values, lw=1.2 if key == "loss" else 0.8, label=key)

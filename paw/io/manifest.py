@@ -1,27 +1,98 @@
 """Provenance JSON written into every PAW output folder.
 
-It holds the PAW version, the command line and the inputs (paths with file sizes), and no clock
-time, so that the same inputs and seed give byte-identical folders.
+It holds the PAW version, the command (what produced the folder) and the inputs (paths with file
+sizes), and no clock time, so that the same inputs and seed give byte-identical folders.
+
+The command is never read from ``sys.argv``, which belongs to whatever process hosts PAW (pytest,
+a notebook, a script). The CLI records the arguments it parsed (:func:`cli_invocation`,
+:func:`command_line`); a pipeline called from Python records itself and its arguments
+(:func:`records_call`): ``paw.transfer.run.transfer_adapter(adapter='lora', ..., method='auto')``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import enum
+import functools
+import inspect
 import json
 import shlex
-import sys
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from paw import __version__
 
+_CLI_ARGS: ContextVar[tuple[str, ...] | None] = ContextVar("paw_cli_args", default=None)
+
+
+@contextlib.contextmanager
+def cli_invocation(args: Sequence[str]) -> Iterator[None]:
+    """Inside this block :func:`command_line` is ``paw ARGS`` (``paw.cli.main`` wraps each run in it)."""
+    token = _CLI_ARGS.set(tuple(str(a) for a in args))
+    try:
+        yield
+    finally:
+        _CLI_ARGS.reset(token)
+
 
 def command_line() -> str:
-    """The command line as the user typed it (``paw transfer-lora ...``), for the provenance JSON.
+    """The command being run, as typed (``paw transfer-lora --adapter lora ...``), quoted for a shell.
 
-    Library pipelines record it when their caller passes no ``command``: a pipeline run by
-    ``paw demo`` or the benchmark thus names the command that started it.
+    Only the CLI calls this; outside :func:`cli_invocation` there is no command line to report.
     """
-    return " ".join(shlex.quote(a) for a in ["paw", *sys.argv[1:]])
+    args = _CLI_ARGS.get()
+    if args is None:
+        return "paw (not run through paw.cli.main: arguments unknown)"
+    return " ".join(shlex.quote(a) for a in ("paw", *args))
+
+
+def call_text(func, arguments: dict[str, Any]) -> str:
+    """``'paw.bpe.pipeline.train_files(files=['a.txt'], vocab_size=300, ...)'``: a call, readable and stable.
+
+    Paths show as strings, enums as their value, dataclasses field by field, other objects by
+    their type only (``<Tokenizer>``), so the text carries no memory address.
+    """
+    shown = ", ".join(f"{k}={_show(v)}" for k, v in arguments.items())
+    return f"{func.__module__}.{func.__qualname__}({shown})"
+
+
+def records_call(func):
+    """Decorate a pipeline whose keyword ``command=None`` means "record this call".
+
+    A caller that passes ``command`` (the CLI passes :func:`command_line`) keeps it; any other call
+    records the function and every argument, defaults included.
+    """
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("command") is None:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            kwargs["command"] = call_text(func, {k: v for k, v in bound.arguments.items() if k != "command"})
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        return _show(value.value)
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return repr(value)
+    if isinstance(value, Path):
+        return repr(str(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_show(k)}: {_show(v)}" for k, v in value.items()) + "}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ", ".join(f"{f.name}={_show(getattr(value, f.name))}" for f in dataclasses.fields(value))
+        return f"{type(value).__name__}({fields})"
+    return f"<{type(value).__name__}>"
 
 
 def describe_input(spec: str | Path) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def _from_ranks(spec: str, kind: str, bpe: BpeFile, pattern: str | None, *, fold
 
 
 def read_corpus(paths: Sequence[str | Path]) -> list[str]:
-    """Non-empty lines of text files; for ``.jsonl`` files the ``text`` field (or all string fields).
+    """Non-empty lines of text files; for ``.jsonl`` files the texts of each record (:func:`record_texts`).
 
     Long lines are kept whole; an unreadable or non-UTF-8 file is a PawError naming it.
     """
@@ -124,7 +124,7 @@ def read_corpus(paths: Sequence[str | Path]) -> list[str]:
         if path.suffix == ".jsonl":
             for n, line in enumerate(text.splitlines(), 1):
                 if line.strip():
-                    lines.extend(_jsonl_texts(line, path, n))
+                    lines.extend(record_texts(_json_line(line, path, n)))
         else:
             lines.extend(line for line in text.splitlines() if line.strip())
     if not lines:
@@ -132,12 +132,47 @@ def read_corpus(paths: Sequence[str | Path]) -> list[str]:
     return lines
 
 
-def _jsonl_texts(line: str, path: Path, n: int) -> list[str]:
+# fields that name or label a record rather than hold its text (ARC's answerKey, the formatted sets'
+# target_idx, ...); matched on the whole key or its last ``_`` part
+_NOT_TEXT = {"id", "ids", "idx", "uid", "label", "labels", "answerkey", "key", "dataset", "subset", "split",
+             "task_type", "type", "url", "lang", "language"}
+_CHOICE_LISTS = {"options", "choices", "endings", "option1", "sol1"}
+
+
+def record_texts(record) -> list[str]:
+    """The texts of one JSON record, in field order: ``text`` when it has one, else every text field.
+
+    ``{"id": "arc_7", "input": "Which gas?", "options": ["A: air", "B: CO2"], "target": "B",
+    "target_idx": 1}`` -> ``["Which gas?", "A: air", "B: CO2"]``: lists and nested objects are read,
+    ids and labels are not, and ``answer``/``target`` are left out where the record lists its choices
+    (there they are a label or a copy of one choice).
+    """
+    if not isinstance(record, dict):
+        return _strings(record)
+    if isinstance(record.get("text"), str):
+        return [record["text"]] if record["text"].strip() else []
+    has_choices = bool(_CHOICE_LISTS & {k.lower() for k in record})
+    out: list[str] = []
+    for key, value in record.items():
+        name = str(key).lower()
+        if name in _NOT_TEXT or name.rsplit("_", 1)[-1] in _NOT_TEXT:
+            continue
+        if has_choices and name in ("answer", "target"):
+            continue
+        out.extend(record_texts(value) if isinstance(value, dict) else _strings(value))
+    return out
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list):
+        return [t for v in value for t in (record_texts(v) if isinstance(v, dict) else _strings(v))]
+    return []
+
+
+def _json_line(line: str, path: Path, n: int):
     try:
-        obj = json.loads(line)
+        return json.loads(line)
     except json.JSONDecodeError:
         raise PawError(f"line {n} is not JSON", path=path) from None
-    if isinstance(obj, dict) and isinstance(obj.get("text"), str):
-        return [obj["text"]]
-    values = obj.values() if isinstance(obj, dict) else [obj]
-    return [v for v in values if isinstance(v, str) and v.strip()]

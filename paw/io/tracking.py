@@ -84,11 +84,13 @@ class SwanlabTracker:
         log_dir = self.run_dir / "swanlog"
         log_dir.mkdir(parents=True, exist_ok=True)
         config = dict(config)
-        self._run = swanlab.init(mode="offline", log_dir=str(log_dir), project=str(config.get("project", "paw")),
-                                 name=str(config.get("name", self.run_dir.name)), config=_plain(config),
-                                 reinit=True)
+        with _hushed():  # swanlab prints its banner and its sync hint at start and again at finish
+            self._run = swanlab.init(mode="offline", log_dir=str(log_dir), project=str(config.get("project", "paw")),
+                                     name=str(config.get("name", self.run_dir.name)), config=_plain(config),
+                                     reinit=True)
         self.log_dir = log_dir
-        _say(f"swanlab offline logs: {log_dir} (nothing is uploaded; `swanlab sync` to publish)")
+        where = getattr(self._run, "dir", None) or log_dir
+        _say(f"swanlab offline logs: {where} (nothing is uploaded; `swanlab sync {where}` publishes them)")
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
@@ -97,9 +99,9 @@ class SwanlabTracker:
 
     def finish(self) -> None:
         if self._run is not None:
-            self._run.finish()
-            self._run = None
-            _say(f"swanlab offline logs: {self.log_dir}")
+            with _hushed():
+                self._run.finish()
+            self._run = None  # where the logs are was said once, at the start
 
 
 TRACKERS: dict[str, Callable[[Path, Mapping[str, Any]], Any]] = {
@@ -128,6 +130,17 @@ def _is_scalar(value: Any) -> bool:
 def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
     """Config values swanlab can store: scalars and strings as they are, anything else as text."""
     return {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in config.items()}
+
+
+def _hushed():
+    """Keep a library's console chatter out of PAW's output (what matters is said once by PAW)."""
+    import contextlib
+    import io
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    return stack
 
 
 def _say(message: str) -> None:

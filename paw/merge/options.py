@@ -54,11 +54,11 @@ class MergeOptions:
                 raise PawError(f"{key} has {len(values)} value(s) but there are {len(self.models)} "
                                f"model(s); give one per model, in the same order")
         from paw.io.writer import parse_size
-        from paw.validate import finite, finite_all
+        from paw.validate import FLOAT32_MAX, finite, finite_all
 
         for flag in ("beta", "alpha", "scale", "density", "drop_rate", "gamma"):
-            finite(f"--{flag.replace('_', '-')}", getattr(self, flag))
-        finite_all("--weights", self.weights)
+            finite(f"--{flag.replace('_', '-')}", getattr(self, flag), limit=FLOAT32_MAX)
+        finite_all("--weights", self.weights, limit=FLOAT32_MAX)
         finite_all("--l2-norms", self.l2_norms)
         parse_size(self.max_shard_size)
         _in_range("--density", self.density, 0.0, 1.0, low_open=True)

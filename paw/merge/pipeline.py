@@ -227,9 +227,15 @@ def manifest(job: MergeJob, command: str) -> dict[str, Any]:
     }
 
 
-def execute(job: MergeJob, *, command: str = "") -> Path:
-    """Stream the merge into ``options.output`` (atomic: nothing is left behind on failure)."""
+def execute(job: MergeJob, *, command: str | None = None) -> Path:
+    """Stream the merge into ``options.output`` (atomic: nothing is left behind on failure).
+
+    Without ``command`` the manifest records the library call ``paw.merge.pipeline.merge(options=...)``.
+    """
+    from paw.io.manifest import call_text
+
     opts = job.options
+    command = command or call_text(merge, {"options": opts})
     config = None
     if opts.dtype != "auto" and job.reference.config is not None:  # say the new dtype to from_pretrained
         config = {**job.reference.config, "dtype": opts.dtype}
@@ -240,7 +246,7 @@ def execute(job: MergeJob, *, command: str = "") -> Path:
                             extra_files={MANIFEST: lambda: manifest(job, command)})  # after the tensors
 
 
-def merge(options: MergeOptions, *, command: str = "") -> Path:
+def merge(options: MergeOptions, *, command: str | None = None) -> Path:
     """:func:`prepare` then :func:`execute`: the whole merge as one library call."""
     with input_scope():  # nothing this merge reads may be written over
         return execute(prepare(options), command=command)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paw.errors import PawError
+from paw.io.manifest import records_call
 
 PathLike = str | Path
 
@@ -30,6 +31,7 @@ class TaskVectorRun:
     devices: list                 # the devices the tensors were spread over
 
 
+@records_call
 def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = "tv_stats", *,
                  device: str = "cpu", multi_gpu: bool = False, top_k: int = 50, include: str | None = None,
                  exclude: str | None = None, workers: int = 0, overwrite: bool = False,
@@ -37,7 +39,7 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
     """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot."""
     from paw.device import resolve_device
     from paw.io.checkpoint import open_checkpoint
-    from paw.io.manifest import command_line, describe_input
+    from paw.io.manifest import describe_input
     from paw.taskvec.compute import compute_task_vectors, unique_names
     from paw.taskvec.report import check_report_outputs, write_report
 
@@ -50,7 +52,7 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
     results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include, exclude=exclude)
     inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}
     try:
-        write_report(outdir, results, top_k=top_k, command=command or command_line(), inputs=inputs,
+        write_report(outdir, results, top_k=top_k, command=command, inputs=inputs,
                      overwrite=overwrite)
     except OSError as err:  # e.g. the output folder is a file, or the disk is full
         raise PawError(f"cannot write the report: {err.strerror or err}", path=outdir) from None

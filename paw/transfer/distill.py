@@ -7,11 +7,11 @@ a new LoRA of the same rank, alpha and module types, trained on label-free task 
 (:mod:`paw.transfer.distill_data`) to match the teacher (:mod:`paw.transfer.distill_loss`):
 
 1. the teacher continues every input greedily (up to a line break);
-2. with a shared vocabulary (every target token is a source token with the same bytes and both
-   encode text alike, :func:`shared_vocabulary`) the student matches the teacher's next-token
-   distributions over that continuation (token KL); otherwise it learns the continuation as text
-   (sequence-level distillation); inputs with answer choices add the KL between the two models'
-   distributions over the choices;
+2. the student learns that continuation as text (sequence-level distillation, Kim & Rush 2016);
+   with a shared vocabulary (every target token is a source token with the same bytes and both
+   encode text alike, :func:`shared_vocabulary`) it also matches the teacher's next-token
+   distributions over it (token KL; soft and hard targets together, as Hinton et al. 2015);
+   inputs with answer choices add the KL between the two models' distributions over the choices;
 3. agreement with the teacher is measured before and after on held-out inputs.
 
 ``init='auto'`` starts the student from the data-free ``auto`` transfer when the target shares the
@@ -103,13 +103,17 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
     columns = _vocabulary(teacher, student)
-    losses_used = ["token-kl" if columns is not None else "sequence-nll"]
+    losses_used = ([T.TOKEN_KL] if columns is not None else []) + [T.SEQUENCE]
     if any(p.pairs for p in inputs):
-        losses_used.append("choice-kl")
+        losses_used.append(T.CHOICE)
     init_adapter, init_note = _init_adapter(adapter, teacher, student, init, columns, rank, alpha, target_modules,
                                             device)
+    sample = inputs[:256]
     cost = estimate_cost(_n_params(teacher.model), _n_params(student.model), n_inputs=len(inputs) + len(held),
-                         steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens)
+                         steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                         prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
+                         choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
+                         teacher_per_step=columns is not None)
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
     teacher.model.to(device).eval()
@@ -196,21 +200,29 @@ def _n_params(model) -> int:
 
 
 def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs: int, steps: int, batch_size: int,
-                  max_new_tokens: int, prompt_tokens: int = 64, choices: int = 4) -> dict:
-    """FLOPs of one distillation (``2N`` per token forward, ``4N`` forward+backward through a frozen base).
+                  max_new_tokens: int, prompt_tokens: float = 64, choices_per_input: float = 0.0,
+                  teacher_per_step: bool = True) -> dict:
+    """FLOPs of one distillation: ``2N`` per token for a forward pass, ``4N`` for forward and backward
+    through a frozen base (the LoRA factors' own gradients are negligible).
 
-    Per step: the teacher's forward (``2 N_t``) and the student's forward and backward (``4 N_s``)
-    over ``batch_size`` sequences of ``prompt_tokens + max_new_tokens`` tokens, plus as much again
-    for the choices of multiple-choice inputs; once: the teacher writes every continuation
-    (``2 N_t`` per generated token, KV cache). Throughputs in ``note`` are rough effective rates.
+    Per step, ``batch_size`` sequences of ``prompt_tokens + max_new_tokens`` tokens: the student's
+    forward and backward, the teacher's forward when its distributions are matched (token KL), and
+    the student's passes over each input's choices (``choices_per_input`` sequences of about the
+    prompt's length). Once: the teacher writes every continuation. The throughputs in ``note`` are
+    rough effective rates of a laptop-class CPU and of one data-centre GPU in bf16.
+
+    >>> estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16,
+    ...               prompt_tokens=64)["tflop"]  # doctest: +SKIP
+    17248.0
     """
     seq = prompt_tokens + max_new_tokens
-    train = steps * batch_size * seq * (2 * teacher_parameters + 4 * student_parameters) * (1 + choices / 2)
-    generate = n_inputs * (prompt_tokens + max_new_tokens) * 2 * teacher_parameters
+    per_token = 4 * student_parameters + (2 * teacher_parameters if teacher_per_step else 0)
+    train = steps * batch_size * (seq * per_token + choices_per_input * prompt_tokens * 4 * student_parameters)
+    generate = n_inputs * seq * 2 * teacher_parameters
     flop = train + generate
     cpu_h, gpu_min = flop / 5e10 / 3600, flop / 2e14 / 60
-    return {"teacher_parameters": teacher_parameters, "student_parameters": student_parameters, "flop": flop,
-            "tflop": flop / 1e12,
+    return {"teacher_parameters": int(teacher_parameters), "student_parameters": int(student_parameters),
+            "flop": flop, "tflop": flop / 1e12,
             "note": f"~{cpu_h:.2g} h on a CPU at 50 GFLOP/s, ~{gpu_min:.2g} min on one GPU at 200 TFLOP/s bf16"}
 
 
@@ -309,8 +321,9 @@ def _report(adapter, teacher, student, moved, info, losses_used, columns, init_n
                     "methods": {DISTILL: len(moved.modules())}},
         "distill": {
             "inputs": info, "losses": losses_used,
-            "vocabulary": "shared: every target token is a source token (token-level KL)" if columns is not None
-            else "different tokenizers: the teacher's continuations are re-tokenised (sequence-level)",
+            "vocabulary": "shared: every target token is a source token (token KL + sequence NLL)"
+            if columns is not None else "different tokenizers: the teacher's continuations are re-tokenised "
+            "(sequence-level)",
             "init": init_note, "student": {"r": cfg["r"], "alpha": cfg["lora_alpha"],
                                            "target_modules": cfg["target_modules"], "modules": len(moved.modules())},
             **settings, "cost": cost,

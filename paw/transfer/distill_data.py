@@ -26,7 +26,8 @@ from paw.errors import PawError
 from paw.evaluate.items import MCItem
 
 MAX_SEEDS = 5          # Trans-LoRA's budget of real examples
-MAX_ATTEMPT_ROUNDS = 8  # synthesis gives up after this many batches of candidates per requested input
+MAX_ATTEMPT_ROUNDS = 8  # synthesis stops after this many batches of candidates per batch of requested inputs
+BARREN_ROUNDS = 4       # ... or after this many batches without one usable candidate
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,8 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
         threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
                                       device=device)[0] for s in seeds)
         stats["filter_threshold"] = threshold
-    while len(kept) < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)):
+    while len(kept) < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)) \
+            and (kept or stats["rounds"] < BARREN_ROUNDS):
         contexts = [few_shot_context(seeds, rng) for _ in range(batch_size)]
         lines = generate(model, tokenizer, contexts, max_new_tokens=max_new_tokens, sample=True,
                          seed=seed + 7919 * stats["rounds"], batch_size=batch_size, device=device,
@@ -251,7 +253,8 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     stats["kept"] = len(kept)
     if not kept:
         raise PawError(f"the teacher wrote no usable input from the {len(seeds)} seed examples "
-                       f"({stats['generated']} candidates: {stats['blank']} blank, {stats['duplicates']} repeats, "
+                       f"({stats['generated']} candidates: {stats['blank']} blank, {stats['off_template']} "
+                       f"without the seeds' ending {ending!r}, {stats['duplicates']} repeats, "
                        f"{stats['filtered']} filtered out)")
     return kept, stats
 

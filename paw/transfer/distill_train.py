@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from paw.transfer.distill import LM
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
+TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
 
 
 @dataclass
@@ -69,8 +70,13 @@ def _autocast(device):
     return contextlib.nullcontext()
 
 
-def _sequence_loss(peft_model, teacher_model, examples, columns, pad_id, device):
-    """Token KL (shared vocabulary) or sequence NLL over the continuations, and the batch used."""
+def _sequence_losses(peft_model, teacher_model, examples, columns, pad_id, device):
+    """``({loss name: value}, logits, targets, mask)`` over the teacher's continuations.
+
+    Always the sequence NLL of the teacher's tokens; with a shared vocabulary (``columns``) also the
+    token KL to the teacher's distributions: Hinton et al.'s soft and hard targets together, the
+    hard one being the teacher's own output, not a label.
+    """
     import torch
 
     from paw.evaluate.encode import make_batch
@@ -80,12 +86,13 @@ def _sequence_loss(peft_model, teacher_model, examples, columns, pad_id, device)
     with _autocast(device):
         logits = peft_model(input_ids=batch.input_ids.to(device), **inputs).logits
     mask, targets = batch.target_mask.to(device), batch.targets.to(device)
-    if columns is None:
-        return L.sequence_nll(logits, targets, mask), logits, targets, mask, None
-    with torch.no_grad(), _autocast(device):
-        teacher_ids = columns.clamp(min=0).to(device)[batch.input_ids.to(device)]
-        teacher_lp = L.to_student_vocab(teacher_model(input_ids=teacher_ids, **inputs).logits, columns)
-    return L.token_kl(logits, teacher_lp, mask), logits, targets, mask, teacher_lp
+    parts = {SEQUENCE: L.sequence_nll(logits, targets, mask)}
+    if columns is not None:
+        with torch.no_grad(), _autocast(device):
+            teacher_ids = columns.clamp(min=0).to(device)[batch.input_ids.to(device)]
+            teacher_lp = L.to_student_vocab(teacher_model(input_ids=teacher_ids, **inputs).logits, columns)
+        parts[TOKEN_KL] = L.token_kl(logits, teacher_lp, mask)
+    return parts, logits, targets, mask
 
 
 def _choice_loss(peft_model, examples, pad_id, device):
@@ -124,7 +131,7 @@ def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     order = batches_in_order(len(examples), batch_size, steps, seed)
-    curve: dict[str, list[float]] = {"loss": [], "sequence": [], "choice": []}
+    curve: dict[str, list[float]] = {"loss": [], TOKEN_KL: [], SEQUENCE: [], CHOICE: []}
     peft_model.train()
     for step in (track(range(steps), "distilling", total=steps) if progress else range(steps)):
         chosen = [examples[i] for i in order[step]]
@@ -132,9 +139,9 @@ def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr
         with_seq = [e for e in chosen if e.sequence is not None]
         with_choices = [e for e in chosen if e.choices]
         if with_seq:
-            parts["sequence"] = _sequence_loss(peft_model, teacher_model, with_seq, columns, pad_id, device)[0]
+            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, columns, pad_id, device)[0])
         if with_choices:
-            parts["choice"] = _choice_loss(peft_model, with_choices, pad_id, device)[0]
+            parts[CHOICE] = _choice_loss(peft_model, with_choices, pad_id, device)[0]
         if not parts:
             continue
         loss = sum(parts.values())
@@ -142,10 +149,10 @@ def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr
         loss.backward()
         optimizer.step()
         curve["loss"].append(float(loss.detach()))
-        for key in ("sequence", "choice"):
+        for key in (TOKEN_KL, SEQUENCE, CHOICE):
             curve[key].append(float(parts[key].detach()) if key in parts else math.nan)
     peft_model.eval()
-    return curve
+    return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
 
 
 def agreement(peft_model, teacher_model, examples, columns, device) -> dict:
@@ -161,12 +168,12 @@ def agreement(peft_model, teacher_model, examples, columns, device) -> dict:
             chunk = examples[start:start + 16]
             seqs = [e for e in chunk if e.sequence is not None]
             if seqs:
-                loss, logits, targets, mask, teacher_lp = _sequence_loss(peft_model, teacher_model, seqs, columns,
-                                                                         PAD_ID, device)
+                parts, logits, targets, mask = _sequence_losses(peft_model, teacher_model, seqs, columns, PAD_ID,
+                                                                device)
                 h, n = L.top1_agreement(logits, targets, mask)
                 hits, positions = hits + h, positions + n
-                if teacher_lp is not None:
-                    kl_sum += float(loss) * n
+                if TOKEN_KL in parts:
+                    kl_sum += float(parts[TOKEN_KL]) * n
             with_choices = [e for e in chunk if e.choices]
             if with_choices:
                 loss, s, t, v = _choice_loss(peft_model, with_choices, PAD_ID, device)

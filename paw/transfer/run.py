@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paw.io.manifest import records_call
+
 PathLike = str | Path
 
 
@@ -32,6 +34,7 @@ class TransferredAdapter:
         return self.report["summary"]
 
 
+@records_call
 def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: PathLike, output: PathLike, *,
                      method: str = "auto", subspace_rank: int | None = None, min_similarity: float | None = None,
                      layer_map: str = "auto", vocab_map: PathLike | None = None, ridge: float = 1e-2,
@@ -49,7 +52,7 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
     from paw.io.adapter import read_adapter
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
-    from paw.io.manifest import command_line, describe_input
+    from paw.io.manifest import describe_input
     from paw.io.transfer_report import write_transfer
     from paw.transfer.pipeline import transfer_lora
     from paw.validate import ALLOW_HINT, NonFinite, finite, refuse_nonfinite_all
@@ -83,7 +86,7 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
               "target_base": describe_input(target_base)}
     if vocab_map is not None:
         inputs["vocab_map"] = describe_input(vocab_map)
-    write_transfer(output, moved, report, command=command or command_line(), inputs=inputs, overwrite=overwrite)
+    write_transfer(output, moved, report, command=command, inputs=inputs, overwrite=overwrite)
     return TransferredAdapter(Path(output), report, inputs)
 
 

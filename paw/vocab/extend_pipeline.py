@@ -13,6 +13,7 @@ not) grow; ``config.vocab_size`` follows; logits of old-token text stay identica
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,13 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from paw.errors import PawError
+from paw.io.manifest import records_call
 
 PathLike = str | Path
 
 
 def tokens_from(*, tokens: Sequence[str] | None = None, tokens_file: PathLike | None = None,
-                from_tokenizer: PathLike | None = None) -> list:
-    """The tokens to add, from exactly one source: a list, a file (one per line), or another tokenizer."""
+                from_tokenizer: PathLike | None = None, skip_numbers: bool = True) -> list:
+    """The tokens to add, from exactly one source: a list, a file (one per line), or another tokenizer.
+
+    ``skip_numbers`` leaves out the number strings of ``from_tokenizer`` (:func:`split_numbers`);
+    tokens named explicitly are always kept.
+    """
     given = [x for x in (tokens, tokens_file, from_tokenizer) if x]
     if len(given) != 1:
         raise PawError("give exactly one of --tokens, --tokens-file, --from-tokenizer")
@@ -34,7 +40,29 @@ def tokens_from(*, tokens: Sequence[str] | None = None, tokens_file: PathLike | 
         return list(tokens)
     from paw.io.hf_tokenizer_edit import read_token_list, read_tokens_file
 
-    return read_tokens_file(tokens_file) if tokens_file else read_token_list(from_tokenizer)
+    if tokens_file:
+        return read_tokens_file(tokens_file)
+    found = read_token_list(from_tokenizer)
+    return split_numbers(found)[0] if skip_numbers else found
+
+
+_NUMBER = re.compile(r"\s?\d+")  # any script's digits: pre-tokenizers split \p{N} runs alike
+
+
+def split_numbers(tokens: Sequence) -> tuple[list, list]:
+    """``(others, numbers)``: number strings are digits with at most one leading space (``b" 2024"``).
+
+    Why another tokenizer's numbers are left out by default: pre-tokenizers such as Llama 3's cut
+    digit runs into pieces of 1-3, so BPE can never produce ``"2024"`` or ``"12345"``; they could only
+    become added tokens, which are matched as whole strings before BPE. Every number in ordinary text
+    would then tokenize differently from before (``"120245"`` -> ``"1" "2024" "5"``), which breaks the
+    promise that old text encodes as it did, and digit grouping stops being regular.
+    """
+    others, numbers = [], []
+    for token in tokens:
+        text = token.decode("utf-8", "replace") if isinstance(token, bytes) else str(token)
+        (numbers if _NUMBER.fullmatch(text) else others).append(token)
+    return others, numbers
 
 
 @dataclass(frozen=True)
@@ -82,6 +110,7 @@ class Extension:
         return lines
 
 
+@records_call
 def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, special: bool = False,
                      init: str = "interpolate", pad_to_multiple: int = 0, max_intermediates: int | None = None,
                      device: str = "cpu", overwrite: bool = False, command: str | None = None) -> Extension:
@@ -91,7 +120,7 @@ def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, spe
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
     from paw.io.hf_tokenizer_edit import open_tokenizer_json, save_tokenizer_folder
-    from paw.io.manifest import command_line, describe_input
+    from paw.io.manifest import describe_input
     from paw.io.writer import write_checkpoint
     from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
     from paw.vocab.resize import INITS
@@ -114,7 +143,7 @@ def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, spe
         why += [f"{len(ext.skipped)} not valid UTF-8 (added tokens must be text)"] if ext.skipped else []
         raise PawError(f"nothing to add: {', '.join(why) or 'no tokens given'}")
     total = padded(max(rows, ext.size), pad_to_multiple)
-    manifest = {"paw_version": __version__, "command": command or command_line(),
+    manifest = {"paw_version": __version__, "command": command,
                 "inputs": {"model": describe_input(model)},
                 "init": init, "special": special, "old_rows": rows, "rows": total, "tied": keys[1] is None,
                 "merges_added": ext.merges_added, "new_tokens": _by_route(ext.tokens)}

@@ -23,6 +23,7 @@ from typing import Any
 
 from paw import arch
 from paw.errors import PawError
+from paw.io.manifest import records_call
 from paw.vocab.align import DEFAULT_METHODS, METHODS, NEEDS
 
 PathLike = str | Path
@@ -71,6 +72,7 @@ class TokenizerAnalysis:
     figures: bool                # whether the PNG figures were written
 
 
+@records_call
 def analyze_tokenizers(source: PathLike, target: PathLike, outdir: PathLike, *,
                        corpus: Sequence[PathLike] | None = None, plots: bool = True,
                        rank_pattern: str | None = None, overwrite: bool = False,
@@ -78,14 +80,14 @@ def analyze_tokenizers(source: PathLike, target: PathLike, outdir: PathLike, *,
     """Compare two tokenizers on ``corpus`` and write ``outdir/`` (report.json, encoding.csv, ...)."""
     from paw import __version__
     from paw.io.atomic import check_output
-    from paw.io.manifest import command_line, describe_input
+    from paw.io.manifest import describe_input
     from paw.io.vocab_map import write_analysis
     from paw.vocab.analyze import analyze
 
     check_output(outdir, overwrite=overwrite)
     src, tgt = open_tokenizer_spec(source, rank_pattern), open_tokenizer_spec(target, rank_pattern)
     result = analyze(src, tgt, corpus_texts(corpus), plots=plots)
-    report = {"paw_version": __version__, "command": command or command_line(),
+    report = {"paw_version": __version__, "command": command,
               "inputs": {"source": describe_input(source), "target": describe_input(target),
                          "corpus": [describe_input(c) for c in corpus or []] or "embedded sample 'multi'"},
               **result.report}
@@ -173,6 +175,7 @@ class Transplant:
         return self.record.get("semantic_check")
 
 
+@records_call
 def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike, *,
                          methods: Sequence[str] = DEFAULT_METHODS, vocab_map: PathLike | None = None,
                          init: str = "mean", head: str = "mapping", corpus: Sequence[PathLike] | None = None,
@@ -189,7 +192,7 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike,
     from paw.device import resolve_device
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
-    from paw.io.manifest import command_line, describe_input, write_json
+    from paw.io.manifest import describe_input, write_json
     from paw.io.vocab_map import mapping_to_json
     from paw.io.writer import write_checkpoint
     from paw.vocab import transplant as T
@@ -214,7 +217,7 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike,
     mapping, methods = _mapping(ckpt, names, src, tgt, rows, list(methods), vocab_map, corpus, anchors, dev)
     config = T.new_config(ckpt.config, tgt, tgt.size)
     tied = bool(ckpt.tied_embeddings or arch.tied(config))
-    record = {"paw_version": __version__, "command": command or command_line(),
+    record = {"paw_version": __version__, "command": command,
               "inputs": {"model": describe_input(model), "tokenizer": describe_input(tokenizer)},
               "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names,
               "rows": {"before": rows, "after": tgt.size},

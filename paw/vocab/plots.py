@@ -16,15 +16,36 @@ def _figure():
 
 
 def length_ratio_figure(rows: list[dict[str, Any]], summary: dict[str, Any], *, source: str, target: str):
-    """Histogram of per-line token-count ratios target/source, with the corpus-level ratio marked."""
+    """Histogram of per-line token-count ratios target/source, with the corpus-level ratio marked.
+
+    Ratios are spread on a log axis (0.5 and 2 are equally far from 1) that spans the middle 98 % of
+    lines: a few very short lines (ratio 10 from 1 token against 10) would otherwise stretch the axis
+    and squeeze the mass near 1 into one bar. Lines outside the span are drawn in the end bins and
+    counted in the legend.
+    """
+    import numpy as np
+
     fig, ax = _figure()
-    ratios = [r["length_ratio"] for r in rows if r["length_ratio"] is not None]
-    ax.hist(ratios, bins=40, color="#4c72b0")
+    ratios = np.array([r["length_ratio"] for r in rows if r["length_ratio"]], dtype=float)
     overall = summary["overall"]["length_ratio"]
+    if len(ratios):
+        lo, hi = np.percentile(ratios, [1, 99])
+        lo, hi = min(lo, overall or lo) / 1.05, max(hi, overall or hi) * 1.05
+        outside = int(((ratios < lo) | (ratios > hi)).sum())
+        ax.hist(np.clip(ratios, lo, hi), bins=np.geomspace(lo, hi, 41), color="#4c72b0",
+                label=f"{outside} line(s) beyond the axis, in the end bins" if outside else None)
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        from matplotlib.ticker import FormatStrFormatter
+
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.tick_params(axis="x", which="minor", labelsize=7)
     if overall is not None:
         ax.axvline(overall, color="#c44e52", linestyle="--", label=f"corpus: {overall:.3f}")
-        ax.legend()
-    ax.set_xlabel(f"tokens({target}) / tokens({source}) per line")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    ax.set_xlabel(f"tokens({target}) / tokens({source}) per line (log scale)")
     ax.set_ylabel("lines")
     ax.set_title("Length ratio, target over source")
     fig.tight_layout()

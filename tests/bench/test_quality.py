@@ -13,10 +13,12 @@ from paw.bench.report import markdown
 from paw.bench.stats import accuracy, kept, recovered
 from paw.bench.tasks import (
     COLOURS,
+    FALLBACK_WARNING,
     HELDOUT_ASK,
     HELDOUT_TRAIN,
     facts_heldout_task,
     facts_task,
+    missing_sets,
     rule_task,
     synthetic_sentences,
 )
@@ -162,6 +164,24 @@ def test_markdown_tables():
     assert "Target `tokenizer`: not run: transplant-tokenizer unavailable." in text
 
 
+def test_plot_marks_dagger_refused_and_na_cells():
+    from paw.bench.report import plot
+
+    results = _results()
+    rows = {(r["target"], r["condition"]): r for r in results["rows"]}
+    rows[("upgrade", "copy")]["recovered"]["ceiling_ok"] = False      # a † cell
+    rows[("source", "auto")]["status"] = ["refused"]                  # auto kept the base
+    ax = plot(results).axes[0]
+    marks = sorted(t.get_text() for t in ax.texts)
+    assert marks == ["n/a", "refused", "†"]
+    from matplotlib.container import BarContainer
+
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    copy_bars = bars[1]  # methods in order: auto, copy, random; targets: source, upgrade, unrelated
+    assert copy_bars[1].get_hatch() == "//" and copy_bars[1].get_alpha() < 1
+    assert copy_bars[0].get_hatch() is None and math.isnan(copy_bars[2].get_height())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--seeds", "0,x"], "--seeds"),
     (["--targets", "upgrade,bogus"], "unknown task/target 'bogus'"),
@@ -180,6 +200,15 @@ def test_cli_refuses_existing_output(cli, tmp_path):
     (tmp_path / "out" / "x").write_text("x")
     result = cli("bench", "transfer", "--output", tmp_path / "out", "--quick")
     assert result.exit_code == 2 and "exists" in result.stderr
+    assert FALLBACK_WARNING in result.stderr  # no --data: said before any work
+
+
+def test_data_folder_must_hold_the_corpus_sets(cli, tmp_path, commonsense):
+    assert missing_sets(commonsense / "formatted") == []  # the carried slices name every set
+    assert len(missing_sets(None)) == len(missing_sets(tmp_path)) == 7
+    (tmp_path / "piqa_validation_formatted.jsonl").write_text("{}\n")
+    result = cli("bench", "transfer", "--output", tmp_path / "out", "--quick", "--data", tmp_path)
+    assert result.exit_code == 2 and "--data: lacks arc-easy_train_formatted.jsonl" in result.stderr
 
 
 @pytest.mark.slow
@@ -192,6 +221,7 @@ def test_quick_benchmark_end_to_end(tmp_path):
 
     opts = quick_options(targets=("upgrade", "pruned", "unrelated"), methods=("auto", "copy", "structural"))
     results = run_benchmark(opts, tmp_path / "work", progress=False)
+    assert results["notes"]["corpus_fallback"] is True  # no commonsense folder: recorded, not silent
     rows = {(r["task"], r["target"], r["condition"]): r for r in results["rows"]}
     assert rows[("facts", "pruned", "copy")]["status"] == ["n/a"]  # shapes differ: copy cannot apply
     assert "copy needs equal shapes" in rows[("facts", "pruned", "copy")]["reasons"][0]

@@ -52,10 +52,13 @@ def test_vocab_size_includes_specials_and_bytes():
 # ------------------------------------------------------------------ parity with BpeTrainer
 
 
+DATA = Path(__file__).resolve().parents[1] / "data" / "commonsense"
+
+
 def corpus(megabytes: float) -> list[str]:
-    """Python's own sources interleaved with the shared commonsense QA text (English prose)."""
+    """Python's own sources interleaved with the carried commonsense QA slices (English prose)."""
     stdlib = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*/*.py"))
-    shared = sorted(Path(__file__).resolve().parents[3].joinpath("shared/data/commonsense/raw").glob("*.jsonl"))
+    shared = sorted((DATA / "raw").glob("*.jsonl"))
     docs, size = [], 0
     for i, path in enumerate(stdlib):
         for p in [path] + ([shared[i]] if i < len(shared) else []):
@@ -112,7 +115,8 @@ def test_merges_equal_bpetrainer_5mb_8k(pattern):
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt4", "llama3", "qwen2", "o200k"])
 def test_cutting_texts_for_workers_keeps_counts_exact(name):
-    text = "\n".join(corpus(0.2)) + "\nend  \n\n  12345 héllo\nworld's\n"
+    prose = [p.read_text(encoding="utf-8") for p in sorted(DATA.glob("*/*.jsonl"))]  # a safe cut at every line
+    text = "\n".join(corpus(0.2) + prose) + "\nend  \n\n  12345 héllo\nworld's\n"
     pattern = PATTERNS[name]
     chunks = cut_text(text, pattern, size=5000)
     assert len(chunks) > 20 and "".join(chunks) == text

@@ -68,12 +68,12 @@ def test_bias_model_answers_are_known(bias_only):
     assert metrics["n"] == 8 and metrics["n_tokens"] == 8
 
 
-def test_bias_model_matches_numpy_reference_on_real_text(bias_only, shared_data):
+def test_bias_model_matches_numpy_reference_on_real_text(bias_only, commonsense):
     from paw.evaluate.formats import read_items
 
     model, tok, logp = bias_only
-    base = shared_data / "commonsense" / "raw"
-    items = read_items(base / "arc-easy_test.jsonl", limit=12) + read_items(base / "piqa_validation.jsonl", limit=6)
+    base = commonsense / "raw"
+    items = read_items(base / "arc-easy_test.jsonl") + read_items(base / "piqa_validation.jsonl", limit=6)
     metrics = evaluate(model, tok, items, batch_size=5, progress=False)
     acc, acc_norm, loss = reference(tok, logp, items)
     assert metrics["accuracy"] == pytest.approx(acc)

@@ -1,4 +1,4 @@
-"""Format readers: every layout on the shared files (counts from their README), and bad input."""
+"""Format readers: every layout on slices of the real files (tests/data/commonsense), and bad input."""
 
 from __future__ import annotations
 
@@ -16,26 +16,26 @@ def write_lines(path, lines: list[str]):
     return path
 
 
-# counts from ../shared/data/README.md
+# items per slice in tests/data/commonsense: the first 8 lines, plus for ARC the first item whose
+# formatted file has a digit label (target_idx -15)
 COUNTS = {
-    "arc-challenge_test": 1172, "arc-challenge_train": 1119, "arc-challenge_validation": 299,
-    "arc-easy_test": 2376, "arc-easy_train": 2251, "arc-easy_validation": 570,
-    "openbookqa_test": 500, "openbookqa_train": 4957, "openbookqa_validation": 500,
-    "piqa_validation": 1838, "winogrande_train": 9248, "winogrande_validation": 1267,
-    "boolq_validation": 3270,
+    "arc-challenge_test": 9, "arc-challenge_train": 9, "arc-challenge_validation": 9,
+    "arc-easy_test": 9, "arc-easy_train": 9, "arc-easy_validation": 9,
+    "openbookqa_test": 8, "openbookqa_train": 8, "openbookqa_validation": 8,
+    "piqa_validation": 8, "winogrande_train": 8, "winogrande_validation": 8,
+    "boolq_validation": 8,
 }
 RAW_FORMAT = {"arc": "arc", "openbookqa": "openbookqa", "piqa": "piqa", "winogrande": "winogrande",
               "boolq": "boolq"}
 
 
 @pytest.mark.parametrize("name", sorted(COUNTS))
-def test_shared_files_raw_and_formatted_agree(shared_data, name):
-    base = shared_data / "commonsense"
-    raw = read_items(base / "raw" / f"{name}.jsonl")
-    formatted = read_items(base / "formatted" / f"{name}_formatted.jsonl")
+def test_raw_and_formatted_agree(commonsense, name):
+    raw = read_items(commonsense / "raw" / f"{name}.jsonl")
+    formatted = read_items(commonsense / "formatted" / f"{name}_formatted.jsonl")
     assert len(raw) == len(formatted) == COUNTS[name]
     layout = RAW_FORMAT[name.split("-")[0].split("_")[0]]
-    first = (base / "raw" / f"{name}.jsonl").read_text().splitlines()[0]
+    first = (commonsense / "raw" / f"{name}.jsonl").read_text().splitlines()[0]
     assert detect_format(json.loads(first) if first.startswith("{\"") else eval_free(first)) == layout
     # same answers and the same choices from both layouts (formatted ARC digit labels repaired)
     assert [i.answer for i in raw] == [i.answer for i in formatted]
@@ -49,33 +49,36 @@ def eval_free(line: str) -> dict:
     return ast.literal_eval(line)
 
 
-def test_mixed_file_and_known_items(shared_data):
-    items = read_items(shared_data / "commonsense" / "formatted" / "cs_mixed_formatted_test.jsonl")
-    assert len(items) == 1172 + 2376 + 500
+def test_mixed_file_and_known_items(commonsense):
+    items = read_items(commonsense / "formatted" / "cs_mixed_formatted_test.jsonl")
+    assert len(items) == 9
     first = items[0]
     assert first.question.endswith("increase in rotation?\nAnswer:")
     assert first.choices[first.answer] == " Planetary days will become shorter."
-    # an ARC item with digit labels: target "2", target_idx -15 in the file
-    arc = read_items(shared_data / "commonsense" / "formatted" / "arc-challenge_test_formatted.jsonl", limit=45)
-    assert arc[44].answer == 1 and arc[44].choices[1].startswith(" Kinetic energy increases")
+    # an ARC item with digit labels: target "2", target_idx -15 in the file (line 45 of the full set)
+    line = (commonsense / "formatted" / "arc-challenge_test_formatted.jsonl").read_text().splitlines()[8]
+    assert json.loads(line)["target_idx"] == -15 and json.loads(line)["target"] == "2"
+    arc = read_items(commonsense / "formatted" / "arc-challenge_test_formatted.jsonl")
+    assert arc[8].answer == 1 and arc[8].choices[1].startswith(" Kinetic energy increases")
+    assert items[8] == arc[8]
 
 
-def test_winogrande_partial_scoring(shared_data):
-    item = read_items(shared_data / "commonsense" / "raw" / "winogrande_validation.jsonl", limit=1)[0]
+def test_winogrande_partial_scoring(commonsense):
+    item = read_items(commonsense / "raw" / "winogrande_validation.jsonl", limit=1)[0]
     assert item.fill_blank and item.choices == ("Sarah", "Maria") and item.answer == 1
     assert item.pairs() == [("Sarah was a much better surgeon than Maria so Sarah", " always got the easier cases."),
                             ("Sarah was a much better surgeon than Maria so Maria", " always got the easier cases.")]
 
 
-def test_boolq_yes_no(shared_data):
-    raw = read_items(shared_data / "commonsense" / "raw" / "boolq_validation.jsonl", limit=3)
-    formatted = read_items(shared_data / "commonsense" / "formatted" / "boolq_validation_formatted.jsonl", limit=3)
+def test_boolq_yes_no(commonsense):
+    raw = read_items(commonsense / "raw" / "boolq_validation.jsonl", limit=3)
+    formatted = read_items(commonsense / "formatted" / "boolq_validation_formatted.jsonl", limit=3)
     assert all(i.choices == (" no", " yes") for i in raw + formatted)
     assert raw[0].answer == 0 and raw[0].question.endswith("Question: does ethanol take more energy make that produces?\nAnswer:")
 
 
-def test_limit(shared_data):
-    assert len(read_items(shared_data / "commonsense" / "raw" / "piqa_validation.jsonl", limit=7)) == 7
+def test_limit(commonsense):
+    assert len(read_items(commonsense / "raw" / "piqa_validation.jsonl", limit=7)) == 7
 
 
 def test_strip_labels():

@@ -40,13 +40,17 @@ def test_unknown_tracker():
         make_tracker("wandb", "x", {})
 
 
-def test_swanlab_offline_run_directory(tmp_path, monkeypatch):
+def test_swanlab_offline_run_directory(tmp_path, monkeypatch, capfd):
     pytest.importorskip("swanlab")
     monkeypatch.chdir(tmp_path)  # anything swanlab might write beside the run stays in tmp
     tracker = make_tracker("swanlab", tmp_path / "run", {"name": "unit", "rank": 4})
     for step in range(1, 4):
         tracker.log({"train/loss": 1.0 / step}, step=step)
     tracker.finish()
+    printed = capfd.readouterr()
+    said = printed.out + printed.err
+    lines = [line for line in said.splitlines() if "swanlab" in line]
+    assert len(lines) == 1 and "swanlab sync" in lines[0], said  # said once, with its sync hint
     runs = list((tmp_path / "run" / "swanlog").glob("run-*"))
     assert len(runs) == 1
     assert any(p.suffix == ".swanlab" for p in runs[0].iterdir())

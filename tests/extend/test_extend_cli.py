@@ -124,18 +124,38 @@ def test_from_tokenizer_adds_the_missing_vocabulary(cli, tiny_llama, tmp_path):
     out = tmp_path / "ext"
     res = _extend(cli, tiny_llama, out, "--from-tokenizer", tmp_path / "t2", "--init", "subtoken-mean")
     assert "skipped" in res.stdout  # tokens both tokenizers share
+    _, old_tok = load(tiny_llama)
     _, new_tok = load(out)
     new_vocab = new_tok.get_vocab()
     t2 = json.loads((tmp_path / "t2" / "tokenizer.json").read_text())["model"]["vocab"]
-    for token in t2:  # every byte-level token of T2 now exists and encodes to itself
+    numbers = [t for t in t2 if t.removeprefix("Ġ").isascii() and t.removeprefix("Ġ").isdigit()]
+    assert f"left out {len(numbers)} number string(s)" in res.stdout
+    numbers = [t for t in numbers if t not in old_tok.get_vocab()]
+    assert numbers
+    for token in t2:  # every byte-level token of T2 but its numbers now exists and encodes to itself
         if token.startswith("<|"):
             continue
-        assert token in new_vocab
+        assert (token in new_vocab) != (token in numbers), token
+        if token in numbers:
+            continue
         text = new_tok.convert_tokens_to_string([token])
         if "\ufffd" not in text:
             assert new_tok.encode(text, add_special_tokens=False) == [new_vocab[token]], token
     for line in zoo.sample_texts("multi"):  # and text still decodes to itself
         assert new_tok.decode(new_tok.encode(line, add_special_tokens=False)) == line
+
+
+def test_number_strings_are_skipped_unless_kept(tmp_path):
+    from paw.vocab.extend_pipeline import split_numbers, tokens_from
+
+    assert split_numbers([b" 2024", b"12", b"x1", b"  7", b" 3.5", "42"]) == ([b"x1", b"  7", b" 3.5"], [b" 2024", b"12", "42"])
+    other = zoo.train_tokenizer(["year 2024 and 12345 or 777 " * 30, "plain words here " * 30], 300)
+    other.save_pretrained(tmp_path / "t2")
+    kept = tokens_from(from_tokenizer=tmp_path / "t2", skip_numbers=False)
+    skipped = tokens_from(from_tokenizer=tmp_path / "t2")
+    assert split_numbers(kept)[1] and not split_numbers(skipped)[1]
+    assert skipped == split_numbers(kept)[0]
+    assert tokens_from(tokens=["2024"]) == ["2024"]  # named tokens are never filtered
 
 
 def test_from_paw_bpe_model_file(cli, tiny_llama, tmp_path):

@@ -68,3 +68,22 @@ def test_bad_inputs_exit_2_with_one_line(cli, tmp_path, src, src_lora, troot):
     res = _run(cli, src_lora, src, wide, tmp_path / "w", "--method", "copy")
     assert res.exit_code == 2 and "copy needs equal shapes" in res.stderr
     assert res.stderr.count("\n") == 1
+
+
+def test_plot_tells_lora_x_from_copy(tmp_path, src, src_lora, drifted):
+    """Both see the same related bases (top panel); only the norm panel shows lora-x dropping the update."""
+    from paw.io.transfer_report import similarity_figure
+    from paw.transfer.run import transfer_adapter
+
+    panels = {}
+    for method in ("copy", "lora-x"):
+        result = transfer_adapter(src_lora, src, drifted, tmp_path / method, method=method, device="cpu")
+        report = json.loads((tmp_path / method / "transfer_report.json").read_text())
+        sim_ax, norm_ax = similarity_figure(report).axes
+        panels[method] = ([list(line.get_ydata()) for line in sim_ax.lines],
+                          [list(line.get_ydata()) for line in norm_ax.lines if not line.get_label().startswith("_")])
+        assert result.output == tmp_path / method
+    norms = {m: [v for line in panels[m][1] for v in line] for m in panels}
+    assert panels["copy"][0] == panels["lora-x"][0]  # same bases, same similarity
+    assert min(norms["copy"]) == max(norms["copy"]) == 1.0
+    assert max(norms["lora-x"]) < 0.9  # the projection keeps only part of every update

@@ -86,7 +86,7 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert d[1]["agreement"]["after"]["top1_agreement"] > d[1]["agreement"]["before"]["top1_agreement"]
 
 
-def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world):
+def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world, monkeypatch, capsys):
     from paw.io.adapter import read_adapter
     from paw.io.lm import load_lm
     from paw.io.tokenizer import open_tokenizer
@@ -97,11 +97,13 @@ def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world):
     teacher, tok_s = load_lm(w["source"], adapter=w["lora"], device="cpu")
     student, tok_t = load_lm(w["target"], device="cpu")
     before = {k: v.clone() for k, v in student.state_dict().items()}
+    monkeypatch.setattr("paw.transfer.distill.LARGE_MODEL", 1)  # every model is "large": the estimate is printed
     moved, report = distill_lora(read_adapter(w["lora"]), LM(teacher, tok_s, "s", tokenizer_info=open_tokenizer(w["source"])),
                                  LM(student, tok_t, "t", tokenizer_info=open_tokenizer(w["target"])),
                                  prompts=read_inputs(w["root"] / "items.jsonl"), steps=3, lr=1e-2, max_new_tokens=2,
                                  holdout=0.25, progress=False)
     d = report["distill"]
+    assert "distill: about" in capsys.readouterr().err and d["cost"]["flop"] > 0
     assert d["losses"] == ["sequence-nll", "choice-kl"] and d["inputs"]["with_choices"] == 12
     assert d["inputs"]["held_out"] == 4 and d["agreement"]["measured_on"] == "held-out prompts"
     assert d["agreement"]["after"]["choice_items"] == 4 and d["agreement"]["after"]["choice_kl"] is not None
@@ -122,7 +124,8 @@ def test_shared_tokenizer_uses_token_kl_and_starts_from_the_auto_transfer(src, s
         moved, report = distill_lora(adapter, teacher, student, prompts="generic", steps=2, max_new_tokens=3,
                                      progress=False)
         d = report["distill"]
-        assert d["losses"] == ["token-kl"] and d["init"]["how"] == how, d["init"]
+        assert d["losses"] == ["token-kl", "sequence-nll"] and d["init"]["how"] == how, d["init"]
+        assert set(d["curve"]) == {"loss", "token-kl", "sequence-nll"}
         assert d["agreement"]["after"]["kl"] is not None and d["inputs"]["source"] == "generic"
         assert sorted(moved.modules()) == sorted(adapter.modules())
     assert "unrelated" in d["init"]["why"]

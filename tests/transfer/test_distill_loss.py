@@ -103,3 +103,17 @@ def test_synthesis_template_end_and_few_shot_layout():
     assert context.endswith("\n") and sorted(context.splitlines()) == sorted(s.text for s in seeds)
     two_line = [Prompt("Question: why?\nAnswer:"), Prompt("Question: how?\nAnswer:")]
     assert few_shot_context(two_line, random.Random(0)).count("\n\n") == 2  # examples apart by a blank line
+
+
+def test_cost_estimate_arithmetic():
+    from paw.transfer.distill import estimate_cost
+
+    # 300 steps x 16 sequences x 80 tokens x (4 + 2) x 7e9, plus 1,000 continuations x 80 tokens x 2 x 7e9
+    cost = estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16, prompt_tokens=64)
+    assert cost["flop"] == pytest.approx(300 * 16 * 80 * 42e9 + 1000 * 80 * 14e9)
+    seq = estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16, prompt_tokens=64,
+                        teacher_per_step=False)
+    assert seq["flop"] == pytest.approx(300 * 16 * 80 * 28e9 + 1000 * 80 * 14e9)
+    mc = estimate_cost(1.0, 1.0, n_inputs=0, steps=1, batch_size=1, max_new_tokens=16, prompt_tokens=64,
+                       choices_per_input=4, teacher_per_step=False)
+    assert mc["flop"] == pytest.approx(80 * 4 + 4 * 64 * 4)

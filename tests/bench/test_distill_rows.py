@@ -1,0 +1,48 @@
+"""The benchmark's distill rows: label-free inputs per budget, CPU seconds, and their table."""
+
+from __future__ import annotations
+
+import pytest
+
+from paw.bench.distill import KINDS, N_SEEDS, add_cpu_seconds, conditions, inputs_for, markdown
+from paw.bench.tasks import facts_task, rule_task
+from paw.errors import PawError
+
+
+def test_inputs_never_carry_an_answer_and_synth_gets_five_seeds():
+    task = facts_task(40, seed=0, words=[])
+    inputs = inputs_for("inputs", task, 0)["prompts"]
+    assert len(inputs) == 20 and all(not p.pairs for p in inputs)  # one statement per fact, its colour dropped
+    assert {p.text for p in inputs} == {item.question for item in task.train}
+    synth = inputs_for("synth", task, 0)
+    assert len(synth["seed_examples"]) == N_SEEDS and synth["synthesize"] == 20 and synth["discriminator"]
+    assert set(synth["seed_examples"]) <= set(inputs) and synth == inputs_for("synth", task, 0)
+    assert inputs_for("generic", task, 0) == {"prompts": "generic"}
+    words = [f"w{i}" for i in range(40)]
+    rule = rule_task(20, seed=1, words=words)
+    test_words = {c.strip() for item in rule.test for c in item.choices}
+    assert not any(p.text.split()[1].rstrip(".") in test_words for p in inputs_for("inputs", rule, 1)["prompts"])
+
+
+def test_conditions_and_unknown_budget():
+    assert conditions(KINDS) == ["distill[inputs]", "distill[synth]", "distill[generic]"]
+    with pytest.raises(PawError, match="unknown distill input budget 'labels'"):
+        conditions(("inputs", "labels"))
+
+
+def test_cpu_seconds_and_table():
+    raw = {"facts": {"unrelated": {
+        0: {"summaries": {"distill[inputs]": {"cpu_seconds": 20.0}}},
+        1: {"summaries": {"distill[inputs]": {"cpu_seconds": 30.0}}}}}}
+    rows = [{"task": "facts", "target": "unrelated", "condition": "distill[inputs]", "status": ["ok"],
+             "accuracy": {"mean": 0.9, "stderr": 0.02}, "kept": {"value": 0.95, "stderr": 0.03, "ceiling_ok": True},
+             "recovered": {"value": 0.97, "stderr": 0.02, "ceiling_ok": True}},
+            {"task": "facts", "target": "unrelated", "condition": "distill[synth]", "status": ["n/a"],
+             "reasons": ["the teacher wrote no usable input"]},
+            {"task": "facts", "target": "unrelated", "condition": "auto", "status": ["refused"]}]
+    rows = add_cpu_seconds(rows, raw)
+    assert rows[0]["cpu_seconds"] == 25.0 and "cpu_seconds" not in rows[2]
+    text = markdown({"rows": rows})
+    assert "| unrelated | inputs | 90.0 ± 2.0 | 0.95 ± 0.03 | 0.97 ± 0.02 | 25 |" in text
+    assert "| unrelated | synth | n/a (the teacher wrote no usable input) | – | – | – |" in text
+    assert markdown({"rows": rows[2:]}) == ""
