@@ -39,10 +39,9 @@ PARTS = ("eval", "tokenizers", "transfer", "merge")
 EVAL_SETS = {"ARC-Easy": "arc-easy_test", "ARC-Challenge": "arc-challenge_test", "OpenBookQA": "openbookqa_test",
              "PIQA": "piqa_validation", "BoolQ": "boolq_validation", "Winogrande": "winogrande_validation"}
 # Published figures for the unquantized models, in percent: (value, metric, shots, source)
-_SMOL_SRC = ("lm-eval 0-shot of the unquantized SmolLM2-135M-Instruct, third-party report: "
-             "https://hface.pages.dev/lldois/SmolLM2-135M-Reasoning-SLERP-Champion (baseline column)")
-_GEMMA_SRC = ("google/gemma-3-270m model card, pre-trained model (as summarised at "
-              "https://gr.tbb.rip/models/google/gemma-3-270m)")
+_SMOL_SRC = ("lm-eval 0-shot of the unquantized HuggingFaceTB/SmolLM2-135M-Instruct, a third-party run: the "
+             "'Baseline' column of the model card of lldois/SmolLM2-135M-Reasoning-SLERP-Champion")
+_GEMMA_SRC = "model card of google/gemma-3-270m, table of the pre-trained (PT) model"
 PUBLISHED: dict[str, dict[str, tuple[float, str, str, str]]] = {
     SMOL: {"ARC-Easy": (54.12, "acc", "0-shot", _SMOL_SRC), "ARC-Challenge": (27.73, "acc_norm", "0-shot", _SMOL_SRC),
            "PIQA": (66.92, "acc_norm", "0-shot", _SMOL_SRC)},
@@ -59,7 +58,7 @@ class RealOptions:
     models: str                          # folder holding smollm2-135m-instruct/ and gemma-3-270m/
     data: str | None = None              # commonsense folder with raw/*.jsonl (part 'eval')
     parts: tuple[str, ...] = PARTS
-    eval_items: int = 30                 # seeded subset per evaluation set
+    eval_items: int = 60                 # seeded subset per evaluation set
     task_items: int = 60                 # held-out items of the LoRA tasks
     lora_rank: int = 8
     lora_alpha: float = 16.0

@@ -10,6 +10,9 @@ from paw.cli._options import DEVICE, OVERWRITE, command_line
 
 
 def register(app: typer.Typer) -> None:
+    from paw.bench.real import RealOptions
+
+    _REAL = RealOptions(models="")  # the documented run's defaults, stated once
     bench_app = typer.Typer(help="Benchmarks that anyone can rerun on a CPU.", no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
 
@@ -67,12 +70,12 @@ def register(app: typer.Typer) -> None:
                                     "smollm2-135m-instruct/ and gemma-3-270m/)."),
         data: Path = typer.Option(..., "--data",
                                   help="Commonsense folder with raw/*.jsonl (ARC, OpenBookQA, PIQA, BoolQ, Winogrande)."),
-        parts: str = typer.Option("eval,tokenizers,transfer,merge", help="Parts to run (comma list)."),
-        eval_items: int = typer.Option(30, help="Seeded subset of each evaluation set."),
-        task_items: int = typer.Option(60, help="Held-out items of the LoRA tasks."),
-        lora_steps: int = typer.Option(40, help="LoRA training steps."),
+        parts: str = typer.Option(",".join(_REAL.parts), help="Parts to run (comma list)."),
+        eval_items: int = typer.Option(_REAL.eval_items, help="Seeded subset of each evaluation set."),
+        task_items: int = typer.Option(_REAL.task_items, help="Held-out items of the LoRA tasks."),
+        lora_steps: int = typer.Option(_REAL.lora_steps, help="LoRA training steps."),
         methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
-        seed: int = typer.Option(0, help="Subset, task and LoRA seed."),
+        seed: int = typer.Option(_REAL.seed, help="Subset, task and LoRA seed."),
         workdir: Path = typer.Option(None, help="Where fine-tunes and merges are kept (default: temporary)."),
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
