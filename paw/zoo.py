@@ -194,11 +194,13 @@ def perturb(model, *, seed: int, scale: float = 0.01, include: str = r".*") -> d
 def fine_tune(base: str | Path, folder: str | Path, *, seed: int, scale: float = 0.01,
               include: str = r".*") -> dict[str, Any]:
     """Save a 'fine-tune' of the model in ``base``: base plus :func:`perturb`; returns the task vector."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from paw.io.lm import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(base)
     deltas = perturb(model, seed=seed, scale=scale, include=include)
-    tokenizer = AutoTokenizer.from_pretrained(base) if (Path(base) / "tokenizer.json").exists() else None
+    tokenizer = load_tokenizer(base) if (Path(base) / "tokenizer.json").exists() else None
     save_model(model, folder, tokenizer=tokenizer)
     return deltas
 

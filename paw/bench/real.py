@@ -246,9 +246,12 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
 
     The inputs are the training prompts without their answers ("Kavo Milret likes the colour"); the
     teacher writes the continuation, the student (Gemma, PEFT-initialised LoRA: the tokenizers
-    differ) learns it as text. Same rank, steps, batch and learning rate as the LoRAs above.
+    differ) learns it as text, and matches the teacher's next-token distribution over the tokens
+    both vocabularies hold wherever both tokenizations cut the text at the same byte. Same rank,
+    steps, batch and learning rate as the LoRAs above.
     """
     from paw.bench.quality import adapter_deltas, applied, score_items
+    from paw.io.tokenizer import open_tokenizer
 
     try:
         from paw.transfer.distill import LM, distill_lora
@@ -258,8 +261,10 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     t0 = time.perf_counter()
     try:
         with applied(source.model, adapter_deltas(adapter)):
-            moved, report = distill_lora(adapter, LM(source.model, source.tokenizer, SMOL),
-                                         LM(target.model, target.tokenizer, GEMMA),
+            moved, report = distill_lora(adapter, LM(source.model, source.tokenizer, SMOL,
+                                                     tokenizer_info=open_tokenizer(source.folder)),
+                                         LM(target.model, target.tokenizer, GEMMA,
+                                            tokenizer_info=open_tokenizer(target.folder)),
                                          prompts=[item.question for item in task.train], init="none",
                                          steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
                                          max_new_tokens=4, seed=opts.seed, device=opts.device, target_name=GEMMA,
@@ -269,7 +274,9 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     with applied(target.model, adapter_deltas(moved)):
         outcome = score_items(target.model, target.tokenizer, task.test)
     summary = {k: v for k, v in (report.get("summary") or {}).items() if isinstance(v, (int, float, str))}
-    return {"status": "ok", "seconds": time.perf_counter() - t0, "summary": summary}, outcome
+    d = report.get("distill") or {}
+    return {"status": "ok", "seconds": time.perf_counter() - t0, "summary": summary,
+            "losses": d.get("losses"), "vocabulary": d.get("vocabulary")}, outcome
 
 
 def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path) -> dict:

@@ -18,7 +18,7 @@ DistillInit = choices("DistillInit", INITS)
 _DISTILL_DEFAULTS = {"prompts": None, "synthesize": 0, "seed_examples": None, "discriminator": False,
                      "eval_prompts": None, "holdout": 0.1, "init": "auto", "rank": None, "alpha": None,
                      "target_modules": None, "max_steps": 200, "batch_size": 8, "lr": 1e-4, "max_new_tokens": 16,
-                     "seed": 0}
+                     "byte_kl": True, "seed": 0}
 
 
 def _no_distill_options(given: dict) -> None:
@@ -42,7 +42,8 @@ def _distill(a: dict) -> None:
         synthesize=a["synthesize"], seed_examples=a["seed_examples"], eval_prompts=a["eval_prompts"],
         discriminator=a["discriminator"], init=a["init"].value, rank=a["rank"], alpha=a["alpha"],
         target_modules=modules, steps=a["max_steps"], batch_size=a["batch_size"], lr=a["lr"],
-        max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], seed=a["seed"], device=a["device"],
+        max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], byte_kl=a["byte_kl"], seed=a["seed"],
+        device=a["device"],
         overwrite=a["overwrite"])
     d = result.report["distill"]
     typer.echo(f"distilled {d['student']['modules']} LoRA modules on {d['inputs']['train']} {d['inputs']['source']} "
@@ -103,6 +104,9 @@ def register(app: typer.Typer) -> None:
         lr: float = typer.Option(1e-4, "--lr", help="[distill] AdamW learning rate."),
         max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1, help="[distill] Teacher continuation "
                                            "length (it also stops at a line break)."),
+        byte_kl: bool = typer.Option(True, "--byte-kl/--no-byte-kl", help="[distill] Across tokenizers, also "
+                                     "match the next-token distributions (over shared tokens) where both "
+                                     "tokenizations cut the text at the same byte."),
         seed: int = SEED,
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.

@@ -38,7 +38,7 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     if not _has_tokenizer(path) and adapter is not None and _has_tokenizer(Path(adapter)):
         tokenizer_source = Path(adapter)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+        tokenizer = load_tokenizer(tokenizer_source)
     except (OSError, ValueError, TypeError) as err:
         raise PawError(f"cannot load a tokenizer from the model folder ({_first_line(err)})", path=path) from None
     if path.is_dir():  # headers checked and pickles refused the way every other command does, first
@@ -52,6 +52,37 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     if adapter is not None:
         lm = _apply_adapter(lm, adapter)
     return lm.to(device).eval(), tokenizer
+
+
+# spaces, digits, punctuation, a line break, accents, CJK and an emoji: where tokenizer pipelines differ
+_PROBE = "Fact: the colour of X is red.  12 345\n\tnaïve café — 東京 😀 <b>ok</b>"
+
+
+def load_tokenizer(folder: str | Path):
+    """transformers' tokenizer for ``folder``, made to tokenize exactly as its ``tokenizer.json`` says.
+
+    transformers picks the tokenizer class from the model type, and a model-specific class
+    (``Qwen2Tokenizer``, ``GemmaTokenizer``) rebuilds its own normaliser and pre-tokenizer around
+    the file's vocabulary. For a folder whose tokenizer came from elsewhere (a transplant, a zoo
+    model) that silently changes the tokens: spaces dropped, unknown characters lost. When the
+    loaded tokenizer and the file disagree on a probe text, the file's own pipeline is loaded.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    file = Path(folder) / "tokenizer.json"
+    if not file.is_file() or not getattr(tokenizer, "is_fast", False):
+        return tokenizer
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        own = Tokenizer.from_file(str(file)).encode(_PROBE, add_special_tokens=False).ids
+    except Exception:  # noqa: BLE001 - a file the tokenizers library cannot read: keep transformers' reading
+        return tokenizer
+    if list(tokenizer.encode(_PROBE, add_special_tokens=False)) == list(own):
+        return tokenizer
+    return PreTrainedTokenizerFast.from_pretrained(folder)
 
 
 def _load_gguf_lm(path: Path, *, adapter, device, dtype):

@@ -53,32 +53,36 @@ class LM:
     tokenizer_info: Any = None
 
 
-def shared_vocabulary(teacher_info, student_info, rows: int) -> Any:
-    """Student id -> teacher id (LongTensor of ``rows``, -1 where none) when the vocabularies agree, else None.
-
-    They agree when every student token has a teacher token of the same canonical bytes (``exact``
-    alignment, special tokens by role) and both tokenizers encode the embedded sample text to the
-    same ids through that map, so the teacher can read the student's ids.
-    """
+def token_columns(teacher_info, student_info, rows: int) -> Any:
+    """Student id -> teacher id of the same canonical bytes (``exact`` alignment, special tokens by
+    role): a LongTensor of ``rows``, -1 where the teacher has no such token."""
     import torch
 
     from paw.vocab.align import AlignContext, exact, match_specials
-    from paw.zoo import sample_texts
 
     mapping = dict(match_specials(teacher_info, student_info))
     todo = [i for i in range(student_info.size) if student_info.vocab[i] is not None and i not in mapping]
     mapping.update({t: src[0] for t, (src, _) in exact(AlignContext(teacher_info, student_info), todo).items()})
-    needed = [i for i in range(student_info.size) if student_info.vocab[i] is not None or i in student_info.specials]
-    if any(i not in mapping for i in needed):
-        return None
-    probe = sample_texts("multi")
-    for s_ids, t_ids in zip(student_info.encode_batch(probe), teacher_info.encode_batch(probe), strict=True):
-        if [mapping.get(i, -1) for i in s_ids] != list(t_ids):
-            return None
     columns = torch.full((max(rows, student_info.size),), -1, dtype=torch.long)
     for t, s in mapping.items():
         columns[t] = s
     return columns[:rows]
+
+
+def shared_vocabulary(teacher_info, student_info, columns) -> bool:
+    """Whether the teacher can read the student's ids: every student token (``columns``) has a teacher
+    token of the same bytes, and both tokenizers encode the embedded sample text to the same ids."""
+    from paw.zoo import sample_texts
+
+    needed = [i for i in range(min(student_info.size, len(columns)))
+              if student_info.vocab[i] is not None or i in student_info.specials]
+    if any(int(columns[i]) < 0 for i in needed):
+        return False
+    probe = sample_texts("multi")
+    for s_ids, t_ids in zip(student_info.encode_batch(probe), teacher_info.encode_batch(probe), strict=True):
+        if [int(columns[i]) if i < len(columns) else -1 for i in s_ids] != list(t_ids):
+            return False
+    return True
 
 
 def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | MCItem | Prompt] | str | None = None,
@@ -86,14 +90,15 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                  discriminator: bool = False, init: str = "auto", rank: int | None = None,
                  alpha: float | None = None, target_modules: Sequence[str] | None = None, steps: int = 200,
                  batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16, holdout: float = 0.1,
-                 eval_prompts: Sequence[str | MCItem | Prompt] | None = None, seed: int = 0, device="cpu",
-                 target_name: str | None = None, progress: bool = True) -> tuple[Any, dict]:
+                 eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = True, seed: int = 0,
+                 device="cpu", target_name: str | None = None, progress: bool = True) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
     Inputs, all label-free: ``prompts`` (inputs; answers of MC items are dropped) or ``'generic'``
     (embedded sample text), or ``synthesize=N`` inputs written by the teacher from at most five
     ``seed_examples`` (``discriminator`` filters them). ``holdout`` of the inputs (or
-    ``eval_prompts``) measure agreement and are never trained on. Returns ``(LoraAdapter for the
+    ``eval_prompts``) measure agreement and are never trained on. Across tokenizers ``byte_kl`` adds
+    the KL at the cuts both tokenizations share (needs both ``tokenizer_info``). Returns ``(LoraAdapter for the
     target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
     """
     from paw.device import resolve_device
@@ -102,39 +107,38 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     device = resolve_device(device) if isinstance(device, str) else device
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
-    columns = _vocabulary(teacher, student)
-    losses_used = ([T.TOKEN_KL] if columns is not None else []) + [T.SEQUENCE]
-    if any(p.pairs for p in inputs):
-        losses_used.append(T.CHOICE)
-    init_adapter, init_note = _init_adapter(adapter, teacher, student, init, columns, rank, alpha, target_modules,
-                                            device)
+    vocab = _vocabulary(teacher, student, byte_kl)
+    init_adapter, init_note = _init_adapter(adapter, teacher, student, init, vocab.columns if vocab.shared else None,
+                                            rank, alpha, target_modules, device)
     sample = inputs[:256]
     cost = estimate_cost(_n_params(teacher.model), _n_params(student.model), n_inputs=len(inputs) + len(held),
                          steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens,
                          prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
                          choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
-                         teacher_per_step=columns is not None)
+                         teacher_per_step=vocab.shared or vocab.aligned)
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
     teacher.model.to(device).eval()
-    train = T.examples(inputs, teacher, student, max_new_tokens, device)
-    tests = T.examples(held, teacher, student, max_new_tokens, device) if held else []
+    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab)
+    tests = T.examples(held, teacher, student, max_new_tokens, device, vocab) if held else []
+    losses_used = _losses(vocab, train)
     if not any(e.sequence is not None or e.choices for e in train):
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
     grads = {n: p.requires_grad for n, p in student.model.named_parameters()}
     peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed, device)
     try:
-        before = T.agreement(peft_model, teacher.model, tests or train, columns, device)
-        curve = T.train(peft_model, teacher.model, train, columns, steps=steps, batch_size=batch_size, lr=lr,
+        before = T.agreement(peft_model, teacher.model, tests or train, vocab, device)
+        curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
                        seed=seed, device=device, progress=progress)
-        after = T.agreement(peft_model, teacher.model, tests or train, columns, device)
+        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device)
         moved = _adapter_of(peft_model, adapter, target_name or student.name)
     finally:
         peft_model.unload()
         for n, p in student.model.named_parameters():
             p.requires_grad_(grads.get(n, p.requires_grad))
-    report = _report(adapter, teacher, student, moved, info, losses_used, columns, init_note, curve, cost,
+    report = _report(adapter, teacher, student, moved, info, losses_used, _vocabulary_note(vocab, train),
+                     init_note, curve, cost,
                      {"before": before, "after": after, "measured_on": "held-out prompts" if tests
                       else "training prompts (none held out)"},
                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens)
@@ -188,11 +192,42 @@ def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
     return train, held, info
 
 
-def _vocabulary(teacher: LM, student: LM):
-    if teacher.tokenizer_info is None or student.tokenizer_info is None:
-        return None
-    rows = student.model.get_input_embeddings().weight.shape[0]
-    return shared_vocabulary(teacher.tokenizer_info, student.tokenizer_info, rows)
+def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> T.Vocab:
+    """Shared vocabulary (token KL), shared tokens at shared cuts (byte-aligned KL), or nothing matched."""
+    t_info, s_info = teacher.tokenizer_info, student.tokenizer_info
+    if t_info is None or s_info is None:
+        return T.Vocab(why="no tokenizer files to align")
+    columns = token_columns(t_info, s_info, student.model.get_input_embeddings().weight.shape[0])
+    if shared_vocabulary(t_info, s_info, columns):
+        return T.Vocab(columns, shared=True)
+    if not byte_kl:
+        return T.Vocab(why="byte-aligned KL switched off (--no-byte-kl)")
+    if not bool((columns >= 0).any()):
+        return T.Vocab(why="no target token has a source token of the same bytes")
+    return T.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)
+
+
+def _losses(vocab: T.Vocab, train: list) -> list[str]:
+    used = [T.TOKEN_KL] if vocab.shared else []
+    if vocab.aligned and any(e.aligned for e in train):
+        used.append(T.ALIGNED_KL)
+    used.append(T.SEQUENCE)
+    if any(e.choices for e in train):
+        used.append(T.CHOICE)
+    return used
+
+
+def _vocabulary_note(vocab: T.Vocab, train: list) -> str:
+    if vocab.shared:
+        return "shared: every target token is a source token (token KL + sequence NLL)"
+    if vocab.aligned:
+        with_cuts = [e for e in train if e.aligned]
+        cuts = sum(len(e.aligned) for e in with_cuts)
+        return (f"different tokenizers: the teacher's continuations are re-tokenised (sequence-level), plus the KL "
+                f"over the {int((vocab.columns >= 0).sum())} tokens both vocabularies hold at the {cuts} cuts both "
+                f"tokenizations share ({len(with_cuts)} of {len(train)} inputs; byte-aligned)")
+    why = vocab.why or "no input's continuation is cut at the same byte by both tokenizers"
+    return f"different tokenizers: the teacher's continuations are re-tokenised (sequence-level only: {why})"
 
 
 def _n_params(model) -> int:
@@ -308,7 +343,7 @@ def _adapter_of(peft_model, adapter, base_name: str):
     return LoraAdapter(config=config, tensors=tensors)
 
 
-def _report(adapter, teacher, student, moved, info, losses_used, columns, init_note, curve, cost, agreement,
+def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, init_note, curve, cost, agreement,
             **settings) -> dict:
     cfg = moved.config
     finite = [x for x in curve["loss"] if math.isfinite(x)]
@@ -321,9 +356,7 @@ def _report(adapter, teacher, student, moved, info, losses_used, columns, init_n
                     "methods": {DISTILL: len(moved.modules())}},
         "distill": {
             "inputs": info, "losses": losses_used,
-            "vocabulary": "shared: every target token is a source token (token KL + sequence NLL)"
-            if columns is not None else "different tokenizers: the teacher's continuations are re-tokenised "
-            "(sequence-level)",
+            "vocabulary": vocabulary,
             "init": init_note, "student": {"r": cfg["r"], "alpha": cfg["lora_alpha"],
                                            "target_modules": cfg["target_modules"], "modules": len(moved.modules())},
             **settings, "cost": cost,

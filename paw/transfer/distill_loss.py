@@ -8,7 +8,9 @@ Which loss applies depends on what the two models share:
   at every position of the teacher's continuation, the teacher's columns first put in the
   student's id order by :func:`to_student_vocab`;
 - different tokenizers: :func:`sequence_nll`, the student's cross-entropy on the teacher's
-  continuation, re-tokenised (sequence-level distillation, Kim & Rush 2016);
+  continuation, re-tokenised (sequence-level distillation, Kim & Rush 2016), and :func:`aligned_kl`
+  at the cuts both tokenizations share (:mod:`paw.transfer.byte_align`), over the tokens both
+  vocabularies hold;
 - inputs with answer choices, whatever the tokenizers: :func:`choice_kl` between the teacher's and
   the student's distributions over the choices, each choice scored by the summed log-likelihood
   of its tokens (the scoring of :mod:`paw.evaluate.mc`), so no label is ever needed.
@@ -56,6 +58,25 @@ def token_kl(student_logits: Tensor, teacher_logprobs: Tensor, mask: Tensor) -> 
     per_position = terms.sum(-1)
     weights = mask.to(per_position.dtype)
     return (per_position * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def aligned_kl(student_logits: Tensor, teacher_logits: Tensor, columns: Tensor) -> Tensor:
+    """Mean over rows of ``KL(p_t || p_s)``, both restricted to the tokens the two vocabularies share.
+
+    ``student_logits`` (N, Vs) and ``teacher_logits`` (N, Vt) at N positions where both models have
+    read the same bytes; ``columns`` (Vs,) the teacher id of each student token, -1 where the teacher
+    has none. Both distributions are renormalised over the shared tokens. Teacher logits [0, 0, 5]
+    with columns [1, 0, -1] (the teacher's third token is not shared) give p_t = [0.5, 0.5]; student
+    logits [0, ln 3, 9] give p_s = [0.25, 0.75], so 0.1438 as for :func:`token_kl`.
+    """
+    import torch
+
+    log_p = to_student_vocab(teacher_logits, columns)
+    shared = (columns >= 0).to(student_logits.device)
+    log_q = torch.log_softmax(student_logits.float().masked_fill(~shared, float("-inf")), dim=-1)
+    p = log_p.exp()
+    terms = torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(log_q))
+    return terms.sum(-1).mean()
 
 
 def sequence_nll(student_logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:

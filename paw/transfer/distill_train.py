@@ -1,8 +1,9 @@
 """The training loop of :func:`paw.transfer.distill.distill_lora`: inputs made into examples, losses, agreement.
 
 Teacher outputs that do not change during training (its continuations, its choice scores) are
-computed once per input; its next-token distributions, needed only with a shared vocabulary, are
-recomputed per batch so that nothing of vocabulary size is stored. On CUDA the forward passes run
+computed once per input; its next-token distributions (token KL with a shared vocabulary, the
+byte-aligned KL across tokenizers) are recomputed per batch so that nothing of vocabulary size is
+stored. On CUDA the forward passes run
 under bf16 autocast and the LoRA factors stay float32.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from paw.progress import track
+from paw.transfer import byte_align
 from paw.transfer import distill_data as data
 from paw.transfer import distill_loss as L
 from paw.transfer.distill_data import Prompt
@@ -23,6 +25,29 @@ if TYPE_CHECKING:
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
 TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
+ALIGNED_KL = "aligned-kl"
+LOSSES = (TOKEN_KL, ALIGNED_KL, SEQUENCE, CHOICE)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """How the student's ids relate to the teacher's.
+
+    ``columns`` (Vs,) holds the teacher id of each student token with the same bytes, -1 where none
+    (None: nothing is matched). ``shared``: every student token has one and both encode text alike,
+    so the teacher reads the student's ids (token KL). Otherwise, with ``student_bytes`` and
+    ``teacher_bytes`` (canonical bytes per id), the distributions are matched at shared cuts.
+    """
+
+    columns: Any = None
+    shared: bool = False
+    student_bytes: Any = None
+    teacher_bytes: Any = None
+    why: str = ""                  # why nothing is matched, for the report
+
+    @property
+    def aligned(self) -> bool:
+        return self.columns is not None and not self.shared and self.student_bytes is not None
 
 
 @dataclass
@@ -34,9 +59,12 @@ class Example:
     sequence: Any = None           # paw.evaluate.encode.Encoded of prompt + continuation (student ids)
     choices: list = field(default_factory=list)   # Encoded per choice (student ids)
     teacher_choice_ll: list[float] = field(default_factory=list)
+    teacher_sequence: Any = None   # Encoded of prompt + continuation in the teacher's ids (byte-aligned KL)
+    aligned: list = field(default_factory=list)   # (student position, teacher position) at shared cuts
 
 
-def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device) -> list[Example]:
+def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device,
+             vocab: Vocab = Vocab()) -> list[Example]:
     """Teacher continuations, student encodings and the teacher's choice scores, once per input."""
     from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
     from paw.evaluate.mc import score_encoded
@@ -49,6 +77,8 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
         ex = Example(prompt, text)
         if text.strip():
             ex.sequence = encode_pair(student.tokenizer, prompt.text, text, max_length=limit)
+            if vocab.aligned:
+                _align(ex, teacher, vocab)
         if prompt.pairs:
             ex.choices = [encode_pair(student.tokenizer, c, x, max_length=limit) for c, x in prompt.pairs]
         out.append(ex)
@@ -62,6 +92,18 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
     return out
 
 
+def _align(ex: Example, teacher: LM, vocab: Vocab) -> None:
+    """The teacher's encoding of the same text and the positions where both have read the same bytes."""
+    from paw.evaluate.encode import encode_pair, max_length_of
+
+    seq = encode_pair(teacher.tokenizer, ex.prompt.text, ex.continuation, max_length=max_length_of(teacher.model))
+    pairs = byte_align.aligned_positions(
+        byte_align.continuation_cuts(ex.sequence.ids, ex.sequence.n_cont, vocab.student_bytes),
+        byte_align.continuation_cuts(seq.ids, seq.n_cont, vocab.teacher_bytes))
+    if pairs:
+        ex.teacher_sequence, ex.aligned = seq, pairs
+
+
 def _autocast(device):
     import torch
 
@@ -70,12 +112,12 @@ def _autocast(device):
     return contextlib.nullcontext()
 
 
-def _sequence_losses(peft_model, teacher_model, examples, columns, pad_id, device):
-    """``({loss name: value}, logits, targets, mask)`` over the teacher's continuations.
+def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, device):
+    """``({loss name: value}, logits, targets, mask, aligned positions)`` over the teacher's continuations.
 
-    Always the sequence NLL of the teacher's tokens; with a shared vocabulary (``columns``) also the
-    token KL to the teacher's distributions: Hinton et al.'s soft and hard targets together, the
-    hard one being the teacher's own output, not a label.
+    Always the sequence NLL of the teacher's tokens; with a shared vocabulary also the token KL to
+    the teacher's distributions, across tokenizers the KL at the cuts both share: Hinton et al.'s
+    soft and hard targets together, the hard one being the teacher's own output, not a label.
     """
     import torch
 
@@ -87,12 +129,27 @@ def _sequence_losses(peft_model, teacher_model, examples, columns, pad_id, devic
         logits = peft_model(input_ids=batch.input_ids.to(device), **inputs).logits
     mask, targets = batch.target_mask.to(device), batch.targets.to(device)
     parts = {SEQUENCE: L.sequence_nll(logits, targets, mask)}
-    if columns is not None:
+    n_aligned = 0
+    if vocab.shared:
+        columns = vocab.columns
         with torch.no_grad(), _autocast(device):
             teacher_ids = columns.clamp(min=0).to(device)[batch.input_ids.to(device)]
             teacher_lp = L.to_student_vocab(teacher_model(input_ids=teacher_ids, **inputs).logits, columns)
         parts[TOKEN_KL] = L.token_kl(logits, teacher_lp, mask)
-    return parts, logits, targets, mask
+    elif vocab.aligned and any(e.aligned for e in examples):
+        rows = [(r, e) for r, e in enumerate(examples) if e.aligned]
+        t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="right")
+        with torch.no_grad(), _autocast(device):
+            t_logits = teacher_model(input_ids=t_batch.input_ids.to(device),
+                                     attention_mask=t_batch.attention_mask.to(device),
+                                     position_ids=t_batch.position_ids.to(device)).logits
+        s_idx = [(r, ps) for r, e in rows for ps, _ in e.aligned]
+        t_idx = [(k, pt) for k, (_, e) in enumerate(rows) for _, pt in e.aligned]
+        s_rows, s_pos = (torch.tensor(x, device=device) for x in zip(*s_idx, strict=True))
+        t_rows, t_pos = (torch.tensor(x, device=device) for x in zip(*t_idx, strict=True))
+        parts[ALIGNED_KL] = L.aligned_kl(logits[s_rows, s_pos], t_logits[t_rows, t_pos], vocab.columns)
+        n_aligned = len(s_idx)
+    return parts, logits, targets, mask, n_aligned
 
 
 def _choice_loss(peft_model, examples, pad_id, device):
@@ -122,7 +179,7 @@ def _choice_loss(peft_model, examples, pad_id, device):
     return L.choice_kl(student, teacher, valid), student, teacher, valid
 
 
-def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr, seed, device, progress) -> dict:
+def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress) -> dict:
     import torch
 
     from paw.evaluate.train import batches_in_order
@@ -131,7 +188,7 @@ def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     order = batches_in_order(len(examples), batch_size, steps, seed)
-    curve: dict[str, list[float]] = {"loss": [], TOKEN_KL: [], SEQUENCE: [], CHOICE: []}
+    curve: dict[str, list[float]] = {"loss": [], **{k: [] for k in LOSSES}}
     peft_model.train()
     for step in (track(range(steps), "distilling", total=steps) if progress else range(steps)):
         chosen = [examples[i] for i in order[step]]
@@ -139,7 +196,7 @@ def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr
         with_seq = [e for e in chosen if e.sequence is not None]
         with_choices = [e for e in chosen if e.choices]
         if with_seq:
-            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, columns, pad_id, device)[0])
+            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device)[0])
         if with_choices:
             parts[CHOICE] = _choice_loss(peft_model, with_choices, pad_id, device)[0]
         if not parts:
@@ -149,17 +206,21 @@ def train(peft_model, teacher_model, examples, columns, *, steps, batch_size, lr
         loss.backward()
         optimizer.step()
         curve["loss"].append(float(loss.detach()))
-        for key in (TOKEN_KL, SEQUENCE, CHOICE):
+        for key in LOSSES:
             curve[key].append(float(parts[key].detach()) if key in parts else math.nan)
     peft_model.eval()
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
 
 
-def agreement(peft_model, teacher_model, examples, columns, device) -> dict:
-    """Teacher-student agreement on ``examples``: top-1 on the continuation tokens, KL, best choice."""
+def agreement(peft_model, teacher_model, examples, vocab: Vocab, device) -> dict:
+    """Teacher-student agreement on ``examples``: top-1 on the continuation tokens, KL, best choice.
+
+    ``kl`` is per continuation position with a shared vocabulary, per shared cut across tokenizers
+    (``kl_positions`` counts those), None when nothing is matched.
+    """
     import torch
 
-    hits = positions = choice_hits = rows = 0
+    hits = positions = choice_hits = rows = kl_positions = 0
     kl_sum = choice_kl_sum = 0.0
     was_training = peft_model.training
     peft_model.eval()
@@ -168,12 +229,14 @@ def agreement(peft_model, teacher_model, examples, columns, device) -> dict:
             chunk = examples[start:start + 16]
             seqs = [e for e in chunk if e.sequence is not None]
             if seqs:
-                parts, logits, targets, mask = _sequence_losses(peft_model, teacher_model, seqs, columns, PAD_ID,
-                                                                device)
+                parts, logits, targets, mask, n_aligned = _sequence_losses(peft_model, teacher_model, seqs, vocab,
+                                                                           PAD_ID, device)
                 h, n = L.top1_agreement(logits, targets, mask)
                 hits, positions = hits + h, positions + n
                 if TOKEN_KL in parts:
-                    kl_sum += float(parts[TOKEN_KL]) * n
+                    kl_sum, kl_positions = kl_sum + float(parts[TOKEN_KL]) * n, kl_positions + n
+                elif ALIGNED_KL in parts:
+                    kl_sum, kl_positions = kl_sum + float(parts[ALIGNED_KL]) * n_aligned, kl_positions + n_aligned
             with_choices = [e for e in chunk if e.choices]
             if with_choices:
                 loss, s, t, v = _choice_loss(peft_model, with_choices, PAD_ID, device)
@@ -181,7 +244,7 @@ def agreement(peft_model, teacher_model, examples, columns, device) -> dict:
                 choice_hits, rows, choice_kl_sum = choice_hits + h, rows + n, choice_kl_sum + float(loss) * n
     peft_model.train(was_training)
     return {"prompts": len(examples), "positions": positions,
-            "top1_agreement": _ratio(hits, positions), "kl": _ratio(kl_sum, positions) if columns is not None else None,
+            "top1_agreement": _ratio(hits, positions), "kl": _ratio(kl_sum, kl_positions), "kl_positions": kl_positions,
             "choice_items": rows, "choice_agreement": _ratio(choice_hits, rows), "choice_kl": _ratio(choice_kl_sum, rows)}
 
 

@@ -86,6 +86,31 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert d[1]["agreement"]["after"]["top1_agreement"] > d[1]["agreement"]["before"]["top1_agreement"]
 
 
+def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):
+    # a target whose byte-level BPE has other merges cuts most words where the source does: there the
+    # next-token distributions are matched over the tokens both vocabularies hold
+    from paw import zoo
+    from paw.evaluate.synthetic import tokenizer_corpus
+    from paw.transfer.distill_run import run_distill
+
+    w = world
+    tok = zoo.train_tokenizer(zoo.sample_texts("multi") + tokenizer_corpus(w["task"]), 200, kind="byte-bpe")
+    zoo.save_model(zoo.build_model("llama", seed=2, init_std=0.2, vocab_size=len(tok), **TARGET_DIMS),
+                   tmp_path / "target", tokenizer=tok)
+    runs = {}
+    for byte_kl in (True, False):
+        runs[byte_kl] = run_distill(w["lora"], w["source"], tmp_path / "target", tmp_path / f"out-{byte_kl}",
+                                    prompts=w["root"] / "questions.txt", steps=30, lr=1e-2, max_new_tokens=4,
+                                    holdout=0, byte_kl=byte_kl, device="cpu", progress=False).report["distill"]
+    d = runs[True]
+    assert d["losses"] == ["aligned-kl", "sequence-nll"] and "byte-aligned" in d["vocabulary"]
+    assert len(d["curve"]["aligned-kl"]) == 30 and d["curve"]["aligned-kl"][-1] < d["curve"]["aligned-kl"][0]
+    before, after = d["agreement"]["before"], d["agreement"]["after"]
+    assert after["kl_positions"] == before["kl_positions"] > 0 and after["kl"] < before["kl"]
+    assert runs[False]["losses"] == ["sequence-nll"] and "--no-byte-kl" in runs[False]["vocabulary"]
+    assert runs[False]["agreement"]["after"]["kl"] is None
+
+
 def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world, monkeypatch, capsys):
     from paw.io.adapter import read_adapter
     from paw.io.lm import load_lm

@@ -117,3 +117,13 @@ def test_cost_estimate_arithmetic():
     mc = estimate_cost(1.0, 1.0, n_inputs=0, steps=1, batch_size=1, max_new_tokens=16, prompt_tokens=64,
                        choices_per_input=4, teacher_per_step=False)
     assert mc["flop"] == pytest.approx(80 * 4 + 4 * 64 * 4)
+
+
+def test_aligned_kl_renormalises_over_shared_tokens_only():
+    # teacher ids 0, 1 are the student's 1, 0; the teacher's id 2 and the student's id 2 are not shared
+    columns = torch.tensor([1, 0, -1])
+    teacher = torch.tensor([[0.0, 0.0, 5.0]])          # over the shared ids: p = [0.5, 0.5]
+    student = torch.tensor([[0.0, math.log(3), 9.0]])  # over the shared ids: q = [0.25, 0.75]
+    assert float(L.aligned_kl(student, teacher, columns)) == pytest.approx(KL_HALF_QUARTER, abs=1e-6)
+    same = L.aligned_kl(torch.tensor([[0.0, 0.0, -3.0]]), torch.tensor([[0.0, 0.0, 7.0]]), columns)
+    assert float(same) == pytest.approx(0.0, abs=1e-6)
