@@ -23,7 +23,7 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     are slow there). The model is in eval mode on ``device`` (default CPU).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise PawError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
