@@ -58,7 +58,7 @@ class RealOptions:
     models: str                          # folder holding smollm2-135m-instruct/ and gemma-3-270m/
     data: str | None = None              # commonsense folder with raw/*.jsonl (part 'eval')
     parts: tuple[str, ...] = PARTS
-    eval_items: int = 60                 # seeded subset per evaluation set
+    eval_items: int = 100                # seeded subset per evaluation set
     task_items: int = 60                 # held-out items of the LoRA tasks
     lora_rank: int = 8
     lora_alpha: float = 16.0

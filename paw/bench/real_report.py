@@ -78,32 +78,52 @@ def markdown(results: dict) -> str:
 
 
 def plot(results: dict):
-    """Accuracy per evaluation set (both models, published figures as markers) and transfer accuracy."""
+    """Accuracy per evaluation set (both models, published figures as markers) and transfer accuracy.
+
+    A bar shows the metric of the published figure beside it (hatched where that is ``acc_norm``), so
+    marker and bar compare like with like; one panel per part that ran.
+    """
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 4))
-    ax_eval, ax_tr = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
-    if "eval" in results:
+    panels = [p for p in ("eval", "transfer") if p in results]
+    fig = Figure(figsize=(11 if len(panels) == 2 else 6.5, 4))
+    if not panels:
+        fig.text(0.5, 0.5, "no eval or transfer part in this run", ha="center")
+        return fig
+    axes = dict(zip(panels, fig.subplots(1, len(panels), squeeze=False,
+                                         gridspec_kw={"width_ratios": [3, 2][:len(panels)]})[0], strict=True))
+    if "eval" in axes:
+        ax = axes["eval"]
         per_model = results["eval"]["results"]
         sets = [s for s in EVAL_SETS if all(s in per for per in per_model.values())]
-        for k, (model, per_set) in enumerate(results["eval"]["results"].items()):
-            xs = [i + (k - 0.5) * 0.38 for i in range(len(sets))]
-            ys = [100 * per_set[s]["accuracy"] for s in sets]
-            err = [100 * per_set[s]["stderr"] for s in sets]
-            ax_eval.bar(xs, ys, 0.36, yerr=err, label=_NAMES[model])
+        for k, (model, per_set) in enumerate(per_model.items()):
             pub = results["eval"]["published"].get(model, {})
+            norm = [pub.get(s, {}).get("metric") == "acc_norm" for s in sets]
+            xs = [i + (k - 0.5) * 0.38 for i in range(len(sets))]
+            key = [("accuracy_norm", "stderr_norm") if n else ("accuracy", "stderr") for n in norm]
+            bars = ax.bar(xs, [100 * per_set[s][a] for s, (a, _) in zip(sets, key, strict=True)], 0.36,
+                          yerr=[100 * per_set[s][e] for s, (_, e) in zip(sets, key, strict=True)],
+                          label=_NAMES[model], color=f"C{k}")
+            for bar, n in zip(bars, norm, strict=True):
+                bar.set_hatch("//" if n else "")
             px = [x for x, s in zip(xs, sets, strict=True) if s in pub]
-            ax_eval.scatter(px, [pub[s]["value"] for s in sets if s in pub], marker="_", s=300, color="black",
-                            zorder=3, label="published" if k == 0 else None)
-        ax_eval.set_xticks(range(len(sets)), sets, rotation=20)
-        ax_eval.set_ylabel("accuracy %")
-        ax_eval.legend(fontsize=8)
-    if "transfer" in results:
-        rows = {n: r for n, r in results["transfer"]["rows"].items() if r.get("accuracy")}
-        ax_tr.bar(range(len(rows)), [100 * r["accuracy"]["mean"] for r in rows.values()],
-                  yerr=[100 * r["accuracy"]["stderr"] for r in rows.values()], color="tab:green")
-        ax_tr.set_xticks(range(len(rows)), list(rows), rotation=30)
-        ax_tr.set_title("facts LoRA on Gemma-3-270M", fontsize=9)
+            ax.scatter(px, [pub[s]["value"] for s in sets if s in pub], marker="_", s=300, color="black",
+                       zorder=3, label="published (unquantized)" if k == 0 else None)
+        ax.set_xticks(range(len(sets)), sets, rotation=20)
+        ax.set_ylabel("accuracy % (hatched: acc_norm, as published)")
+        ax.legend(fontsize=8)
+    if "transfer" in axes:
+        ax = axes["transfer"]
+        found = {n: r for n, r in results["transfer"]["rows"].items() if r.get("accuracy")}
+        order = [n for n in ("base", "random") if n in found] + \
+                [n for n in found if n not in ("base", "random", "direct")] + (["direct"] if "direct" in found else [])
+        refs = {"base", "random", "direct"}
+        ax.bar(range(len(order)), [100 * found[n]["accuracy"]["mean"] for n in order],
+               yerr=[100 * found[n]["accuracy"]["stderr"] for n in order],
+               color=["tab:gray" if n in refs else "tab:green" for n in order])
+        ax.set_xticks(range(len(order)), order, rotation=30)
+        ax.set_ylabel("accuracy % (grey: references)")
+        ax.set_title(f"SmolLM2 facts LoRA moved to Gemma-3-270M ({results['transfer']['items']} items)", fontsize=9)
     fig.tight_layout()
     return fig
 
