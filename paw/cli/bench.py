@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
     ):
         """SmolLM2-135M and Gemma-3-270M: eval, tokenizers, LoRA transfer across families, task vectors, merge.
 
-        Example: paw bench real --models ~/paw-models --output bench-real
+        Example: paw bench real --models ~/paw-models --data ../shared/data/commonsense --output bench-real
         """
         from paw.bench.real import RealOptions
         from paw.bench.real_report import markdown, real_to_folder

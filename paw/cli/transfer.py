@@ -18,7 +18,7 @@ DistillInit = choices("DistillInit", INITS)
 _DISTILL_DEFAULTS = {"prompts": None, "synthesize": 0, "seed_examples": None, "discriminator": False,
                      "eval_prompts": None, "holdout": 0.1, "init": "auto", "rank": None, "alpha": None,
                      "target_modules": None, "max_steps": 200, "batch_size": 8, "lr": 1e-4, "max_new_tokens": 16,
-                     "byte_kl": True, "seed": 0}
+                     "byte_kl": True, "next_words": 4, "seed": 0}
 
 
 def _no_distill_options(given: dict) -> None:
@@ -42,7 +42,8 @@ def _distill(a: dict) -> None:
         synthesize=a["synthesize"], seed_examples=a["seed_examples"], eval_prompts=a["eval_prompts"],
         discriminator=a["discriminator"], init=a["init"].value, rank=a["rank"], alpha=a["alpha"],
         target_modules=modules, steps=a["max_steps"], batch_size=a["batch_size"], lr=a["lr"],
-        max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], byte_kl=a["byte_kl"], seed=a["seed"],
+        max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], byte_kl=a["byte_kl"], next_words=a["next_words"],
+        seed=a["seed"],
         device=a["device"],
         overwrite=a["overwrite"])
     d = result.report["distill"]
@@ -107,6 +108,9 @@ def register(app: typer.Typer) -> None:
         byte_kl: bool = typer.Option(True, "--byte-kl/--no-byte-kl", help="[distill] Across tokenizers, also "
                                      "match the next-token distributions (over shared tokens) where both "
                                      "tokenizations cut the text at the same byte."),
+        next_words: int = typer.Option(4, "--next-words", min=0, help="[distill] Across tokenizers, teach the "
+                                       "teacher's distribution over its K likeliest next words of every input "
+                                       "(0: off)."),
         seed: int = SEED,
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.

@@ -90,7 +90,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                  discriminator: bool = False, init: str = "auto", rank: int | None = None,
                  alpha: float | None = None, target_modules: Sequence[str] | None = None, steps: int = 200,
                  batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16, holdout: float = 0.1,
-                 eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = True, seed: int = 0,
+                 eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = True,
+                 next_words: int = 4, seed: int = 0,
                  device="cpu", target_name: str | None = None, progress: bool = True) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
@@ -98,16 +99,25 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     (embedded sample text), or ``synthesize=N`` inputs written by the teacher from at most five
     ``seed_examples`` (``discriminator`` filters them). ``holdout`` of the inputs (or
     ``eval_prompts``) measure agreement and are never trained on. Across tokenizers ``byte_kl`` adds
-    the KL at the cuts both tokenizations share (needs both ``tokenizer_info``). Returns ``(LoraAdapter for the
+    the KL at the cuts both tokenizations share (needs both ``tokenizer_info``), and inputs without
+    choices get the teacher's ``next_words`` likeliest next words as choices (0: none). Returns ``(LoraAdapter for the
     target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
     """
     from paw.device import resolve_device
 
     _check_knobs(init, steps, batch_size, lr, max_new_tokens, holdout, synthesize)
+    if next_words < 0 or next_words == 1:
+        raise PawError(f"--next-words {next_words}: 0 (off) or at least 2")
     device = resolve_device(device) if isinstance(device, str) else device
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
     vocab = _vocabulary(teacher, student, byte_kl)
+    if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
+        teacher.model.to(device).eval()
+        inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
+        held, n_held = data.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
+        info.update(next_words={"k": next_words, "inputs": n_train, "held_out": n_held},
+                    with_choices=sum(bool(p.pairs) for p in inputs))
     init_adapter, init_note = _init_adapter(adapter, teacher, student, init, vocab.columns if vocab.shared else None,
                                             rank, alpha, target_modules, device)
     sample = inputs[:256]

@@ -127,17 +127,24 @@ def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sam
     return out
 
 
-def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device, ends_line) -> list[list[int]]:
+def _left_padded(chunk: Sequence[Sequence[int]], pad: int, device):
+    """``(ids, mask, positions)`` of id lists left-padded into one batch (positions count real tokens)."""
     import torch
 
     width = max(len(c) for c in chunk)
     ids = torch.full((len(chunk), width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, c in enumerate(chunk):
-        ids[row, width - len(c):] = torch.tensor(c)
+        ids[row, width - len(c):] = torch.tensor(list(c), dtype=torch.long)
         mask[row, width - len(c):] = 1
     ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device, ends_line) -> list[list[int]]:
+    import torch
+
+    ids, mask, positions = _left_padded(chunk, pad, device)
     new: list[list[int]] = [[] for _ in chunk]
     done = [False] * len(chunk)
     past = None
@@ -166,6 +173,63 @@ def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature,
             mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
             positions = positions[:, -1:] + 1
     return new
+
+
+# ----------------------------------------------------------------------------------- next words
+
+def next_words(model, tokenizer, prompts: Sequence[Prompt], k: int, *, batch_size: int = 16,
+               device=None) -> tuple[list[Prompt], int]:
+    """Prompts without choices get, as choices, the texts of the teacher's ``k`` likeliest next tokens.
+
+    Greedy text shows the student only the teacher's first pick. Across tokenizers there is no
+    token distribution to match, but text is: each of the teacher's likeliest next tokens, as the
+    text it writes (a token that is only whitespace takes the teacher's next token with it), becomes
+    a candidate, and the student is taught the teacher's distribution over the candidates
+    (``choice-kl``, each scored by its summed log-likelihood, under either tokenizer), as for a
+    multiple-choice input but with the teacher's own candidates, never a label. Common words are
+    one token in a large vocabulary; a rarer word is represented by its first piece. Returns
+    ``(prompts, how many got at least two candidates)``.
+    """
+    import torch
+
+    from paw.evaluate.encode import _prefix, pad_id_of
+
+    device = device or next(model.parameters()).device
+    prefix, pad, eos = _prefix(tokenizer), pad_id_of(tokenizer), tokenizer.eos_token_id
+    out, extended = list(prompts), 0
+    todo = [i for i, p in enumerate(prompts) if not p.pairs]
+    for start in range(0, len(todo), batch_size):
+        rows = todo[start:start + batch_size]
+        chunk = [prefix + tokenizer.encode(prompts[i].text, add_special_tokens=False) for i in rows]
+        ids, mask, positions = _left_padded(chunk, pad, device)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].float()
+        top = logits.topk(min(k + 2, logits.shape[-1]), dim=-1).indices.tolist()
+        starts = [(r, c + [t]) for j, (r, c) in enumerate(zip(rows, chunk, strict=True)) for t in top[j] if t != eos]
+        blank = [i for i, (_, c) in enumerate(starts) if not _decoded_tail(tokenizer, c[:-1], c[-1:]).strip()]
+        if blank:  # a bare space: the text is the space and what the teacher writes after it
+            more = _generate_batch(model, [starts[i][1] for i in blank], pad, eos, 1, False, 1.0, None, device,
+                                   lambda new_ids: True)
+            for i, new in zip(blank, more, strict=True):
+                starts[i] = (starts[i][0], starts[i][1] + new)
+        texts: dict[int, list[str]] = {r: [] for r in rows}
+        for r, c in starts:
+            n_prompt = len(chunk[rows.index(r)])
+            text = _decoded_tail(tokenizer, c[:n_prompt], c[n_prompt:])
+            if text.strip() and "\n" not in text and text not in texts[r] and len(texts[r]) < k:
+                texts[r].append(text)
+        for r in rows:
+            if len(texts[r]) >= 2:
+                out[r] = Prompt(prompts[r].text, tuple((prompts[r].text, t) for t in texts[r]))
+                extended += 1
+    return out, extended
+
+
+def _decoded_tail(tokenizer, head: list[int], tail: list[int]) -> str:
+    """The text ``tail`` adds after ``head``: decoding it alone would drop a SentencePiece word's space."""
+    before = tokenizer.decode(head, skip_special_tokens=True)
+    whole = tokenizer.decode(head + tail, skip_special_tokens=True)
+    return whole[len(before):] if whole.startswith(before) else tokenizer.decode(tail, skip_special_tokens=True)
 
 
 # ----------------------------------------------------------------------------------- synthesis

@@ -72,7 +72,7 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert first.exit_code == 0, first.stderr
     assert "distilled 14 LoRA modules on 16 prompts inputs" in first.stdout and "sequence-nll" in first.stdout
     base, moved = _accuracy(w["target"], w["task"]), _accuracy(w["target"], w["task"], tmp_path / "a")
-    assert base <= 0.375 and moved >= base + 0.375, (base, moved)  # the answers were never shown
+    assert base <= 0.375 and moved >= base + 0.5, (base, moved)  # the answers were never shown
     second = _distill(cli, w, tmp_path / "b", "--prompts", w["root"] / "questions.txt", *FAST)
     assert second.exit_code == 0
     for name in ("adapter_model.safetensors", "adapter_config.json", "distill_curve.png"):
@@ -81,7 +81,8 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert config["base_model_name_or_path"] == str(w["target"]) and config["r"] == 4 and config["lora_alpha"] == 8
     report = json.loads((tmp_path / "a" / "transfer_report.json").read_text())
     d = report["method"], report["distill"]
-    assert d[0] == "distill" and d[1]["losses"] == ["sequence-nll"] and d[1]["init"]["how"] == "none"
+    assert d[0] == "distill" and d[1]["losses"] == ["sequence-nll", "choice-kl"] and d[1]["init"]["how"] == "none"
+    assert d[1]["inputs"]["next_words"] == {"k": 4, "inputs": 16, "held_out": 0}
     assert d[1]["vocabulary"].startswith("different tokenizers") and len(d[1]["curve"]["loss"]) == 40
     assert d[1]["agreement"]["after"]["top1_agreement"] > d[1]["agreement"]["before"]["top1_agreement"]
 
@@ -103,12 +104,30 @@ def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):
                                     prompts=w["root"] / "questions.txt", steps=30, lr=1e-2, max_new_tokens=4,
                                     holdout=0, byte_kl=byte_kl, device="cpu", progress=False).report["distill"]
     d = runs[True]
-    assert d["losses"] == ["aligned-kl", "sequence-nll"] and "byte-aligned" in d["vocabulary"]
+    assert d["losses"] == ["aligned-kl", "sequence-nll", "choice-kl"] and "byte-aligned" in d["vocabulary"]
     assert len(d["curve"]["aligned-kl"]) == 30 and d["curve"]["aligned-kl"][-1] < d["curve"]["aligned-kl"][0]
     before, after = d["agreement"]["before"], d["agreement"]["after"]
     assert after["kl_positions"] == before["kl_positions"] > 0 and after["kl"] < before["kl"]
-    assert runs[False]["losses"] == ["sequence-nll"] and "--no-byte-kl" in runs[False]["vocabulary"]
+    assert runs[False]["losses"] == ["sequence-nll", "choice-kl"] and "--no-byte-kl" in runs[False]["vocabulary"]
     assert runs[False]["agreement"]["after"]["kl"] is None
+
+
+def test_next_words_are_the_teachers_likeliest_words_first_its_greedy_answer(world):
+    import torch
+
+    from paw.io.lm import load_lm
+    from paw.transfer.distill_data import Prompt, generate, next_words
+
+    w = world
+    teacher, tok = load_lm(w["source"], adapter=w["lora"], device="cpu")
+    prompts = [Prompt(item.question) for item in w["task"]] + [Prompt("already", (("already", " a"), ("already", " b")))]
+    out, n = next_words(teacher, tok, prompts, 3, device=torch.device("cpu"))
+    greedy = generate(teacher, tok, [p.text for p in prompts[:-1]], max_new_tokens=4)
+    assert n == 16 and out[-1] == prompts[-1]  # inputs with choices keep theirs
+    for item, p, g in zip(w["task"], out, greedy, strict=False):
+        words = [c for _, c in p.pairs]
+        assert 2 <= len(words) <= 3 and len(set(words)) == len(words) and all(c == p.text for c, _ in p.pairs)
+        assert words[0] == item.choices[item.answer] and g.startswith(words[0])  # first: the teacher's greedy pick
 
 
 def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world, monkeypatch, capsys):
@@ -196,7 +215,8 @@ def test_bad_inputs_exit_2_with_one_line_and_write_nothing(cli, world, tmp_path)
     cases = [((), "needs inputs"), (("--prompts", empty), "empty prompt file"),
              (("--synthesize", "10", "--seed-examples", six), "at most 5"),
              (("--prompts", tmp_path / "missing.txt"), "no such prompt file"),
-             (("--synthesize", "10"), "--seed-examples")]
+             (("--synthesize", "10"), "--seed-examples"),
+             (("--prompts", w["root"] / "questions.txt", "--next-words", "1"), "--next-words 1")]
     for extra, message in cases:
         res = _distill(cli, w, tmp_path / "out", *extra)
         assert res.exit_code == 2 and message in res.stderr, (extra, res.stderr)
