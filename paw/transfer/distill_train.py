@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from paw.progress import track
@@ -122,29 +122,30 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
     import torch
 
     from paw.evaluate.encode import make_batch
+    from paw.evaluate.mc import forward_logits
 
-    batch = make_batch([e.sequence for e in examples], pad_id=pad_id, padding_side="right")
-    inputs = dict(attention_mask=batch.attention_mask.to(device), position_ids=batch.position_ids.to(device))
+    # left padding: the continuations end every row, and only their positions go through the LM head
+    batch = make_batch([e.sequence for e in examples], pad_id=pad_id, padding_side="left")
     with _autocast(device):
-        logits = peft_model(input_ids=batch.input_ids.to(device), **inputs).logits
-    mask, targets = batch.target_mask.to(device), batch.targets.to(device)
+        logits, skip = forward_logits(peft_model, batch, device)
+    mask, targets = batch.target_mask[:, skip:].to(device), batch.targets[:, skip:].to(device)
     parts = {SEQUENCE: L.sequence_nll(logits, targets, mask)}
     n_aligned = 0
     if vocab.shared:
         columns = vocab.columns
+        teacher_batch = replace(batch, input_ids=columns.clamp(min=0)[batch.input_ids])
         with torch.no_grad(), _autocast(device):
-            teacher_ids = columns.clamp(min=0).to(device)[batch.input_ids.to(device)]
-            teacher_lp = L.to_student_vocab(teacher_model(input_ids=teacher_ids, **inputs).logits, columns)
+            teacher_lp = L.to_student_vocab(forward_logits(teacher_model, teacher_batch, device)[0], columns)
         parts[TOKEN_KL] = L.token_kl(logits, teacher_lp, mask)
     elif vocab.aligned and any(e.aligned for e in examples):
         rows = [(r, e) for r, e in enumerate(examples) if e.aligned]
-        t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="right")
+        t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="left")
         with torch.no_grad(), _autocast(device):
-            t_logits = teacher_model(input_ids=t_batch.input_ids.to(device),
-                                     attention_mask=t_batch.attention_mask.to(device),
-                                     position_ids=t_batch.position_ids.to(device)).logits
-        s_idx = [(r, ps) for r, e in rows for ps, _ in e.aligned]
-        t_idx = [(k, pt) for k, (_, e) in enumerate(rows) for _, pt in e.aligned]
+            t_logits, t_skip = forward_logits(teacher_model, t_batch, device)
+        s_width, t_width = batch.input_ids.shape[1], t_batch.input_ids.shape[1]
+        s_idx = [(r, s_width - len(e.sequence.ids) + 1 + ps - skip) for r, e in rows for ps, _ in e.aligned]
+        t_idx = [(k, t_width - len(e.teacher_sequence.ids) + 1 + pt - t_skip)
+                 for k, (_, e) in enumerate(rows) for _, pt in e.aligned]
         s_rows, s_pos = (torch.tensor(x, device=device) for x in zip(*s_idx, strict=True))
         t_rows, t_pos = (torch.tensor(x, device=device) for x in zip(*t_idx, strict=True))
         parts[ALIGNED_KL] = L.aligned_kl(logits[s_rows, s_pos], t_logits[t_rows, t_pos], vocab.columns)
@@ -157,14 +158,15 @@ def _choice_loss(peft_model, examples, pad_id, device):
     import torch
 
     from paw.evaluate.encode import make_batch
-    from paw.evaluate.mc import continuation_logprobs
+    from paw.evaluate.mc import continuation_logprobs, forward_logits
 
     flat = [enc for e in examples for enc in e.choices]
-    batch = make_batch(flat, pad_id=pad_id, padding_side="right")
+    # left padding puts every choice at the end of its row: only those positions go through the LM
+    # head, which is most of the cost with a 150k-262k vocabulary (paw eval scores the same way)
+    batch = make_batch(flat, pad_id=pad_id, padding_side="left")
     with _autocast(device):
-        logits = peft_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                            position_ids=batch.position_ids.to(device)).logits
-    sums, _ = continuation_logprobs(logits, batch.targets.to(device), batch.target_mask.to(device))
+        logits, skip = forward_logits(peft_model, batch, device)
+    sums, _ = continuation_logprobs(logits, batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device))
     width = max(len(e.choices) for e in examples)
     student = torch.zeros(len(examples), width, device=device)
     teacher = torch.zeros(len(examples), width, device=device)
