@@ -27,8 +27,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from paw import arch
 from paw.errors import PawError, Refused
 from paw.progress import status
@@ -101,6 +99,8 @@ def kept(transfer: list[int], target_base: list[int], source_lora: list[int], so
     >>> kept([1, 1, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], n_boot=0)["value"]
     0.25
     """
+    import numpy as np
+
     t, bt, ds, bs = (np.asarray(x, dtype=float) for x in (transfer, target_base, source_lora, source_base))
     gain = ds.mean() - bs.mean()
     out = {"value": float((t.mean() - bt.mean()) / gain) if gain else None, "stderr": None}
