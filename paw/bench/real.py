@@ -267,7 +267,8 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
                                             tokenizer_info=open_tokenizer(target.folder)),
                                          prompts=[item.question for item in task.train], init="none",
                                          steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
-                                         max_new_tokens=4, seed=opts.seed, device=opts.device, target_name=GEMMA,
+                                         max_new_tokens=4, byte_kl=True, next_words=4, seed=opts.seed, device=opts.device,
+                                         target_name=GEMMA,
                                          progress=False)
     except PawError as err:
         return {"status": "n/a", "reason": str(err).splitlines()[0][:300]}, None

@@ -18,7 +18,7 @@ DistillInit = choices("DistillInit", INITS)
 _DISTILL_DEFAULTS = {"prompts": None, "synthesize": 0, "seed_examples": None, "discriminator": False,
                      "eval_prompts": None, "holdout": 0.1, "init": "auto", "rank": None, "alpha": None,
                      "target_modules": None, "max_steps": 200, "batch_size": 8, "lr": 1e-4, "max_new_tokens": 16,
-                     "byte_kl": True, "next_words": 4, "seed": 0}
+                     "byte_kl": False, "next_words": 0, "seed": 0}
 
 
 def _no_distill_options(given: dict) -> None:
@@ -105,10 +105,10 @@ def register(app: typer.Typer) -> None:
         lr: float = typer.Option(1e-4, "--lr", help="[distill] AdamW learning rate."),
         max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1, help="[distill] Teacher continuation "
                                            "length (it also stops at a line break)."),
-        byte_kl: bool = typer.Option(True, "--byte-kl/--no-byte-kl", help="[distill] Across tokenizers, also "
+        byte_kl: bool = typer.Option(False, "--byte-kl/--no-byte-kl", help="[distill] Across tokenizers, also "
                                      "match the next-token distributions (over shared tokens) where both "
                                      "tokenizations cut the text at the same byte."),
-        next_words: int = typer.Option(4, "--next-words", min=0, help="[distill] Across tokenizers, teach the "
+        next_words: int = typer.Option(0, "--next-words", min=0, help="[distill] Across tokenizers, teach the "
                                        "teacher's distribution over its K likeliest next words of every input "
                                        "(0: off)."),
         seed: int = SEED,

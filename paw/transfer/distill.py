@@ -90,8 +90,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                  discriminator: bool = False, init: str = "auto", rank: int | None = None,
                  alpha: float | None = None, target_modules: Sequence[str] | None = None, steps: int = 200,
                  batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16, holdout: float = 0.1,
-                 eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = True,
-                 next_words: int = 4, seed: int = 0,
+                 eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = False,
+                 next_words: int = 0, seed: int = 0,
                  device="cpu", target_name: str | None = None, progress: bool = True) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
@@ -211,7 +211,7 @@ def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> T.Vocab:
     if shared_vocabulary(t_info, s_info, columns):
         return T.Vocab(columns, shared=True)
     if not byte_kl:
-        return T.Vocab(why="byte-aligned KL switched off (--no-byte-kl)")
+        return T.Vocab(why="byte-aligned KL not asked for (--byte-kl)")
     if not bool((columns >= 0).any()):
         return T.Vocab(why="no target token has a source token of the same bytes")
     return T.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)

@@ -24,7 +24,7 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
                 eval_prompts: str | Path | None = None, discriminator: bool = False, init: str = "auto",
                 rank: int | None = None, alpha: float | None = None, target_modules: Sequence[str] | None = None,
                 steps: int = 200, batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16,
-                holdout: float = 0.1, byte_kl: bool = True, next_words: int = 4, seed: int = 0, device: str = "auto",
+                holdout: float = 0.1, byte_kl: bool = False, next_words: int = 0, seed: int = 0, device: str = "auto",
                 command: str | None = None,
                 overwrite: bool = False, progress: bool = True) -> TransferredAdapter:
     """Distill ``adapter`` (trained on ``source_base``) onto ``target_base`` and write ``output``.

@@ -81,8 +81,14 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert config["base_model_name_or_path"] == str(w["target"]) and config["r"] == 4 and config["lora_alpha"] == 8
     report = json.loads((tmp_path / "a" / "transfer_report.json").read_text())
     d = report["method"], report["distill"]
-    assert d[0] == "distill" and d[1]["losses"] == ["sequence-nll", "choice-kl"] and d[1]["init"]["how"] == "none"
-    assert d[1]["inputs"]["next_words"] == {"k": 4, "inputs": 16, "held_out": 0}
+    assert d[0] == "distill" and d[1]["losses"] == ["sequence-nll"] and d[1]["init"]["how"] == "none"
+    assert "next_words" not in d[1]["inputs"]  # opt-in: --next-words K
+    third = _distill(cli, w, tmp_path / "c", "--prompts", w["root"] / "questions.txt", *FAST, "--next-words", "4",
+                     "--byte-kl")
+    d3 = json.loads((tmp_path / "c" / "transfer_report.json").read_text())["distill"]
+    assert third.exit_code == 0 and d3["losses"] == ["sequence-nll", "choice-kl"], third.stderr
+    assert d3["inputs"]["next_words"] == {"k": 4, "inputs": 16, "held_out": 0}
+    assert _accuracy(w["target"], w["task"], tmp_path / "c") >= base + 0.5
     assert d[1]["vocabulary"].startswith("different tokenizers") and len(d[1]["curve"]["loss"]) == 40
     assert d[1]["agreement"]["after"]["top1_agreement"] > d[1]["agreement"]["before"]["top1_agreement"]
 
@@ -102,13 +108,14 @@ def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):
     for byte_kl in (True, False):
         runs[byte_kl] = run_distill(w["lora"], w["source"], tmp_path / "target", tmp_path / f"out-{byte_kl}",
                                     prompts=w["root"] / "questions.txt", steps=30, lr=1e-2, max_new_tokens=4,
-                                    holdout=0, byte_kl=byte_kl, device="cpu", progress=False).report["distill"]
+                                    holdout=0, byte_kl=byte_kl, next_words=4 if byte_kl else 0, device="cpu",
+                                    progress=False).report["distill"]
     d = runs[True]
     assert d["losses"] == ["aligned-kl", "sequence-nll", "choice-kl"] and "byte-aligned" in d["vocabulary"]
     assert len(d["curve"]["aligned-kl"]) == 30 and d["curve"]["aligned-kl"][-1] < d["curve"]["aligned-kl"][0]
     before, after = d["agreement"]["before"], d["agreement"]["after"]
     assert after["kl_positions"] == before["kl_positions"] > 0 and after["kl"] < before["kl"]
-    assert runs[False]["losses"] == ["sequence-nll", "choice-kl"] and "--no-byte-kl" in runs[False]["vocabulary"]
+    assert runs[False]["losses"] == ["sequence-nll"] and "--byte-kl" in runs[False]["vocabulary"]
     assert runs[False]["agreement"]["after"]["kl"] is None
 
 
