@@ -23,16 +23,15 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from paw import arch
+from paw.bench.real_options import GEMMA, SMOL, RealOptions
 from paw.errors import PawError, Refused
 from paw.progress import status
 
-SMOL, GEMMA = "smollm2-135m-instruct", "gemma-3-270m"
-PARTS = ("eval", "tokenizers", "transfer", "merge")
 # set name -> file stem in <data>/raw (lm-eval's usual splits: test where labelled, else validation)
 EVAL_SETS = {"ARC-Easy": "arc-easy_test", "ARC-Challenge": "arc-challenge_test", "OpenBookQA": "openbookqa_test",
              "PIQA": "piqa_validation", "BoolQ": "boolq_validation", "Winogrande": "winogrande_validation"}
@@ -47,39 +46,6 @@ PUBLISHED: dict[str, dict[str, tuple[float, str, str, str]]] = {
             "BoolQ": (61.4, "acc", "0-shot", _GEMMA_SRC)},
 }
 LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
-
-
-@dataclass(frozen=True)
-class RealOptions:
-    """Knobs of ``paw bench real``; the defaults are the documented run (about 30 min on 2 quiet cores)."""
-
-    models: str                          # folder holding smollm2-135m-instruct/ and gemma-3-270m/
-    data: str | None = None              # commonsense folder with raw/*.jsonl (part 'eval')
-    parts: tuple[str, ...] = PARTS
-    eval_items: int = 100                # seeded subset per evaluation set
-    task_items: int = 60                 # held-out items of the LoRA tasks
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_steps: int = 40
-    lora_batch: int = 8
-    lora_lr: float = 2e-3
-    methods: tuple[str, ...] | None = None   # transfer methods; None = auto and every registered one
-    layer_map: str = "relative-depth"    # 30 SmolLM2 layers against 18 Gemma layers
-    seed: int = 0
-    n_boot: int = 1000
-    batch_size: int = 16
-    device: str = "cpu"
-
-    def check(self) -> None:
-        for name in (SMOL, GEMMA):
-            if not (Path(self.models) / name / "config.json").is_file():
-                raise PawError(f"no {name}/ model folder here; run scripts/real_models.sh FOLDER first",
-                               path=self.models)
-        unknown = [p for p in self.parts if p not in PARTS]
-        if unknown:
-            raise PawError(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS)}")
-        if "eval" in self.parts and not (self.data and (Path(self.data) / "raw").is_dir()):
-            raise PawError("part 'eval' needs --data: the commonsense folder with raw/*.jsonl", path=self.data or "")
 
 
 # ------------------------------------------------------------------------------------ pure helpers
@@ -267,9 +233,8 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
                                             tokenizer_info=open_tokenizer(target.folder)),
                                          prompts=[item.question for item in task.train], init="none",
                                          steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
-                                         max_new_tokens=4, byte_kl=True, next_words=4, seed=opts.seed, device=opts.device,
-                                         target_name=GEMMA,
-                                         progress=False)
+                                         max_new_tokens=4, byte_kl=True, next_words=4, seed=opts.seed,
+                                         device=opts.device, target_name=GEMMA, progress=False)
     except PawError as err:
         return {"status": "n/a", "reason": str(err).splitlines()[0][:300]}, None
     with applied(target.model, adapter_deltas(moved)):

@@ -10,7 +10,7 @@ from paw.cli._options import DEVICE, OVERWRITE, command_line
 
 
 def register(app: typer.Typer) -> None:
-    from paw.bench.real import RealOptions
+    from paw.bench.real_options import RealOptions
 
     _REAL = RealOptions(models="")  # the documented run's defaults, stated once
     bench_app = typer.Typer(help="Benchmarks that anyone can rerun on a CPU.", no_args_is_help=True)
@@ -84,7 +84,6 @@ def register(app: typer.Typer) -> None:
 
         Example: paw bench real --models ~/paw-models --data ../shared/data/commonsense --output bench-real
         """
-        from paw.bench.real import RealOptions
         from paw.bench.real_report import markdown, real_to_folder
         from paw.device import resolve_device
         from paw.io.manifest import command_line

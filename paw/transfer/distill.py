@@ -112,8 +112,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
     vocab = _vocabulary(teacher, student, byte_kl)
+    teacher.model.to(device).eval()
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
-        teacher.model.to(device).eval()
         inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
         held, n_held = data.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
         info.update(next_words={"k": next_words, "inputs": n_train, "held_out": n_held},
@@ -128,7 +128,6 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                          teacher_per_step=vocab.shared or vocab.aligned)
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
-    teacher.model.to(device).eval()
     train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab)
     tests = T.examples(held, teacher, student, max_new_tokens, device, vocab) if held else []
     losses_used = _losses(vocab, train)

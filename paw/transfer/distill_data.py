@@ -205,17 +205,19 @@ def next_words(model, tokenizer, prompts: Sequence[Prompt], k: int, *, batch_siz
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].float()
         top = logits.topk(min(k + 2, logits.shape[-1]), dim=-1).indices.tolist()
-        starts = [(r, c + [t]) for j, (r, c) in enumerate(zip(rows, chunk, strict=True)) for t in top[j] if t != eos]
-        blank = [i for i, (_, c) in enumerate(starts) if not _decoded_tail(tokenizer, c[:-1], c[-1:]).strip()]
+        # (prompt index, prompt length, prompt ids + one candidate token)
+        starts = [(r, len(c), c + [t]) for j, (r, c) in enumerate(zip(rows, chunk, strict=True))
+                  for t in top[j] if t != eos]
+        blank = [i for i, (_, n, c) in enumerate(starts) if not _decoded_tail(tokenizer, c[:n], c[n:]).strip()]
         if blank:  # a bare space: the text is the space and what the teacher writes after it
-            more = _generate_batch(model, [starts[i][1] for i in blank], pad, eos, 1, False, 1.0, None, device,
+            more = _generate_batch(model, [starts[i][2] for i in blank], pad, eos, 1, False, 1.0, None, device,
                                    lambda new_ids: True)
             for i, new in zip(blank, more, strict=True):
-                starts[i] = (starts[i][0], starts[i][1] + new)
+                r, n, c = starts[i]
+                starts[i] = (r, n, c + new)
         texts: dict[int, list[str]] = {r: [] for r in rows}
-        for r, c in starts:
-            n_prompt = len(chunk[rows.index(r)])
-            text = _decoded_tail(tokenizer, c[:n_prompt], c[n_prompt:])
+        for r, n, c in starts:
+            text = _decoded_tail(tokenizer, c[:n], c[n:])
             if text.strip() and "\n" not in text and text not in texts[r] and len(texts[r]) < k:
                 texts[r].append(text)
         for r in rows:

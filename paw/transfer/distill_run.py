@@ -25,8 +25,7 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
                 rank: int | None = None, alpha: float | None = None, target_modules: Sequence[str] | None = None,
                 steps: int = 200, batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16,
                 holdout: float = 0.1, byte_kl: bool = False, next_words: int = 0, seed: int = 0, device: str = "auto",
-                command: str | None = None,
-                overwrite: bool = False, progress: bool = True) -> TransferredAdapter:
+                command: str | None = None, overwrite: bool = False, progress: bool = True) -> TransferredAdapter:
     """Distill ``adapter`` (trained on ``source_base``) onto ``target_base`` and write ``output``.
 
     ``prompts``: a prompt file or ``'generic'``; or ``synthesize=N`` with ``seed_examples`` (a file of
@@ -74,8 +73,7 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
                                  rank=rank, alpha=alpha, target_modules=target_modules, steps=steps,
                                  batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, holdout=holdout,
                                  eval_prompts=held, byte_kl=byte_kl, next_words=next_words, seed=seed, device=dev,
-                                 target_name=str(target_base),
-                                 progress=progress)
+                                 target_name=str(target_base), progress=progress)
     write_distill(output, moved, report, command=command or command_line(), inputs=inputs, overwrite=overwrite)
     return TransferredAdapter(Path(output), report, inputs)
 

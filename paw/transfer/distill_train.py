@@ -142,15 +142,20 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
         t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="left")
         with torch.no_grad(), _autocast(device):
             t_logits, t_skip = forward_logits(teacher_model, t_batch, device)
-        s_width, t_width = batch.input_ids.shape[1], t_batch.input_ids.shape[1]
-        s_idx = [(r, s_width - len(e.sequence.ids) + 1 + ps - skip) for r, e in rows for ps, _ in e.aligned]
-        t_idx = [(k, t_width - len(e.teacher_sequence.ids) + 1 + pt - t_skip)
+        s_idx = [(r, _kept_column(batch, e.sequence, ps, skip)) for r, e in rows for ps, _ in e.aligned]
+        t_idx = [(k, _kept_column(t_batch, e.teacher_sequence, pt, t_skip))
                  for k, (_, e) in enumerate(rows) for _, pt in e.aligned]
         s_rows, s_pos = (torch.tensor(x, device=device) for x in zip(*s_idx, strict=True))
         t_rows, t_pos = (torch.tensor(x, device=device) for x in zip(*t_idx, strict=True))
         parts[ALIGNED_KL] = L.aligned_kl(logits[s_rows, s_pos], t_logits[t_rows, t_pos], vocab.columns)
         n_aligned = len(s_idx)
     return parts, logits, targets, mask, n_aligned
+
+
+def _kept_column(batch, encoded, position: int, skip: int) -> int:
+    """Column of ``encoded``'s ``position`` among the logits ``forward_logits`` keeps of a left-padded ``batch``
+    (``make_batch`` puts the ``len(ids) - 1`` inputs of a row at its end; the first ``skip`` columns are dropped)."""
+    return batch.input_ids.shape[1] - (len(encoded.ids) - 1) + position - skip
 
 
 def _choice_loss(peft_model, examples, pad_id, device):
