@@ -1,8 +1,9 @@
 """Distillation rows of the transfer benchmark: ``distill[inputs]``, ``distill[synth]``, ``distill[generic]``.
 
 For every target, task and seed the source LoRA is distilled onto the target
-(:func:`paw.transfer.distill.distill_lora`) with the recipe of the benchmark's own LoRAs (steps,
-batch, learning rate) and three input budgets, none with a label:
+(:func:`paw.transfer.distill.distill_lora`) with the recipe of the benchmark's own LoRAs (batch,
+learning rate; ``opts.distill_budget`` steps, three times the LoRA's by default) and three input
+budgets, none with a label:
 
 - ``inputs``: the prompts of the source LoRA's training set, answers dropped (a pool apart from the
   held-out items; for the memorisation task ``facts`` the questions coincide with the held-out
@@ -88,7 +89,7 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device) 
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             moved, report = distill_lora(adapter, teacher, student, **inputs_for(kind, task, seed),
-                                         steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
+                                         steps=opts.distill_budget, batch_size=opts.lora_batch, lr=opts.lora_lr,
                                          eval_prompts=task.test[:N_EVAL], seed=seed, device=device,
                                          target_name=base.name, progress=False)
         except PawError as err:  # e.g. the teacher wrote no usable input from the seeds

@@ -10,6 +10,10 @@ from paw.bench.targets import TARGETS
 from paw.bench.tasks import TASKS, missing_sets
 from paw.errors import PawError
 
+# The source LoRA learns from labels; the student sees each input only through the teacher's
+# continuation, a weaker signal per step. With 300 steps (the LoRA's budget) the 150-fact task kept
+# 0.51-0.80 on the targets trained apart; 900 kept 0.94-0.96 (docs/distill.md, "Steps").
+DISTILL_STEPS_PER_LORA_STEP = 3
 
 @dataclass(frozen=True)
 class BenchOptions:
@@ -42,6 +46,13 @@ class BenchOptions:
     device: str = "cpu"
     threads: int = 1                            # torch CPU threads: tiny models run best on one
     distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw/bench/distill.py); () = none
+    distill_steps: int | None = None            # distillation steps; None = DISTILL_STEPS_PER_LORA_STEP x lora_steps
+    jobs: int = 1                               # worker processes for the (seed, task) units (CPU only)
+
+    @property
+    def distill_budget(self) -> int:
+        """Steps of every distillation row: the teacher's continuation is a weaker signal per step than a label."""
+        return self.distill_steps if self.distill_steps is not None else DISTILL_STEPS_PER_LORA_STEP * self.lora_steps
 
     def check(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS] + [t for t in self.targets if t not in TARGETS]
@@ -53,6 +64,10 @@ class BenchOptions:
         from paw.bench.distill import conditions
 
         conditions(self.distill)  # an unknown distill input budget fails here, before any training
+        if self.distill_steps is not None and self.distill_steps < 1:
+            raise PawError(f"--distill-steps {self.distill_steps}: at least 1")
+        if self.jobs < 1:
+            raise PawError(f"--jobs {self.jobs}: at least 1")
         if self.items < 10:
             raise PawError(f"--items {self.items}: at least 10 held-out items per task")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
@@ -74,7 +89,8 @@ def _csv(value: str, cast=str) -> tuple:
 
 def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
                  num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
-                 device: str, quick: bool, distill: str = "inputs,synth,generic") -> BenchOptions:
+                 device: str, quick: bool, distill: str = "inputs,synth,generic", distill_steps: int | None = None,
+                 jobs: int = 1) -> BenchOptions:
     """:class:`BenchOptions` from command-line strings (comma lists), checked.
 
     ``quick`` starts from :func:`quick_options` and keeps only the lists and ``data`` given here.
@@ -94,6 +110,6 @@ def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: i
                                                       lora_rank=lora_rank, items=items)
     opts = replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
                    methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device,
-                   distill=() if distill.strip() == "none" else _csv(distill))
+                   distill=() if distill.strip() == "none" else _csv(distill), distill_steps=distill_steps, jobs=jobs)
     opts.check()
     return opts

@@ -334,30 +334,68 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
     device = resolve_device(opts.device)
     t0 = time.perf_counter()
     bases, notes = build_bases(opts, workdir, progress=progress)
-    source = bases[0]
     words = common_words(build_corpora(Path(opts.commonsense) if opts.commonsense else None,
                                        seed=opts.model_seed, embedded=_embedded())[0])
     raw: dict[str, dict[str, dict]] = {}     # task -> base -> per-seed results
     lora_notes: dict[str, Any] = {}
     t_models = time.perf_counter()
-    for seed in opts.seeds:
-        for task_name in opts.tasks:
-            task = TASKS[task_name](opts.items, seed=seed, words=words)
-            status(f"seed {seed}, task {task_name}: training the source LoRA")
-            adapter, fit = train_adapter(source, task, opts, seed, "source")
-            lora_notes[f"{task_name}/{seed}/source"] = fit
-            for base in bases:
-                status(f"seed {seed}, task {task_name}: {base.name}")
-                if base.name == SOURCE:
-                    direct = adapter
-                else:
-                    direct, fit_t = train_adapter(base, task, opts, seed, base.name)
-                    lora_notes[f"{task_name}/{seed}/{base.name}"] = fit_t
-                result = _evaluate_base(base, source, adapter, direct, task, opts, seed, methods, device)
-                raw.setdefault(task_name, {}).setdefault(base.name, {})[BUILD * opts.model_seed + seed] = result
+    units = [(seed, task_name) for seed in opts.seeds for task_name in opts.tasks]
+    context = (opts, methods, bases, words, device)
+    for (seed, task_name), (results, fits) in zip(units, _map_units(context, units), strict=True):
+        lora_notes.update(fits)
+        for base_name, result in results.items():
+            raw.setdefault(task_name, {}).setdefault(base_name, {})[BUILD * opts.model_seed + seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
     return summarize(raw, asdict(opts) | {"methods": methods + _distill_conditions(opts)}, notes, lora_notes)
+
+
+def _unit(context, seed: int, task_name: str) -> tuple[dict[str, dict], dict[str, Any]]:
+    """One seed and task: the source LoRA, then every base's outcomes; ``({base: result}, LoRA fit notes)``."""
+    opts, methods, bases, words, device = context
+    source = bases[0]
+    task = TASKS[task_name](opts.items, seed=seed, words=words)
+    status(f"seed {seed}, task {task_name}: training the source LoRA")
+    adapter, fit = train_adapter(source, task, opts, seed, "source")
+    fits, results = {f"{task_name}/{seed}/source": fit}, {}
+    for base in bases:
+        status(f"seed {seed}, task {task_name}: {base.name}")
+        if base.name == SOURCE:
+            direct = adapter
+        else:
+            direct, fits[f"{task_name}/{seed}/{base.name}"] = train_adapter(base, task, opts, seed, base.name)
+        results[base.name] = _evaluate_base(base, source, adapter, direct, task, opts, seed, methods, device)
+    return results, fits
+
+
+_CONTEXT: Any = None   # what forked workers read: set just before the pool starts, copied by fork
+
+
+def _worker(unit: tuple[int, str]):
+    import torch
+
+    torch.set_num_threads(_CONTEXT[0].threads)
+    return _unit(_CONTEXT, *unit)
+
+
+def _map_units(context, units: list[tuple[int, str]]):
+    """Results of every unit, in order: in this process, or in ``opts.jobs`` forked workers on the CPU.
+
+    Every unit seeds its own work, so the results do not depend on how the units are spread.
+    """
+    global _CONTEXT
+    import multiprocessing
+
+    opts, device = context[0], context[-1]
+    jobs = min(opts.jobs, len(units))
+    if jobs == 1 or getattr(device, "type", str(device)) != "cpu" or "fork" not in multiprocessing.get_all_start_methods():
+        return [_unit(context, *u) for u in units]
+    _CONTEXT = context
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            return pool.map(_worker, units, chunksize=1)
+    finally:
+        _CONTEXT = None
 
 
 def _distill_conditions(opts: BenchOptions) -> list[str]:

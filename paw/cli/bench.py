@@ -26,6 +26,9 @@ def register(app: typer.Typer) -> None:
         methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
         distill: str = typer.Option("inputs,synth,generic", help="Distillation rows (comma list of input budgets: "
                                     "inputs, synth, generic), or none."),
+        distill_steps: int = typer.Option(None, help="Steps of each distillation. Default: 3 x --lora-steps."),
+        jobs: int = typer.Option(1, help="Worker processes on the CPU: the (seed, task) units run side by side, "
+                                 "with the same results as one."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
         hidden_size: int = typer.Option(64, help="Source hidden size."),
         num_layers: int = typer.Option(4, help="Source depth."),
@@ -53,7 +56,7 @@ def register(app: typer.Typer) -> None:
         opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
                             lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
-                            distill=distill)
+                            distill=distill, distill_steps=distill_steps, jobs=jobs)
         if data is None:
             typer.echo(FALLBACK_WARNING, err=True)
         results = benchmark_to_folder(opts, output, workdir=workdir, overwrite=overwrite, command=command_line())

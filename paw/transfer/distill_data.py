@@ -299,13 +299,11 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
         stats["generated"] += len(lines)
         fresh = []
         for line in (x.strip() for x in lines):
-            if ending and line and ending not in line:
-                stats["off_template"] += 1
-                continue
-            line = line[:line.index(ending) + len(ending)] if ending else line
             if not line:
                 stats["blank"] += 1
-            elif _norm(line) in known:
+            elif ending and ending not in line:
+                stats["off_template"] += 1
+            elif _norm(line := line[:line.index(ending) + len(ending)] if ending else line) in known:
                 stats["duplicates"] += 1
             else:
                 known.add(_norm(line))

@@ -235,3 +235,15 @@ def test_bad_inputs_exit_2_with_one_line_and_write_nothing(cli, world, tmp_path)
     res = cli("transfer-lora", "--adapter", w["lora"], "--source-base", w["source"], "--target-base", w["source"],
               "--output", tmp_path / "out", "--prompts", "generic")
     assert res.exit_code == 2 and "--prompts is a --method distill option" in res.stderr
+
+
+def test_synthesis_counts_blank_and_off_template_candidates(monkeypatch):
+    """A blank sample, an off-template one, one cut after the shared ending, and its repeat."""
+    from paw.transfer import distill_data as data
+
+    lines = ["", "   ", "no ending here", "Ann Bo likes the colour red. More text", "Ann Bo likes the colour blue"]
+    monkeypatch.setattr(data, "generate", lambda *a, **k: list(lines))
+    seeds = [data.Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo")]
+    made, stats = data.synthesize(None, None, seeds, 1, seed=0)
+    assert [p.text for p in made] == ["Ann Bo likes the colour"]
+    assert (stats["blank"], stats["off_template"], stats["duplicates"], stats["kept"]) == (2, 1, 1, 1)
