@@ -46,3 +46,35 @@ def test_cpu_seconds_and_table():
     assert "| unrelated | inputs | 90.0 ± 2.0 | 0.95 ± 0.03 | 0.97 ± 0.02 | 25 |" in text
     assert "| unrelated | synth | n/a (the teacher wrote no usable input) | – | – | – |" in text
     assert markdown({"rows": rows[2:]}) == ""
+
+
+def test_distill_steps_default_to_three_lora_budgets_and_are_checked():
+    from paw.bench.options import BenchOptions
+
+    assert BenchOptions().distill_budget == 900 and BenchOptions(lora_steps=10).distill_budget == 30
+    assert BenchOptions(lora_steps=10, distill_steps=7).distill_budget == 7
+    with pytest.raises(PawError, match="--distill-steps 0"):
+        BenchOptions(distill_steps=0).check()
+    with pytest.raises(PawError, match="--jobs 0"):
+        BenchOptions(jobs=0).check()
+
+
+def test_jobs_give_the_results_of_one_process(tmp_path):
+    """Two forked workers, one per seed: every outcome and row as in one process (timings aside)."""
+    from dataclasses import replace
+
+    from paw.bench.options import quick_options
+    from paw.bench.quality import run_benchmark
+
+    opts = quick_options(seeds=(0, 1), tasks=("facts",), targets=("pruned",), methods=("auto",), distill=("inputs",))
+    one = run_benchmark(opts, tmp_path / "one", progress=False)
+    two = run_benchmark(replace(opts, jobs=2), tmp_path / "two", progress=False)
+
+    def timeless(x):
+        if isinstance(x, dict):
+            return {k: timeless(v) for k, v in x.items() if not k.endswith("seconds")}
+        return [timeless(v) for v in x] if isinstance(x, list) else x
+
+    assert timeless(two["raw"]) == timeless(one["raw"]) and timeless(two["rows"]) == timeless(one["rows"])
+    assert one["raw"]["facts"]["pruned"].keys() == {"0", "1"}
+    assert "distill[inputs]" in one["raw"]["facts"]["pruned"]["1"]["status"]

@@ -187,6 +187,8 @@ def test_plot_marks_dagger_refused_and_na_cells():
     (["--targets", "upgrade,bogus"], "unknown task/target 'bogus'"),
     (["--items", "3"], "at least 10"),
     (["--methods", "teleport"], "unknown transfer method 'teleport'"),
+    (["--jobs", "0"], "--jobs 0: at least 1"),
+    (["--distill-steps", "0"], "--distill-steps 0: at least 1"),
 ])
 def test_cli_rejects_bad_options(cli, tmp_path, args, message):
     result = cli("bench", "transfer", "--output", tmp_path / "out", "--targets", "upgrade", *args)
