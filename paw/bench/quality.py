@@ -388,7 +388,10 @@ def _map_units(context, units: list[tuple[int, str]]):
 
     opts, device = context[0], context[-1]
     jobs = min(opts.jobs, len(units))
-    if jobs == 1 or getattr(device, "type", str(device)) != "cpu" or "fork" not in multiprocessing.get_all_start_methods():
+    if jobs > 1 and (getattr(device, "type", str(device)) != "cpu" or "fork" not in multiprocessing.get_all_start_methods()):
+        status(f"--jobs {opts.jobs}: workers are forked CPU processes; running in one process on {device}")
+        jobs = 1
+    if jobs == 1:
         return [_unit(context, *u) for u in units]
     _CONTEXT = context
     try:
