@@ -340,7 +340,7 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
     lora_notes: dict[str, Any] = {}
     t_models = time.perf_counter()
     units = [(seed, task_name) for seed in opts.seeds for task_name in opts.tasks]
-    context = (opts, methods, bases, words, device)
+    context = _Context(opts, methods, bases, words, device)
     for (seed, task_name), (results, fits) in zip(units, _map_units(context, units), strict=True):
         lora_notes.update(fits)
         for base_name, result in results.items():
@@ -350,9 +350,21 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
     return summarize(raw, asdict(opts) | {"methods": methods + _distill_conditions(opts)}, notes, lora_notes)
 
 
-def _unit(context, seed: int, task_name: str) -> tuple[dict[str, dict], dict[str, Any]]:
+@dataclass(frozen=True)
+class _Context:
+    """What every (seed, task) unit reads; the bases are built once, before any unit runs."""
+
+    opts: BenchOptions
+    methods: list[str]
+    bases: list[Base]
+    words: list[str]
+    device: Any
+
+
+def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict], dict[str, Any]]:
     """One seed and task: the source LoRA, then every base's outcomes; ``({base: result}, LoRA fit notes)``."""
-    opts, methods, bases, words, device = context
+    opts, methods, bases, words, device = (context.opts, context.methods, context.bases, context.words,
+                                           context.device)
     source = bases[0]
     task = TASKS[task_name](opts.items, seed=seed, words=words)
     status(f"seed {seed}, task {task_name}: training the source LoRA")
@@ -368,17 +380,17 @@ def _unit(context, seed: int, task_name: str) -> tuple[dict[str, dict], dict[str
     return results, fits
 
 
-_CONTEXT: Any = None   # what forked workers read: set just before the pool starts, copied by fork
+_CONTEXT: _Context | None = None   # what forked workers read: set just before the pool starts, copied by fork
 
 
 def _worker(unit: tuple[int, str]):
     import torch
 
-    torch.set_num_threads(_CONTEXT[0].threads)
+    torch.set_num_threads(_CONTEXT.opts.threads)
     return _unit(_CONTEXT, *unit)
 
 
-def _map_units(context, units: list[tuple[int, str]]):
+def _map_units(context: _Context, units: list[tuple[int, str]]):
     """Results of every unit, in order: in this process, or in ``opts.jobs`` forked workers on the CPU.
 
     Every unit seeds its own work, so the results do not depend on how the units are spread.
@@ -386,7 +398,7 @@ def _map_units(context, units: list[tuple[int, str]]):
     global _CONTEXT
     import multiprocessing
 
-    opts, device = context[0], context[-1]
+    opts, device = context.opts, context.device
     jobs = min(opts.jobs, len(units))
     if jobs > 1 and (getattr(device, "type", str(device)) != "cpu" or "fork" not in multiprocessing.get_all_start_methods()):
         status(f"--jobs {opts.jobs}: workers are forked CPU processes; running in one process on {device}")
