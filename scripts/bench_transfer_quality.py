@@ -32,7 +32,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", required=True, type=Path, help="results folder (results.json/.md, recovered.png)")
+    parser.add_argument("--output", required=True, type=Path, help="results folder (results.json/.md, recovered.png, kept.png)")
     parser.add_argument("--seeds", default="0,1", help="task-data and LoRA seeds, comma-separated")
     parser.add_argument("--tasks", default="", help="facts,rule (default: all)")
     parser.add_argument("--targets", default="", help="upgrade,pruned,grown,distilled,tokenizer,unrelated (default: all)")
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = results["notes"]["seconds"]
     print(f"time: {seconds['total']:.0f} s in all ("
           + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items() if k != "total") + ")")
-    print(f"wrote {args.output}/results.json, results.md, recovered.png")
+    print(f"wrote {args.output}/results.json, results.md, recovered.png, kept.png")
     return 0
 
 

@@ -312,7 +312,7 @@ def run_benchmark(opts: BenchOptions, workdir: str | Path, *, progress: bool = T
 @records_call
 def benchmark_to_folder(opts: BenchOptions, output: str | Path, *, workdir: str | Path | None = None,
                         overwrite: bool = False, command: str | None = None, progress: bool = True) -> dict:
-    """:func:`run_benchmark`, then ``output/`` with results.json, results.md and recovered.png.
+    """:func:`run_benchmark`, then ``output/`` with results.json, results.md, recovered.png and kept.png.
 
     The models live in ``workdir`` (kept) or in a temporary folder removed afterwards.
     """

@@ -119,12 +119,18 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict):
-    """Bar chart of the recovered fraction per target and method, one panel per task; returns the figure.
+PLOTS = {  # figure file -> (row key, axis label, what a pale † cell means)
+    "recovered.png": ("recovered", "recovered fraction", "the direct LoRA is not 2 stderr above the base"),
+    "kept.png": ("kept", "kept fraction", "the source LoRA is not 2 stderr above the source base"),
+}
+
+
+def plot(results: dict, key: str = "recovered"):
+    """Bar chart of the ``key`` fraction (recovered or kept) per target and method, one panel per task.
 
     Cells that are not plain numbers say so: a † cell (the ceiling is not two stderr above the base)
     is drawn pale and hatched with a † above it, a refused one (``auto`` kept the base) carries
-    "refused", and a method that does not apply leaves its slot empty with "n/a".
+    "refused", and a method that does not apply leaves its slot empty with "n/a". Returns the figure.
     """
     import matplotlib
 
@@ -132,6 +138,7 @@ def plot(results: dict):
     import matplotlib.pyplot as plt
     import numpy as np
 
+    _, label, dagger = next(v for v in PLOTS.values() if v[0] == key)
     index = _index(results)
     tasks = _order(results, "task")
     targets = _order(results, "target")
@@ -139,10 +146,12 @@ def plot(results: dict):
     fig, axes = plt.subplots(len(tasks), 1, figsize=(max(7, 1.3 * len(targets)), 3.2 * len(tasks)), squeeze=False)
     width = 0.8 / len(methods)
     for ax, task in zip(axes[:, 0], tasks, strict=True):
+        top = 1.2   # the highest bar with its error, so that none is cut (at most 2.5: a ratio can explode)
         for j, method in enumerate(methods):
-            cells = [_plot_cell(index.get((task, t, method))) for t in targets]
+            cells = [_plot_cell(index.get((task, t, method)), key) for t in targets]
             x = np.arange(len(targets)) + (j - len(methods) / 2 + 0.5) * width
             bars = ax.bar(x, [c[0] for c in cells], width, yerr=[c[1] for c in cells], label=method, capsize=2)
+            top = max([top, *(v + e for v, e, _ in cells if math.isfinite(v))])
             for bar, xi, (value, _, mark) in zip(bars, x, cells, strict=True):
                 if mark == "†":
                     bar.set_alpha(0.35)
@@ -153,21 +162,21 @@ def plot(results: dict):
         ax.axhline(1.0, color="k", lw=0.6, ls="--")
         ax.axhline(0.0, color="k", lw=0.6)
         ax.set_xticks(np.arange(len(targets)), targets)
-        ax.set_ylabel("recovered fraction")
-        ax.set_title(f"task: {task}   († pale: the direct LoRA is not 2 stderr above the base)", fontsize=9)
-        ax.set_ylim(-0.5, 1.3)
+        ax.set_ylabel(label)
+        ax.set_title(f"task: {task}   († pale: {dagger})", fontsize=9)
+        ax.set_ylim(-0.5, min(top, 2.4) + 0.1)
     axes[0, 0].legend(ncol=min(len(methods), 4), fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def _plot_cell(row: dict | None) -> tuple[float, float, str]:
+def _plot_cell(row: dict | None, key: str = "recovered") -> tuple[float, float, str]:
     """``(value, stderr, mark)`` of one bar; value is NaN (no bar) where there is no number to draw."""
     nan = float("nan")
     if row is None:
         return nan, 0.0, ""
     statuses = _statuses(row)
-    r = row.get("recovered")
+    r = row.get(key)
     if r is None or r["value"] is None or not math.isfinite(r["value"]):
         mark = "n/a" if TransferStatus.NOT_APPLICABLE in statuses else ("†" if r is not None else "")
         return nan, 0.0, mark
@@ -176,7 +185,7 @@ def _plot_cell(row: dict | None) -> tuple[float, float, str]:
 
 
 def write_results(output: str | Path, results: dict, *, overwrite: bool = False, command: str = "") -> Path:
-    """``output/`` with ``results.json``, ``results.md`` and ``recovered.png``, written atomically."""
+    """``output/`` with ``results.json``, ``results.md``, ``recovered.png`` and ``kept.png``, written atomically."""
     import matplotlib.pyplot as plt
 
     from paw import __version__
@@ -188,7 +197,8 @@ def write_results(output: str | Path, results: dict, *, overwrite: bool = False,
     with atomic_dir(output, overwrite=overwrite) as tmp:
         write_json(tmp / "results.json", record)
         (tmp / "results.md").write_text(markdown(results), encoding="utf-8")
-        fig = plot(results)
-        save_figure(fig, tmp / "recovered.png", dpi=110)
-        plt.close(fig)
+        for name, (key, _, _) in PLOTS.items():
+            fig = plot(results, key)
+            save_figure(fig, tmp / name, dpi=110)
+            plt.close(fig)
     return Path(output)

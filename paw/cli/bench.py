@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
     @bench_app.command("transfer")
     def transfer(
-        output: Path = typer.Option(..., "--output", "-o", help="Folder for results.json, results.md, recovered.png."),
+        output: Path = typer.Option(..., "--output", "-o", help="Folder for results.json, results.md, recovered.png, kept.png."),
         seeds: str = typer.Option("0,1", help="Task-data and LoRA seeds, comma-separated."),
         tasks: str = typer.Option("", help="Tasks (comma list): facts, rule. Default: all."),
         targets: str = typer.Option("", help="Target kinds (comma list): upgrade, pruned, grown, distilled, "
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(markdown(results))
         if results["notes"].get("corpus_fallback"):
             typer.echo(FALLBACK_WARNING)
-        typer.echo(f"wrote {output}/results.json, results.md, recovered.png "
+        typer.echo(f"wrote {output}/results.json, results.md, recovered.png, kept.png "
                    f"({results['notes']['seconds']['total']:.0f} s)")
 
     @bench_app.command("real")

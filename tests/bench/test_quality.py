@@ -232,7 +232,7 @@ def test_quick_benchmark_end_to_end(tmp_path):
     merged = merge_results([results])
     assert merged["rows"] == results["rows"]  # pooling one run changes nothing
     out = write_results(tmp_path / "out", results)
-    assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "recovered.png"}
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "recovered.png", "kept.png"}
 
 
 def test_version_1_results_pool_into_typed_statuses():
@@ -252,3 +252,20 @@ def test_version_1_results_pool_into_typed_statuses():
     assert rows["base"]["status"] == ["ok"] and "reasons" not in rows["base"]
     text = markdown(merge_results([run]))
     assert "| unrelated | 50.0 ± 25.0 | 100.0 ± 0.0 | 50.0 ± 25.0 (refused) | n/a | 50.0 ± 25.0 |" in text
+
+
+def test_kept_plot_draws_the_kept_fraction():
+    """kept.png draws each row's kept fraction, not its recovered one, and says what its † means."""
+    from matplotlib.container import BarContainer
+
+    from paw.bench.report import plot
+
+    results = _results()
+    for r in results["rows"]:
+        if "recovered" in r:
+            r["kept"] = {"value": r["recovered"]["value"] / 2, "stderr": 0.01, "ceiling_ok": True}
+    ax = plot(results, "kept").axes[0]
+    auto = [c for c in ax.containers if isinstance(c, BarContainer)][0]
+    heights = [b.get_height() for b in auto]
+    assert heights[:2] == pytest.approx([0.6 / 0.65 / 2] * 2) and math.isnan(heights[2])
+    assert ax.get_ylabel() == "kept fraction" and "source LoRA" in ax.get_title()
