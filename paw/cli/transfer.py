@@ -51,6 +51,8 @@ def _distill(a: dict) -> None:
     for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
         if after[key] is not None:
             typer.echo(f"{label} with the teacher on {d['agreement']['measured_on']}: {before[key]} -> {after[key]}")
+    for warning in result.report.get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
     track_once(a["track"], result.output, {"command": command_line(), "method": DISTILL, **result.inputs},
                {"distill": {k: d[k] for k in ("loss_start", "loss_end")} | {"agreement": after}})
 

@@ -29,12 +29,14 @@ from paw.errors import PawError
 from paw.evaluate.items import MCItem
 from paw.progress import status
 from paw.transfer import distill_data as data
+from paw.transfer import distill_loss as L
 from paw.transfer import distill_train as T
 from paw.transfer.distill_data import Prompt
 
 DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
 INITS = ("auto", "none")
 LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
+STILL_FALLING = 0.05        # relative loss fall over the last fifth of the steps above which the report warns
 GENERIC = "generic"
 
 
@@ -357,6 +359,7 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
     cfg = moved.config
     finite = [x for x in curve["loss"] if math.isfinite(x)]
     window = max(1, min(10, len(finite)))
+    drop = L.tail_drop(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
     return {
         "format": "paw-transfer-report", "version": 1, "method": DISTILL,
         "source": teacher.name, "target": student.name,
@@ -373,5 +376,9 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
             "loss_end": round(sum(finite[-window:]) / window, 6) if finite else None,
             "curve": {k: [round(x, 6) if math.isfinite(x) else None for x in v] for k, v in curve.items()},
             "agreement": agreement,
+            "loss_tail_drop": None if drop is None else round(drop, 6),
         },
+        "warnings": [f"the distillation loss fell {drop:.0%} over the last fifth of the steps: it had not "
+                     "levelled off, and more --max-steps would likely keep more of the adapter "
+                     "(docs/distill.md#steps)"] if drop is not None and drop > STILL_FALLING else [],
     }

@@ -20,6 +20,7 @@ Shapes: ``B`` rows, ``T`` positions, ``V`` vocabulary columns, ``C`` choices.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -129,3 +130,17 @@ def _first_argmax(x: Tensor) -> Tensor:
     top = x.max(-1, keepdim=True).values
     positions = torch.arange(x.shape[-1], device=x.device).expand_as(x)
     return torch.where(x == top, positions, torch.full_like(positions, x.shape[-1])).min(-1).values
+
+
+def tail_drop(losses: list[float], fraction: float = 0.1) -> float | None:
+    """Relative fall of the loss over the last ``fraction`` of training: ``1 - mean(last) / mean(the one before)``.
+
+    Computed on the finite values; None when that fraction holds fewer than two of them. A loss
+    that has levelled off gives about 0; ``[4, 4, 2, 2]`` in halves (``fraction=0.5``) gives 0.5.
+    """
+    finite = [x for x in losses if math.isfinite(x)]
+    k = int(len(finite) * fraction)
+    if k < 2 or 2 * k > len(finite) or sum(finite[-2 * k:-k]) <= 0:
+        return None
+    last, before = finite[-k:], finite[-2 * k:-k]
+    return 1.0 - (sum(last) / len(last)) / (sum(before) / len(before))

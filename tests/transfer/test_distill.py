@@ -91,6 +91,11 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert _accuracy(w["target"], w["task"], tmp_path / "c") >= base + 0.5
     assert d[1]["vocabulary"].startswith("different tokenizers") and len(d[1]["curve"]["loss"]) == 40
     assert d[1]["agreement"]["after"]["top1_agreement"] > d[1]["agreement"]["before"]["top1_agreement"]
+    from paw.transfer.distill_loss import tail_drop
+
+    drop = tail_drop(d[1]["curve"]["loss"], 0.2)
+    assert d[1]["loss_tail_drop"] == pytest.approx(drop, abs=1e-6)
+    assert ("had not levelled off" in first.stderr) == (drop > 0.05) == bool(report["warnings"])
 
 
 def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):

@@ -127,3 +127,13 @@ def test_aligned_kl_renormalises_over_shared_tokens_only():
     assert float(L.aligned_kl(student, teacher, columns)) == pytest.approx(KL_HALF_QUARTER, abs=1e-6)
     same = L.aligned_kl(torch.tensor([[0.0, 0.0, -3.0]]), torch.tensor([[0.0, 0.0, 7.0]]), columns)
     assert float(same) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_tail_drop_compares_the_last_fraction_with_the_one_before():
+    from paw.transfer.distill_loss import tail_drop
+
+    assert tail_drop([4.0, 4.0, 2.0, 2.0], 0.5) == 0.5
+    assert tail_drop([1.0] * 30, 0.2) == 0.0
+    assert tail_drop([3.0] * 9 + [2.0, 2.0, 2.0, 1.0, 1.0, 1.0], 0.2) == 0.5  # the last 3 against the 3 before
+    assert tail_drop([1.0, float("nan")] * 10, 0.2) == 0.0   # NaN steps (nothing to train on) are skipped
+    assert tail_drop([2.0] * 9, 0.2) is None                 # a fifth of 9 steps is one value: too few
