@@ -101,7 +101,8 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device) 
         out["summaries"][name] = {
             "cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.perf_counter() - wall, 2),
             "inputs": d["inputs"]["train"], "losses": d["losses"], "init": d["init"]["how"],
-            "loss_start": d["loss_start"], "loss_end": d["loss_end"], "agreement": d["agreement"]["after"],
+            "loss_start": d["loss_start"], "loss_end": d["loss_end"], "loss_tail_drop": d["loss_tail_drop"],
+            "agreement": d["agreement"]["after"],
             "agreement_before": d["agreement"]["before"],
             **({"synthesis": d["inputs"]["synthesis"]} if "synthesis" in d["inputs"] else {})}
         with applied(base.model, adapter_deltas(moved)):
