@@ -363,10 +363,9 @@ class _Context:
 
 def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict], dict[str, Any]]:
     """One seed and task: the source LoRA, then every base's outcomes; ``({base: result}, LoRA fit notes)``."""
-    opts, methods, bases, words, device = (context.opts, context.methods, context.bases, context.words,
-                                           context.device)
+    opts, bases = context.opts, context.bases
     source = bases[0]
-    task = TASKS[task_name](opts.items, seed=seed, words=words)
+    task = TASKS[task_name](opts.items, seed=seed, words=context.words)
     status(f"seed {seed}, task {task_name}: training the source LoRA")
     adapter, fit = train_adapter(source, task, opts, seed, "source")
     fits, results = {f"{task_name}/{seed}/source": fit}, {}
@@ -376,7 +375,8 @@ def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict]
             direct = adapter
         else:
             direct, fits[f"{task_name}/{seed}/{base.name}"] = train_adapter(base, task, opts, seed, base.name)
-        results[base.name] = _evaluate_base(base, source, adapter, direct, task, opts, seed, methods, device)
+        results[base.name] = _evaluate_base(base, source, adapter, direct, task, opts, seed, context.methods,
+                                            context.device)
     return results, fits
 
 

@@ -119,9 +119,9 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-PLOTS = {  # figure file -> (row key, axis label, what a pale † cell means)
-    "recovered.png": ("recovered", "recovered fraction", "the direct LoRA is not 2 stderr above the base"),
-    "kept.png": ("kept", "kept fraction", "the source LoRA is not 2 stderr above the source base"),
+PLOTS = {  # row key -> (figure file, axis label, what a pale † cell means)
+    "recovered": ("recovered.png", "recovered fraction", "the direct LoRA is not 2 stderr above the base"),
+    "kept": ("kept.png", "kept fraction", "the source LoRA is not 2 stderr above the source base"),
 }
 
 
@@ -138,7 +138,7 @@ def plot(results: dict, key: str = "recovered"):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    _, label, dagger = next(v for v in PLOTS.values() if v[0] == key)
+    _, label, dagger = PLOTS[key]
     index = _index(results)
     tasks = _order(results, "task")
     targets = _order(results, "target")
@@ -197,7 +197,7 @@ def write_results(output: str | Path, results: dict, *, overwrite: bool = False,
     with atomic_dir(output, overwrite=overwrite) as tmp:
         write_json(tmp / "results.json", record)
         (tmp / "results.md").write_text(markdown(results), encoding="utf-8")
-        for name, (key, _, _) in PLOTS.items():
+        for key, (name, _, _) in PLOTS.items():
             fig = plot(results, key)
             save_figure(fig, tmp / name, dpi=110)
             plt.close(fig)

@@ -268,6 +268,13 @@ def template_end(seeds: Sequence[Prompt], *, min_chars: int = 2) -> str:
     return end if len(end.strip()) >= min_chars else ""
 
 
+def _cut_after(line: str, ending: str) -> str | None:
+    """``line`` up to and including ``ending`` (its answer dropped); None without it; whole if no ending."""
+    if not ending:
+        return line
+    return line[:line.index(ending) + len(ending)] if ending in line else None
+
+
 def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, max_new_tokens: int = 48,
                batch_size: int = 16, filter_lines: Sequence[str] | None = None, device=None) -> tuple[list[Prompt], dict]:
     """``n`` new task inputs written by the teacher from the seeds, and what happened on the way.
@@ -299,15 +306,16 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
         stats["generated"] += len(lines)
         fresh = []
         for line in (x.strip() for x in lines):
+            cut = _cut_after(line, ending)
             if not line:
                 stats["blank"] += 1
-            elif ending and ending not in line:
+            elif cut is None:
                 stats["off_template"] += 1
-            elif _norm(line := line[:line.index(ending) + len(ending)] if ending else line) in known:
+            elif _norm(cut) in known:
                 stats["duplicates"] += 1
             else:
-                known.add(_norm(line))
-                fresh.append(line)
+                known.add(_norm(cut))
+                fresh.append(cut)
         if threshold is not None and fresh:
             scores = task_likeness(model, tokenizer, fresh, seeds, filter_lines, device=device)
             stats["filtered"] += sum(s < threshold for s in scores)

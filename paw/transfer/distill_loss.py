@@ -140,7 +140,7 @@ def tail_drop(losses: list[float], fraction: float = 0.1) -> float | None:
     """
     finite = [x for x in losses if math.isfinite(x)]
     k = int(len(finite) * fraction)
-    if k < 2 or 2 * k > len(finite) or sum(finite[-2 * k:-k]) <= 0:
+    if k < 2 or 2 * k > len(finite):
         return None
-    last, before = finite[-k:], finite[-2 * k:-k]
-    return 1.0 - (sum(last) / len(last)) / (sum(before) / len(before))
+    last, before = sum(finite[-k:]), sum(finite[-2 * k:-k])   # equal lengths: the ratio of sums is that of means
+    return 1.0 - last / before if before > 0 else None
