@@ -6,14 +6,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from paw.bench import distill_steps_for
 from paw.bench.targets import TARGETS
 from paw.bench.tasks import TASKS, missing_sets
 from paw.errors import PawError
 
-# The source LoRA learns from labels; the student sees each input only through the teacher's
-# continuation, a weaker signal per step. With 300 steps (the LoRA's budget) the 150-fact task kept
-# 0.51-0.80 on the targets trained apart; 900 kept 0.94-0.96 (docs/distill.md, "Steps").
-DISTILL_STEPS_PER_LORA_STEP = 3
 
 @dataclass(frozen=True)
 class BenchOptions:
@@ -52,7 +49,7 @@ class BenchOptions:
     @property
     def distill_budget(self) -> int:
         """Steps of every distillation row: the teacher's continuation is a weaker signal per step than a label."""
-        return self.distill_steps if self.distill_steps is not None else DISTILL_STEPS_PER_LORA_STEP * self.lora_steps
+        return distill_steps_for(self.lora_steps, self.distill_steps)
 
     def check(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS] + [t for t in self.targets if t not in TARGETS]

@@ -13,7 +13,7 @@ GGUF files that ship in packages). Four parts, each optional (``parts``):
    label-free prompts to continue them as SmolLM2 + LoRA does), scored item by item against Gemma's base, a random
    adapter of the same norms and a LoRA trained on Gemma itself (the ceiling). ``recovered`` is
    ``(t - b) / (d - b)`` against that ceiling, ``kept`` is ``(t - b) / (s_lora - s_base)`` against
-   the source's own gain; both with a paired bootstrap over items (:mod:`paw.bench.stats`);
+   the source's own gain; both with a paired bootstrap over the task's clusters (:mod:`paw.bench.stats`);
 4. ``merge``: task vectors of SmolLM2 against two LoRA-merged fine-tunes (two sets of invented
    facts) and merges of the two, scored on both sets (kept = share of each fine-tune's gain).
 """
@@ -56,28 +56,6 @@ def seeded_subset(items: list, n: int, seed: int) -> list:
         return list(items)
     picked = sorted(random.Random(f"paw-bench-real-{seed}").sample(range(len(items)), n))
     return [items[i] for i in picked]
-
-
-def kept(transfer: list[int], target_base: list[int], source_lora: list[int], source_base: list[int], *,
-         n_boot: int = 1000, seed: int = 0) -> dict:
-    """Share of the source's gain the target shows: ``(t - bt) / (ds - bs)`` on the same items.
-
-    >>> kept([1, 1, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], n_boot=0)["value"]
-    0.25
-    """
-    import numpy as np
-
-    t, bt, ds, bs = (np.asarray(x, dtype=float) for x in (transfer, target_base, source_lora, source_base))
-    gain = ds.mean() - bs.mean()
-    out = {"value": float((t.mean() - bt.mean()) / gain) if gain else None, "stderr": None}
-    if n_boot > 0 and gain:
-        idx = np.random.default_rng(seed).integers(0, len(t), size=(n_boot, len(t)))
-        den = ds[idx].mean(1) - bs[idx].mean(1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            reps = (t[idx].mean(1) - bt[idx].mean(1)) / den
-        reps = reps[np.isfinite(reps)]
-        out["stderr"] = float(reps.std(ddof=1)) if len(reps) > 1 else None
-    return out
 
 
 # ------------------------------------------------------------------------------------ the parts
@@ -143,10 +121,11 @@ def _words(opts: RealOptions) -> list[str]:
 def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source) -> dict:
     """The facts LoRA of SmolLM2 moved to Gemma-3 by every method; outcomes item by item."""
     from paw.bench.quality import Base, adapter_deltas, applied, random_deltas, score_items, train_adapter
-    from paw.bench.stats import accuracy, recovered
+    from paw.bench.stats import accuracy, kept, recovered
     from paw.transfer import method_names, transfer_lora
 
     task = _task("facts", opts, _words(opts))
+    clusters = [task.clusters]  # facts asks each fact twice: the two questions are resampled together
     bopts = _bench_options(opts)
     methods = [m for m in (opts.methods or method_names()) if m != "distill"]
     status(f"transfer: scoring SmolLM2 and training its facts LoRA ({opts.lora_steps} steps)")
@@ -192,9 +171,10 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
         row = rows.setdefault(name, {"status": "ok"})
         row["accuracy"] = accuracy([outcome])
         if name not in ("base", "direct"):
-            row["recovered"] = recovered([outcome], [outcomes["base"]], [outcomes["direct"]], n_boot=opts.n_boot,
-                                         seed=opts.seed)
-            row["kept"] = kept(outcome, outcomes["base"], s_lora, s_base, n_boot=opts.n_boot, seed=opts.seed)
+            row["recovered"] = recovered([outcome], [outcomes["base"]], [outcomes["direct"]], clusters=clusters,
+                                         n_boot=opts.n_boot, seed=opts.seed)
+            row["kept"] = kept([outcome], [outcomes["base"]], [s_lora], [s_base], clusters=clusters,
+                               n_boot=opts.n_boot, seed=opts.seed)
     del lm
     return {"task": "facts", "items": len(task.test), "layer_map": opts.layer_map,
             "source": {"base": accuracy([s_base]), "lora": accuracy([s_lora]), "fit": fit},
@@ -211,10 +191,10 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     """``distill`` (issue 15): a Gemma LoRA taught to continue the task's prompts as SmolLM2 + LoRA does.
 
     The inputs are the training prompts without their answers ("Kavo Milret likes the colour"); the
-    teacher writes the continuation, the student (Gemma, PEFT-initialised LoRA: the tokenizers
-    differ) learns it as text, and matches the teacher's next-token distribution over the tokens
-    both vocabularies hold wherever both tokenizations cut the text at the same byte. Same rank,
-    steps, batch and learning rate as the LoRAs above.
+    teacher writes the continuation and the student (Gemma, PEFT-initialised LoRA: the tokenizers
+    differ, so ``auto`` offers no start) learns it as text. The recipe is ``distill_lora``'s
+    defaults with the rank, batch and learning rate of the LoRAs above and
+    ``opts.distill_budget`` steps, the rule of ``paw bench transfer``.
     """
     from paw.bench.quality import adapter_deltas, applied, score_items
     from paw.io.tokenizer import open_tokenizer
@@ -223,7 +203,7 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
         from paw.transfer.distill import LM, distill_lora
     except ImportError:
         return {"status": "not run", "reason": "distill not merged yet (paw.transfer.distill is absent)"}, None
-    status(f"transfer: distill ({opts.lora_steps} steps on {len(task.train)} label-free prompts)")
+    status(f"transfer: distill ({opts.distill_budget} steps on {len(task.train)} label-free prompts)")
     t0 = time.perf_counter()
     try:
         with applied(source.model, adapter_deltas(adapter)):
@@ -231,10 +211,9 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
                                                      tokenizer_info=open_tokenizer(source.folder)),
                                          LM(target.model, target.tokenizer, GEMMA,
                                             tokenizer_info=open_tokenizer(target.folder)),
-                                         prompts=[item.question for item in task.train], init="none",
-                                         steps=opts.lora_steps, batch_size=opts.lora_batch, lr=opts.lora_lr,
-                                         max_new_tokens=4, byte_kl=True, next_words=4, seed=opts.seed,
-                                         device=opts.device, target_name=GEMMA, progress=False)
+                                         prompts=[item.question for item in task.train],
+                                         steps=opts.distill_budget, batch_size=opts.lora_batch, lr=opts.lora_lr,
+                                         seed=opts.seed, device=opts.device, target_name=GEMMA, progress=False)
     except PawError as err:
         return {"status": "n/a", "reason": str(err).splitlines()[0][:300]}, None
     with applied(target.model, adapter_deltas(moved)):
@@ -242,7 +221,8 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     summary = {k: v for k, v in (report.get("summary") or {}).items() if isinstance(v, (int, float, str))}
     d = report.get("distill") or {}
     return {"status": "ok", "seconds": time.perf_counter() - t0, "summary": summary,
-            "losses": d.get("losses"), "vocabulary": d.get("vocabulary")}, outcome
+            "losses": d.get("losses"), "loss_tail_drop": d.get("loss_tail_drop"), "vocabulary": d.get("vocabulary"),
+            "warnings": report.get("warnings") or []}, outcome
 
 
 def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path) -> dict:
@@ -288,7 +268,8 @@ def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path
               command="paw bench real")
         scores = _score_folder(out, tasks, opts)
         merges[method] = {n: {"accuracy": accuracy([scores[n]]),
-                              "kept": recovered([scores[n]], [base_out[n]], [ft_out[n][n]], n_boot=opts.n_boot,
+                              "kept": recovered([scores[n]], [base_out[n]], [ft_out[n][n]],
+                                                clusters=[tasks[n].clusters], n_boot=opts.n_boot,
                                                 seed=opts.seed)} for n in tasks}
     return {"tasks": {n: {"base": accuracy([base_out[n]]), "fine_tune": accuracy([ft_out[n][n]]),
                           "other_fine_tune": accuracy([ft_out[m][n] for m in tasks if m != n])} for n in tasks},

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from paw.bench import distill_steps_for
 from paw.errors import PawError
 
 SMOL, GEMMA = "smollm2-135m-instruct", "gemma-3-270m"
@@ -25,6 +26,7 @@ class RealOptions:
     lora_steps: int = 40
     lora_batch: int = 8
     lora_lr: float = 2e-3
+    distill_steps: int | None = None     # None = DISTILL_STEPS_PER_LORA_STEP x lora_steps, as in `paw bench transfer`
     methods: tuple[str, ...] | None = None   # transfer methods; None = auto and every registered one
     layer_map: str = "relative-depth"    # 30 SmolLM2 layers against 18 Gemma layers
     seed: int = 0
@@ -32,11 +34,17 @@ class RealOptions:
     batch_size: int = 16
     device: str = "cpu"
 
+    @property
+    def distill_budget(self) -> int:
+        return distill_steps_for(self.lora_steps, self.distill_steps)
+
     def check(self) -> None:
         for name in (SMOL, GEMMA):
             if not (Path(self.models) / name / "config.json").is_file():
                 raise PawError(f"no {name}/ model folder here; run scripts/real_models.sh FOLDER first",
                                path=self.models)
+        if self.distill_steps is not None and self.distill_steps < 1:
+            raise PawError(f"--distill-steps {self.distill_steps}: at least 1")
         unknown = [p for p in self.parts if p not in PARTS]
         if unknown:
             raise PawError(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS)}")

@@ -77,6 +77,7 @@ def register(app: typer.Typer) -> None:
         eval_items: int = typer.Option(_REAL.eval_items, help="Seeded subset of each evaluation set."),
         task_items: int = typer.Option(_REAL.task_items, help="Held-out items of the LoRA tasks."),
         lora_steps: int = typer.Option(_REAL.lora_steps, help="LoRA training steps."),
+        distill_steps: int = typer.Option(None, help="Steps of the distillation. Default: 3 x --lora-steps."),
         methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
         seed: int = typer.Option(_REAL.seed, help="Subset, task and LoRA seed."),
         workdir: Path = typer.Option(None, help="Where fine-tunes and merges are kept (default: temporary)."),
@@ -94,7 +95,8 @@ def register(app: typer.Typer) -> None:
         split = [p.strip() for p in parts.split(",") if p.strip()]
         chosen = tuple(m.strip() for m in methods.split(",") if m.strip()) or None
         opts = RealOptions(models=str(models), data=str(data) if data else None, parts=tuple(split),
-                           eval_items=eval_items, task_items=task_items, lora_steps=lora_steps, methods=chosen,
+                           eval_items=eval_items, task_items=task_items, lora_steps=lora_steps,
+                           distill_steps=distill_steps, methods=chosen,
                            seed=seed, device=str(resolve_device(device)))
         results = real_to_folder(opts, output, workdir=workdir, overwrite=overwrite, command=command_line())
         typer.echo(markdown(results))

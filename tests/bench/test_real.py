@@ -1,19 +1,26 @@
-"""``paw bench real``'s pure parts: the kept fraction, the seeded subsets, the report, the refusals."""
+"""``paw bench real``'s pure parts: the kept fraction as it calls it, the seeded subsets, the report, the refusals."""
 
 from __future__ import annotations
 
 import pytest
 
-from paw.bench.real import GEMMA, SMOL, RealOptions, kept, seeded_subset
+from paw.bench.real import GEMMA, SMOL, RealOptions, seeded_subset
+from paw.bench.stats import kept
 from paw.errors import PawError
 
 
-def test_kept_fraction_hand_checked_and_bootstrapped():
-    # target base 1/4, transfer 2/4, source 0/4 -> 4/4: kept (0.5 - 0.25) / (1 - 0) = 0.25
-    assert kept([1, 1, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0], n_boot=0)["value"] == 0.25
-    out = kept([1, 0] * 20, [0] * 40, [1] * 40, [0] * 40, n_boot=200, seed=1)
+def test_kept_fraction_hand_checked_and_bootstrapped_over_clusters():
+    # one seed; target base 1/4, transfer 2/4, source 0/4 -> 4/4: kept (0.5 - 0.25) / (1 - 0) = 0.25
+    assert kept([[1, 1, 0, 0]], [[0, 1, 0, 0]], [[1, 1, 1, 1]], [[0, 0, 0, 0]], n_boot=0)["value"] == 0.25
+    out = kept([[1, 0] * 20], [[0] * 40], [[1] * 40], [[0] * 40], n_boot=400, seed=1)
     assert out["value"] == 0.5 and 0.04 < out["stderr"] < 0.12  # binomial se sqrt(.25/40) = 0.079
-    assert kept([1], [0], [0], [0], n_boot=10)["value"] is None  # no source gain, no fraction
+    # facts asks each fact twice: 20 facts, each answered alike both times, resampled as pairs
+    pairs = [[1, 0] * 10 * 2]
+    clusters = [list(range(20)) * 2]
+    alone = kept(pairs, [[0] * 40], [[1] * 40], [[0] * 40], n_boot=2000, seed=1)["stderr"]
+    paired = kept(pairs, [[0] * 40], [[1] * 40], [[0] * 40], clusters=clusters, n_boot=2000, seed=1)["stderr"]
+    assert 1.25 < paired / alone < 1.6  # 20 independent answers, not 40: sqrt(2) wider
+    assert kept([[1]], [[0]], [[0]], [[0]], n_boot=10)["value"] is None  # no source gain, no fraction
 
 
 def test_seeded_subset_is_fixed_and_ordered():
@@ -33,6 +40,11 @@ def test_options_refuse_a_folder_without_the_models(tmp_path):
         RealOptions(models=str(tmp_path), parts=("eval",)).check()
     with pytest.raises(PawError, match="unknown part"):
         RealOptions(models=str(tmp_path), parts=("dance",)).check()
+    with pytest.raises(PawError, match="--distill-steps 0"):
+        RealOptions(models=str(tmp_path), parts=("transfer",), distill_steps=0).check()
+    # the distillation budget follows `paw bench transfer`'s rule unless given
+    assert RealOptions(models=str(tmp_path)).distill_budget == 3 * RealOptions.lora_steps
+    assert RealOptions(models=str(tmp_path), distill_steps=7).distill_budget == 7
 
 
 def test_report_writes_json_markdown_and_plot(tmp_path):
