@@ -319,11 +319,11 @@ def benchmark_to_folder(opts: BenchOptions, output: str | Path, *, workdir: str 
     import tempfile
 
     from paw.bench.report import write_results
-    from paw.io.atomic import check_output
+    from paw.io.atomic import check_output, work_folder
 
     check_output(output, overwrite=overwrite)
     with tempfile.TemporaryDirectory(prefix="paw-bench-") as tmp:
-        results = run_benchmark(opts, workdir or tmp, progress=progress)
+        results = run_benchmark(opts, work_folder(workdir) if workdir else tmp, progress=progress)
     write_results(output, results, overwrite=overwrite, command=command)
     return results
 

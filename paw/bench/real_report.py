@@ -148,11 +148,11 @@ def real_to_folder(opts, output: str | Path, *, workdir: str | Path | None = Non
     import tempfile
 
     from paw.bench.real import run_real
-    from paw.io.atomic import check_output
+    from paw.io.atomic import check_output, work_folder
 
     check_output(output, overwrite=overwrite)
     opts.check()
     with tempfile.TemporaryDirectory(prefix="paw-bench-real-") as tmp:
-        results = run_real(opts, workdir or tmp)
+        results = run_real(opts, work_folder(workdir) if workdir else tmp)
     write_real(output, results, overwrite=overwrite, command=command)
     return results

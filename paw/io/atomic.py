@@ -378,6 +378,13 @@ def _fix_mode(path: Path) -> None:
     os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
 
 
+def work_folder(path: str | os.PathLike) -> Path:
+    """``path`` as a folder for intermediate work (created with its parents); one clear line if it cannot be."""
+    path = Path(path)
+    _mkdir(path, path)
+    return path
+
+
 def _mkdir(parent: Path, out: Path) -> None:
     _oserror(out, lambda: parent.mkdir(parents=True, exist_ok=True))
 

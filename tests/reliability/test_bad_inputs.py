@@ -250,6 +250,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
     add("bench-parent-file", "bench transfer -o {fx}/data/corpus.txt/b --quick")
     add("bench-bad-targets", "bench transfer -o {out} --targets nothing --quick")
     add("bench-bad-seeds", "bench transfer -o {out} --seeds x,y --quick")
+    add("bench-workdir-file", "bench transfer -o {out} --quick --workdir {fx}/data/corpus.txt", "cannot write")
+    add("bench-real-no-models", "bench real -o {out} --models {fx} --data {fx}", "real_models.sh")
     add("unknown-command", "frobnicate")
     add("bad-subcommand", "bpe frobnicate")
     return c
