@@ -14,7 +14,7 @@ PARTS = ("eval", "tokenizers", "transfer", "merge")
 
 @dataclass(frozen=True)
 class RealOptions:
-    """Knobs of ``paw bench real``; the defaults are the documented run (12.5 min on 2 quiet cores)."""
+    """Knobs of ``paw bench real``; the defaults are the documented run (15.5 min on 2 cores)."""
 
     models: str                          # folder holding smollm2-135m-instruct/ and gemma-3-270m/
     data: str | None = None              # commonsense folder with raw/*.jsonl (part 'eval')
