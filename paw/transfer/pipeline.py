@@ -29,7 +29,7 @@ from paw.transfer.relatedness import (
     SIMILARITY_LIFT,
     judge,
 )
-from paw.transfer.vocab import VocabIndex
+from paw.transfer.vocab import DISTILL_HINT, VocabIndex
 
 AUTO = "auto"
 
@@ -38,7 +38,6 @@ def method_names() -> list[str]:
     return [AUTO, *METHODS]
 
 
-DISTILL_HINT = "distill it with --method distill --prompts FILE (label-free task inputs; docs/distill.md)"
 # Measured by scripts/bench_transfer_quality.py: with the source's weights and a transplanted
 # tokenizer, every data-free method recovered ~0 of the gain (the adapter learned token sequences
 # that no longer occur), although each module looks perfectly related.

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 MAX_FIT_TOKENS = 8192  # tokens used to fit residual-stream maps (a seeded sample of the shared ones)
 
 
+# The way forward wherever a weight map cannot carry the adapter (another tokenizer, an unrelated model).
+DISTILL_HINT = "distill it with --method distill --prompts FILE (label-free task inputs; docs/distill.md)"
+
+
 @dataclass
 class VocabIndex:
     """Sparse (V_t, V_s) map as flat triplets; ``identity`` when both sides share the tokenizer."""
@@ -34,7 +38,8 @@ class VocabIndex:
         if mapping is None:
             if source_rows != target_rows:
                 raise PawError(f"the vocabularies differ ({source_rows} source rows, {target_rows} target "
-                               "rows): pass --vocab-map (made by paw align-vocab)")
+                               "rows): pass --vocab-map (made by paw align-vocab), though across tokenizers no "
+                               "weight map has kept a gain in PAW's benchmarks; or " + DISTILL_HINT)
             return cls(source_rows, target_rows, True, mapped=target_rows)
         if mapping.source_size > source_rows or mapping.target_size > target_rows:
             raise PawError(f"vocabulary map sizes {mapping.source_size}->{mapping.target_size} exceed the "

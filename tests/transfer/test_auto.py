@@ -115,7 +115,7 @@ def test_candidate_that_does_not_apply_is_skipped_with_its_reason(troot, src, sr
     adapter, s = read_adapter(src_lora), open_checkpoint(src)
     with pytest.raises(PawError, match="unrelated to the source") as err:
         transfer_lora(adapter, s, other)
-    assert "head_dim" not in str(err.value)
+    assert "head_dim" not in str(err.value) and "--method distill --prompts" in str(err.value)
     _, report = transfer_lora(adapter, s, other, force=True)
     layer_modules = [r for r in report["modules"] if "layers" in r["module"]]
     for r in layer_modules:
@@ -134,3 +134,13 @@ def test_kept_share_of_lora_x_on_a_small_fine_tune_is_reported(tmp_path, troot, 
     _, auto = transfer_lora(adapter, s, t)
     assert auto["summary"]["kept_share"] == 1.0 and auto["warnings"] == []
     assert auto["layers"]["how"] == "name" and "correlates best with its namesake" in auto["layers"]["why"]
+
+
+def test_another_vocabulary_without_a_map_names_the_map_and_distill(troot, src, src_lora):
+    """Another tokenizer and no --vocab-map: one error that points to both ways forward."""
+    from paw import zoo
+
+    other = open_checkpoint(zoo.tiny_model(troot / "vocab-other", "llama", seed=6, vocab_size=301))
+    with pytest.raises(PawError, match="vocabularies differ") as err:
+        transfer_lora(read_adapter(src_lora), open_checkpoint(src), other)
+    assert "--vocab-map" in str(err.value) and "--method distill --prompts" in str(err.value)
