@@ -45,7 +45,8 @@ def _distill(a: dict) -> None:
         max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], byte_kl=a["byte_kl"], next_words=a["next_words"],
         seed=a["seed"], device=a["device"], overwrite=a["overwrite"])
     d = result.report["distill"]
-    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {d['inputs']['train']} {d['inputs']['source']} "
+    used = d["inputs"].get("train_used", d["inputs"]["train"])
+    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {used} {d['inputs']['source']} "
                f"inputs, {d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")
     before, after = d["agreement"]["before"], d["agreement"]["after"]
     for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):

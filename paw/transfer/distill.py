@@ -113,6 +113,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     device = resolve_device(device) if isinstance(device, str) else device
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
+    inputs = _visited(inputs, steps, batch_size, seed, info)
     vocab = _vocabulary(teacher, student, byte_kl)
     teacher.model.to(device).eval()
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
@@ -201,6 +202,19 @@ def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
     info.update(count=len(inputs), train=len(train), held_out=len(held),
                 with_choices=sum(bool(p.pairs) for p in train))
     return train, held, info
+
+
+def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int, info: dict) -> list[Prompt]:
+    """The inputs that ``steps`` batches of ``batch_size`` reach, in their order; the teacher works on no other.
+
+    With more inputs than ``steps * batch_size`` the rest would cost a continuation each and never
+    be trained on. ``info['train_used']`` says how many are kept.
+    """
+    from paw.evaluate.train import batches_in_order
+
+    reached = {i for batch in batches_in_order(len(inputs), batch_size, steps, seed) for i in batch}
+    info["train_used"] = len(reached)
+    return inputs if len(reached) == len(inputs) else [p for i, p in enumerate(inputs) if i in reached]
 
 
 def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> T.Vocab:
@@ -378,7 +392,17 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
             "agreement": agreement,
             "loss_tail_drop": None if drop is None else round(drop, 6),
         },
-        "warnings": [f"the distillation loss fell {drop:.0%} over the last fifth of the steps: it had not "
-                     "levelled off, and more --max-steps would likely keep more of the adapter "
-                     "(docs/distill.md#steps)"] if drop is not None and drop > STILL_FALLING else [],
+        "warnings": _warnings(drop, info),
     }
+
+
+def _warnings(drop: float | None, info: dict) -> list[str]:
+    """What the user should know about the run: a loss still falling, inputs never reached."""
+    out = []
+    if drop is not None and drop > STILL_FALLING:
+        out.append(f"the distillation loss fell {drop:.0%} over the last fifth of the steps: it had not levelled "
+                   "off, and more --max-steps would likely keep more of the adapter (docs/distill.md#steps)")
+    if info.get("train_used", info["train"]) < info["train"]:
+        out.append(f"--max-steps x --batch-size reached {info['train_used']} of the {info['train']} training inputs; "
+                   "the teacher worked on those only, and more steps would use the rest")
+    return out

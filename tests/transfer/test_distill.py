@@ -187,6 +187,34 @@ def test_shared_tokenizer_uses_token_kl_and_starts_from_the_auto_transfer(src, s
     assert "unrelated" in d["init"]["why"]
 
 
+def test_the_teacher_works_only_on_the_inputs_the_steps_reach(src, src_lora, independent, monkeypatch):
+    from paw.evaluate.train import batches_in_order
+    from paw.io.adapter import read_adapter
+    from paw.io.tokenizer import open_tokenizer
+    from paw.transfer import distill_train
+    from paw.transfer.distill import _visited, distill_lora
+    from paw.transfer.distill_data import Prompt
+    from paw.transfer.distill_run import _side
+
+    prompts = [Prompt(f"input {i}") for i in range(100)]
+    info = {"train": 100}
+    kept = _visited(prompts, 3, 8, 0, info)
+    reached = sorted({i for b in batches_in_order(100, 8, 3, 0) for i in b})
+    assert [p.text for p in kept] == [f"input {i}" for i in reached] and info["train_used"] == len(kept) <= 24
+    assert _visited(prompts, 13, 8, 0, {"train": 100}) is prompts  # 104 draws: one epoch reaches all 100
+
+    seen = []
+    real = distill_train.examples
+    monkeypatch.setattr(distill_train, "examples", lambda inputs, *a, **k: seen.append(len(inputs)) or real(inputs, *a, **k))
+    adapter = read_adapter(src_lora)
+    _, report = distill_lora(adapter, _side(src, open_tokenizer(src), "cpu", adapter=src_lora),
+                             _side(independent, open_tokenizer(independent), "cpu"), prompts="generic", steps=2,
+                             batch_size=4, max_new_tokens=2, progress=False)
+    d = report["distill"]["inputs"]
+    assert d["train"] > 8 and d["train_used"] <= 8 and seen[0] == d["train_used"]  # then the held-out ones
+    assert any(f"reached {d['train_used']} of the {d['train']} training inputs" in w for w in report["warnings"])
+
+
 def test_batched_generation_equals_one_by_one(world):
     from paw.io.lm import load_lm
     from paw.transfer.distill_data import generate
