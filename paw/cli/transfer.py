@@ -46,8 +46,8 @@ def _distill(a: dict) -> None:
         seed=a["seed"], device=a["device"], overwrite=a["overwrite"])
     d = result.report["distill"]
     used = d["inputs"].get("train_used", d["inputs"]["train"])
-    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {used} {d['inputs']['source']} "
-               f"inputs, {d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")
+    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {used} inputs ({d['inputs']['source']}), "
+               f"{d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")
     before, after = d["agreement"]["before"], d["agreement"]["after"]
     for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
         if after[key] is not None:

@@ -70,7 +70,7 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert _accuracy(w["source"], w["task"], w["lora"]) == 1.0  # the teacher knows the facts
     first = _distill(cli, w, tmp_path / "a", "--prompts", w["root"] / "questions.txt", *FAST)
     assert first.exit_code == 0, first.stderr
-    assert "distilled 14 LoRA modules on 16 prompts inputs" in first.stdout and "sequence-nll" in first.stdout
+    assert "distilled 14 LoRA modules on 16 inputs (prompts)" in first.stdout and "sequence-nll" in first.stdout
     base, moved = _accuracy(w["target"], w["task"]), _accuracy(w["target"], w["task"], tmp_path / "a")
     assert base <= 0.375 and moved >= base + 0.5, (base, moved)  # the answers were never shown
     second = _distill(cli, w, tmp_path / "b", "--prompts", w["root"] / "questions.txt", *FAST)
