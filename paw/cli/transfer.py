@@ -45,17 +45,20 @@ def _distill(a: dict) -> None:
         max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], byte_kl=a["byte_kl"], next_words=a["next_words"],
         seed=a["seed"], device=a["device"], overwrite=a["overwrite"])
     d = result.report["distill"]
-    used = d["inputs"].get("train_used", d["inputs"]["train"])
-    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {used} inputs ({d['inputs']['source']}), "
+    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {d['inputs']['train_used']} inputs ({d['inputs']['source']}), "
                f"{d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")
     before, after = d["agreement"]["before"], d["agreement"]["after"]
     for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
         if after[key] is not None:
             typer.echo(f"{label} with the teacher on {d['agreement']['measured_on']}: {before[key]} -> {after[key]}")
-    for warning in result.report.get("warnings", []):
-        typer.echo(f"warning: {warning}", err=True)
+    _echo_warnings(result.report)
     track_once(a["track"], result.output, {"command": command_line(), "method": DISTILL, **result.inputs},
                {"distill": {k: d[k] for k in ("loss_start", "loss_end")} | {"agreement": after}})
+
+
+def _echo_warnings(report: dict) -> None:
+    for warning in report.get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -152,7 +155,6 @@ def register(app: typer.Typer) -> None:
                        f"target {lay['target_without_partner']}")
         if s["not_transferred"]:
             typer.echo(f"{s['not_transferred']} module(s) not transferred; reasons in {output / REPORT_JSON}")
-        for warning in report.get("warnings", []):
-            typer.echo(f"warning: {warning}", err=True)
+        _echo_warnings(report)
         track_once(track, output, {"command": command_line(), "method": method.value, **inputs},
                    {"transfer": s})

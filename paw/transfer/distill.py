@@ -113,7 +113,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     device = resolve_device(device) if isinstance(device, str) else device
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
-    inputs = _visited(inputs, steps, batch_size, seed, info)
+    inputs = _visited(inputs, steps, batch_size, seed)
+    info["train_used"] = len(inputs)
     vocab = _vocabulary(teacher, student, byte_kl)
     teacher.model.to(device).eval()
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
@@ -204,16 +205,15 @@ def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
     return train, held, info
 
 
-def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int, info: dict) -> list[Prompt]:
+def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int) -> list[Prompt]:
     """The inputs that ``steps`` batches of ``batch_size`` reach, in their order; the teacher works on no other.
 
     With more inputs than ``steps * batch_size`` the rest would cost a continuation each and never
-    be trained on. ``info['train_used']`` says how many are kept.
+    be trained on.
     """
     from paw.evaluate.train import batches_in_order
 
     reached = {i for batch in batches_in_order(len(inputs), batch_size, steps, seed) for i in batch}
-    info["train_used"] = len(reached)
     return inputs if len(reached) == len(inputs) else [p for i, p in enumerate(inputs) if i in reached]
 
 
@@ -402,7 +402,7 @@ def _warnings(drop: float | None, info: dict) -> list[str]:
     if drop is not None and drop > STILL_FALLING:
         out.append(f"the distillation loss fell {drop:.0%} over the last fifth of the steps: it had not levelled "
                    "off, and more --max-steps would likely keep more of the adapter (docs/distill.md#steps)")
-    if info.get("train_used", info["train"]) < info["train"]:
+    if info["train_used"] < info["train"]:
         out.append(f"--max-steps x --batch-size reached {info['train_used']} of the {info['train']} training inputs; "
                    "the teacher worked on those only, and more steps would use the rest")
     return out

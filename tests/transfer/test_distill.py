@@ -197,11 +197,10 @@ def test_the_teacher_works_only_on_the_inputs_the_steps_reach(src, src_lora, ind
     from paw.transfer.distill_run import _side
 
     prompts = [Prompt(f"input {i}") for i in range(100)]
-    info = {"train": 100}
-    kept = _visited(prompts, 3, 8, 0, info)
+    kept = _visited(prompts, 3, 8, 0)
     reached = sorted({i for b in batches_in_order(100, 8, 3, 0) for i in b})
-    assert [p.text for p in kept] == [f"input {i}" for i in reached] and info["train_used"] == len(kept) <= 24
-    assert _visited(prompts, 13, 8, 0, {"train": 100}) is prompts  # 104 draws: one epoch reaches all 100
+    assert [p.text for p in kept] == [f"input {i}" for i in reached] and len(kept) <= 24
+    assert _visited(prompts, 13, 8, 0) is prompts  # 104 draws: one epoch reaches all 100
 
     seen = []
     real = distill_train.examples
