@@ -25,7 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,  # click's plain help: it fits 80 columns (see _options.tidy_help)
 )
 
 
@@ -75,13 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     reads can be written over, and records the arguments it parsed as its command (not the host
     process's ``sys.argv``).
     """
-    from paw.cli._options import finite_floats
+    from paw.cli._options import finite_floats, tidy_help
     from paw.io.atomic import input_scope
     from paw.io.manifest import cli_invocation
 
     _quiet_libraries()
     command = typer.main.get_command(app)
     finite_floats(command)
+    tidy_help(command)
     args = sys.argv[1:] if argv is None else list(argv)  # what this CLI parses, recorded as its command
     try:
         with input_scope(), cli_invocation(args):

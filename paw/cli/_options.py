@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 
 import typer
@@ -13,10 +14,10 @@ from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI mo
 DEVICE = typer.Option("auto", "--device", help=f"Where the arithmetic runs: {DEVICE_HELP}.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it already exists.")
 ALLOW_NONFINITE = typer.Option(False, "--allow-nonfinite", help="Write the output even if it holds NaN or Inf "
-                               "values (by default that is refused, naming the input they come from).")
+                               "(refused by default, naming the input at fault).")
 SEED = typer.Option(0, "--seed", help="Random seed; same inputs and seed give byte-identical outputs.")
-TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
-                     "logs go to OUT-tracking/ beside the output.")
+TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv or swanlab (offline), "
+                     "logged to OUT-tracking/.")
 
 
 def console():
@@ -126,3 +127,59 @@ def _checking_floats(callback, flags: dict[str, str]):
 
     run._paw_finite = True
     return run
+
+
+def tidy_help(command) -> None:
+    """Make ``--help`` read well at 80 columns, for every command under ``command``.
+
+    The app prints click's plain help (``rich_markup_mode=None``): one column of flags, one of help
+    text that wraps. A number with bounds reads ``<int>`` (the bounds follow its help as ``[x>=1]``)
+    and a long list of choices reads ``<choice>`` with the values in the help text, so the flag
+    column stays narrow; a group lists each command's whole first paragraph, not a cut sentence.
+    Lines break at spaces only, so ``./other-tok`` or ``task-arithmetic`` can be copied whole.
+    """
+    _no_breaks_at_hyphens()
+    for param in getattr(command, "params", []):
+        _tidy_option(param)
+    for sub in (getattr(command, "commands", None) or {}).values():
+        if not sub.short_help and sub.help:
+            sub.short_help = " ".join(inspect.cleandoc(sub.help).split("\n\n")[0].split())
+        tidy_help(sub)
+
+
+def _no_breaks_at_hyphens() -> None:
+    """Have click's help wrapper (built afresh for each paragraph) break lines at spaces only."""
+    import importlib
+
+    for name in ("typer._click._textwrap", "click._textwrap"):  # typer >= 0.20 carries its own click
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if not getattr(module.TextWrapper, "_paw_spaces_only", False):
+            module.TextWrapper = type("TextWrapper", (module.TextWrapper,), {
+                "_paw_spaces_only": True, "__init__": _spaces_only_init(module.TextWrapper)})
+
+
+def _spaces_only_init(base):
+    def __init__(self, *args, **kwargs):
+        base.__init__(self, *args, **{**kwargs, "break_on_hyphens": False})
+
+    return __init__
+
+
+def _tidy_option(param) -> None:
+    described = getattr(param, "type_descriptor", None)  # typer's view of the type (absent before 0.20)
+    if getattr(param, "param_type_name", None) != "option" or param.metavar is not None or described is None:
+        return
+    if described.is_ranged:
+        param.metavar = f"<{described.ranged_type_name}>"
+        return
+    names = [str(getattr(v, "value", v)) for v in (described.choices if described.is_choice else None) or ()]
+    if len("|".join(names)) > _SHORT_CHOICES:
+        param.metavar = "<choice>"
+        if not all(name in (param.help or "") for name in names):
+            param.help = f"{param.help or ''} One of: {', '.join(names)}.".strip()
+
+
+_SHORT_CHOICES = 12  # `<auto|none>` stays beside the flag; a longer list moves into the help text

@@ -71,13 +71,13 @@ def register(app: typer.Typer) -> None:
         method: Method = typer.Option("auto", "--method", help="How factors are mapped; auto picks per "
                                       "module and refuses unrelated targets."),
         subspace_rank: int = typer.Option(None, "--subspace-rank", min=1,
-                                          help="R of lora-x/cross-lora's subspaces [default: lora-x "
-                                               "min(32, min(out,in)/4), cross-lora 320 as its paper]."),
+                                          help="Subspace size of lora-x and cross-lora [default: "
+                                               "lora-x min(32, min(out,in)/4), cross-lora 320]."),
         min_similarity: float = typer.Option(None, "--min-similarity", min=0.0, max=1.0,
                                              help="Also skip modules whose subspace similarity is below this."),
         layer_map: LayerMap = typer.Option("auto", "--layer-map",
-                                           help="How layers pair up; auto: by name when depths and weights "
-                                                "agree, else by similarity, trying the others before refusing."),
+                                           help="How layers pair up; auto: by name when depths and "
+                                                "weights agree, else by similarity; tries the others before refusing."),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="paw-vocab-map JSON when tokenizers differ."),
         ridge: float = typer.Option(1e-2, "--ridge", help="Ridge strength of least-squares maps, relative to "
                                     "the mean eigenvalue."),
