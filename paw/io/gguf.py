@@ -8,8 +8,11 @@ for the model.
 
 Who does what, so that nothing here is a private copy of llama.cpp's conventions:
 
-- the header and tensor table are parsed here (a few hundred bytes per tensor, checked against
-  the file size); string arrays such as the 262k-token vocabulary are skipped, not decoded;
+- the header and tensor table are parsed by :mod:`paw.io.gguf_header` (every count, length,
+  dimension, offset and the alignment checked against the file before anything is allocated);
+  string arrays such as the 262k-token vocabulary are skipped, not decoded; the metadata's block
+  count and every shape the config implies are checked against the tensor table before
+  ``transformers`` builds a config or a model from them;
 - ``gguf`` (llama.cpp's Python package) dequantizes each block type;
 - ``transformers`` maps GGUF keys to config fields (``GGUF_CONFIG_MAPPING``), GGUF tensor names
   to Hugging Face names (``get_gguf_hf_weights_map``), undoes llama.cpp's value transforms
@@ -26,13 +29,14 @@ from __future__ import annotations
 import atexit
 import functools
 import shutil
-import struct
 import tempfile
 from math import prod
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from paw import arch
 from paw.errors import PawError
+from paw.io.gguf_header import GgufHeader, TensorEntry, read_gguf_header
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "GgufHeader", "read_gguf_header", "open_gguf", "gguf_config",
            "gguf_side_folder", "load_gguf_model", "is_gguf", "write_hf_folder"]
@@ -41,130 +45,12 @@ __all__ = ["SUPPORTED_ARCHITECTURES", "GgufHeader", "read_gguf_header", "open_gg
 # llama.cpp transforms, and PAW's transfer/merge code knows the Hugging Face family they become.
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
 _MODEL_TYPE = {"gemma3": "gemma3_text"}  # the GGUF holds Gemma 3's text backbone only
-_VERSIONS = (2, 3)
-_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
 _CHUNK_BYTES = 16 << 20  # dequantize big tensors this many output bytes at a time
 
 
 def is_gguf(path: str | Path) -> bool:
     """True for a path ending in ``.gguf`` (the only way llama.cpp names them)."""
     return str(path).lower().endswith(".gguf")
-
-
-class TensorEntry(NamedTuple):
-    name: str  # GGUF name, e.g. ``blk.0.attn_q.weight``
-    shape: tuple[int, ...]  # torch order (GGUF stores the fastest dimension first)
-    ggml_type: int
-    offset: int  # absolute, in the file
-    nbytes: int
-
-
-class GgufHeader(NamedTuple):
-    path: Path
-    metadata: dict[str, Any]  # string arrays (vocabulary, merges) are kept as their length
-    tensors: dict[str, TensorEntry]
-
-    @property
-    def architecture(self) -> str:
-        return str(self.metadata.get("general.architecture", ""))
-
-
-class _Cursor:
-    """Sequential little-endian reads over the head of a file, growing the buffer on demand."""
-
-    def __init__(self, path: Path):
-        self.path, self.size = path, path.stat().st_size
-        self._file = open(path, "rb")
-        self.buf, self.pos = b"", 0
-
-    def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.buf):
-            if self.pos + n > self.size:
-                raise PawError("not a readable GGUF file: header runs past the end of the file (truncated)",
-                               path=self.path)
-            self._file.seek(len(self.buf))
-            self.buf += self._file.read(max(self.pos + n - len(self.buf), 4 << 20))
-        out = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return out
-
-    def unpack(self, fmt: str):
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
-
-    def string(self) -> str:
-        raw = self.take(self.unpack("<Q"))
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise PawError("not a readable GGUF file: a key or name is not UTF-8", path=self.path) from None
-
-    def skip_string(self) -> None:
-        length = self.unpack("<Q")  # read first: ``pos += unpack()`` would add to the old pos
-        self.pos += length
-
-    def value(self, vtype: int) -> Any:
-        if vtype in _SCALAR:
-            return self.unpack(_SCALAR[vtype])
-        if vtype == _STRING:
-            return self.string()
-        if vtype == _ARRAY:
-            etype, count = self.unpack("<I"), self.unpack("<Q")
-            if etype == _STRING and count <= 64:
-                return [self.string() for _ in range(count)]
-            if etype == _STRING:  # a vocabulary or merge table: walk it, keep its length
-                for _ in range(count):
-                    self.skip_string()
-                return count
-            if etype not in _SCALAR:
-                raise PawError(f"not a readable GGUF file: array of value type {etype}", path=self.path)
-            fmt = _SCALAR[etype]
-            raw = self.take(count * struct.calcsize(fmt))
-            return list(struct.unpack(f"<{count}{fmt[1]}", raw)) if count <= 4096 else count
-        raise PawError(f"not a readable GGUF file: unknown value type {vtype}", path=self.path)
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_gguf_header(path: str | Path) -> GgufHeader:
-    """Metadata and tensor table of a GGUF file, checked against its size; no tensor data is read."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    path = Path(path)
-    cur = _Cursor(path)
-    try:
-        if cur.take(4) != b"GGUF":
-            raise PawError("not a GGUF file (no GGUF magic bytes at the start)", path=path)
-        version = cur.unpack("<I")
-        if version not in _VERSIONS:
-            raise PawError(f"GGUF version {version} is not supported (PAW reads versions 2 and 3)", path=path)
-        n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
-        metadata = {}
-        for _ in range(n_kv):
-            key = cur.string()
-            metadata[key] = cur.value(cur.unpack("<I"))
-        raw = []
-        for _ in range(n_tensors):
-            name = cur.string()
-            dims = [cur.unpack("<Q") for _ in range(cur.unpack("<I"))]
-            raw.append((name, tuple(reversed(dims)), cur.unpack("<I"), cur.unpack("<Q")))
-        align = int(metadata.get("general.alignment", 32))
-        data_start = (cur.pos + align - 1) // align * align
-    finally:
-        cur.close()
-    tensors = {}
-    for name, shape, ggml_type, offset in raw:
-        try:
-            qtype = GGMLQuantizationType(ggml_type)
-            block, block_bytes = GGML_QUANT_SIZES[qtype]
-        except (ValueError, KeyError):
-            raise PawError(f"tensor {name!r} has unknown ggml type {ggml_type}", path=path) from None
-        nbytes = prod(shape) // block * block_bytes
-        if data_start + offset + nbytes > cur.size:
-            raise PawError(f"tensor {name!r} ends past the end of the file (truncated)", path=path)
-        tensors[name] = TensorEntry(name, shape, ggml_type, data_start + offset, nbytes)
-    return GgufHeader(path, metadata, tensors)
 
 
 @functools.cache
@@ -221,12 +107,28 @@ def _config_and_header(path: str):
 
     header = read_gguf_header(path)
     fields = _config_dict(header)
+    _check_block_count(header, fields.get("num_hidden_layers"))
     model_type = _MODEL_TYPE.get(header.architecture, header.architecture)
     try:
         config = AutoConfig.for_model(model_type, **fields)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, ArithmeticError) as err:
         raise PawError(f"cannot build a {model_type} config from the GGUF metadata ({err})", path=path) from None
     return config, header
+
+
+def _check_block_count(header: GgufHeader, blocks) -> None:
+    """``{arch}.block_count`` must be a count of blocks the tensor table holds (``blk.0.`` .. ``blk.N-1.``).
+
+    transformers builds one layer (and per-layer lists) per block before a tensor is read: a 0.6 MB
+    file claiming 2^31 - 1 blocks would otherwise grow for minutes.
+    """
+    key = f"{header.architecture}.block_count"
+    held = {int(name.split(".")[1]) for name in header.tensors
+            if name.startswith("blk.") and name.split(".")[1].isdigit()}
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 0 < blocks <= len(held) \
+            or not set(range(blocks)) <= held:
+        raise PawError(f"not a readable GGUF file: {key}: {blocks!r}, but the tensor table holds "
+                       f"tensors for {len(held)} blocks", path=header.path)
 
 
 @functools.cache
@@ -241,10 +143,31 @@ def _name_map(path: str) -> dict[str, str]:
     )
 
     config, header = _config_and_header(path)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except (ValueError, TypeError, RuntimeError, ArithmeticError) as err:
+        raise PawError(f"cannot build the model the GGUF metadata describes ({str(err).splitlines()[0][:200]})",
+                       path=path) from None
     processor = TENSOR_PROCESSORS.get(header.architecture, TensorProcessor)(config=config.to_dict())
-    return get_gguf_hf_weights_map(model, processor)
+    return get_gguf_hf_weights_map(model, processor), {n: tuple(p.shape) for n, p in model.named_parameters()}
+
+
+def _check_shapes(path: Path, header: GgufHeader, hf_to_gguf: dict[str, str], params: dict[str, tuple],
+                  tied_head: str | None) -> None:
+    """Every weight of the model the metadata describes is in the file with that shape.
+
+    Checked on the ``meta`` model, before a real one is allocated: the metadata's sizes (hidden size,
+    heads, vocabulary) are numbers a writer chose, the tensor table is what the file holds.
+    """
+    missing = [n for n in params if n not in hf_to_gguf and n != tied_head]
+    if missing:
+        raise PawError(f"GGUF lacks {len(missing)} weight(s) of the model its metadata describes, e.g. "
+                       f"{missing[0]}", path=path)
+    for name, shape in params.items():
+        if name in hf_to_gguf and header.tensors[hf_to_gguf[name]].shape != shape:
+            raise PawError(f"tensor {hf_to_gguf[name]!r} has shape {list(header.tensors[hf_to_gguf[name]].shape)} "
+                           f"but the metadata implies {list(shape)} for {name}", path=path)
 
 
 class _GgufTensors:
@@ -332,10 +255,12 @@ def open_gguf(path: str | Path):
     if bad:
         raise PawError(f"GGUF holds tensors of type {', '.join(bad)}, which the gguf package cannot "
                        "dequantize", path=path)
-    gguf_to_hf = _name_map(str(path))
+    gguf_to_hf, params = _name_map(str(path))
     hf_to_gguf = {gguf_to_hf[g]: g for g in header.tensors if g in gguf_to_hf}
     if not hf_to_gguf:
         raise PawError("no tensor of this GGUF maps to a Hugging Face name", path=path)
+    tied_head = arch.family(config.to_dict()).head if config.tie_word_embeddings else None
+    _check_shapes(path, header, hf_to_gguf, params, tied_head)
     source = _GgufTensors(path, header, hf_to_gguf, config.to_dict())
     return Checkpoint(path, dict.fromkeys(hf_to_gguf, source), config.to_dict(), path.stem)
 
@@ -396,8 +321,6 @@ def load_gguf_model(path: str | Path, *, dtype=None):
     config = gguf_config(path)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
     params = dict(model.named_parameters())
-    from paw import arch
-
     head = arch.family(config.to_dict()).head
     missing = [n for n in params if n not in ckpt and not (n == head and config.tie_word_embeddings)]
     if missing:

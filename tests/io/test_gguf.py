@@ -8,6 +8,7 @@ names, the rotary row permutation of Q and K, Gemma's norms stored as ``w + 1``,
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -281,3 +282,149 @@ def test_write_hf_folder_is_a_plain_bf16_model_folder(tiny_llama, llama_gguf, tm
         assert torch.equal(got[name], ref[name].to(torch.bfloat16)), name
     assert AutoTokenizer.from_pretrained(out)("the cat")["input_ids"] == \
         AutoTokenizer.from_pretrained(tiny_llama)("the cat")["input_ids"]
+
+
+# ----- hostile headers: refused from the header alone, before anything big is allocated ----------
+_U32, _U64, _STR, _ARR = 4, 10, 8, 9
+
+
+def gguf_string(text: str | bytes) -> bytes:
+    raw = text.encode() if isinstance(text, str) else text
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def raw_gguf(kvs=(), tensors=(), *, n_kv: int | None = None, n_tensors: int | None = None, data: bytes = b"",
+             pad_to: int = 32) -> bytes:
+    """GGUF v3 bytes by hand: ``kvs`` as ``(key, type, payload)``, ``tensors`` as ``(name, dims, type, offset)``.
+
+    The counts default to the lists' lengths; pass ``n_kv``/``n_tensors`` to lie about them.
+    """
+    import struct
+
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors) if n_tensors is None else n_tensors,
+                                len(kvs) if n_kv is None else n_kv)
+    for key, vtype, payload in kvs:
+        out += gguf_string(key) + struct.pack("<I", vtype) + payload
+    for name, dims, ggml_type, offset in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", ggml_type, offset)
+    return out + b"\0" * (-len(out) % pad_to) + data
+
+
+def _u32(v: int) -> bytes:
+    return v.to_bytes(4, "little")
+
+
+_ARCH = ("general.architecture", _STR, gguf_string("llama"))
+_ONE_F32 = [("token_embd.weight", (32, 4), 0, 0)]  # 4 x 32 float32: 512 bytes
+
+
+def _refused(tmp_path, name: str, raw: bytes, match: str):
+    """Read ``raw`` as a GGUF: it must be a PawError matching ``match`` that names the file, with a
+    small allocation peak whatever the header claims (tracemalloc counts every Python allocation)."""
+    import tracemalloc
+
+    from paw.io.gguf import read_gguf_header
+
+    path = tmp_path / name
+    path.write_bytes(raw)
+    from gguf import GGML_QUANT_SIZES  # noqa: F401  (imported now: the peak below is the reading alone)
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(PawError, match=match) as info:
+            read_gguf_header(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert peak < 8 << 20, f"{peak:,} bytes allocated to refuse {name}"
+    return str(info.value)
+
+
+HOSTILE_HEADERS = {
+    # name: (bytes, expected fragment)
+    "kv-count": (raw_gguf([_ARCH], n_kv=2**31 - 1), "kv_count: claims 2,147,483,647 entries"),
+    "tensor-count": (raw_gguf([_ARCH], n_tensors=2**31 - 1), "tensor_count: claims 2,147,483,647 tensors"),
+    "kv-count-max": (raw_gguf([_ARCH], n_kv=2**64 - 1), "kv_count"),
+    "key-length": (b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (1).to_bytes(8, "little")
+                   + (2**62).to_bytes(8, "little") + b"x" * 64, "metadata entry 0 key"),
+    "string-length": (raw_gguf([("general.name", _STR, (2**40).to_bytes(8, "little") + b"abc")]),
+                      "metadata 'general.name': needs 1,099,511,627,776 bytes"),
+    "string-array": (raw_gguf([("tokenizer.ggml.tokens", _ARR, _u32(_STR) + (2**60).to_bytes(8, "little"))]),
+                     "'tokenizer.ggml.tokens': claims 1,152,921,504,606,846,976 entries"),
+    "scalar-array": (raw_gguf([("x.scores", _ARR, _u32(6) + (2**61).to_bytes(8, "little"))]), "'x.scores': claims"),
+    "array-of-arrays": (raw_gguf([("x.nested", _ARR, _u32(_ARR) + (1).to_bytes(8, "little"))]), "array of value type 9"),
+    "value-type": (raw_gguf([("x.odd", 77, b"\0" * 8)]), "unknown value type 77"),
+    "duplicate-key": (raw_gguf([_ARCH, _ARCH]), "'general.architecture': appears twice"),
+    "alignment-zero": (raw_gguf([_ARCH, ("general.alignment", _U32, _u32(0))], _ONE_F32, data=b"\0" * 512),
+                       "general.alignment: 0 is not a positive power of two"),
+    "alignment-three": (raw_gguf([_ARCH, ("general.alignment", _U32, _u32(3))], _ONE_F32, data=b"\0" * 512),
+                        "general.alignment: 3 is not"),
+    "alignment-string": (raw_gguf([_ARCH, ("general.alignment", _STR, gguf_string("32"))], _ONE_F32),
+                         "general.alignment: '32' is not"),
+    "five-dims": (raw_gguf([_ARCH], [("t", (1, 1, 1, 1, 1), 0, 0)]), "5 dimensions"),
+    "dims-overflow": (raw_gguf([_ARCH], [("t", (2**40, 2**40), 0, 0)]), "more elements than a signed 64-bit"),
+    "data-past-end": (raw_gguf([_ARCH], [("t", (2**20, 2**20), 0, 0)]), "ends past the end of the file"),
+    "offset-past-end": (raw_gguf([_ARCH], [("t", (32, 4), 0, 2**62)], data=b"\0" * 512), "past the end"),
+    "misaligned": (raw_gguf([_ARCH], [("t", (32, 4), 0, 4)], data=b"\0" * 516), "offset: 4 is not a multiple of"),
+    "overlap": (raw_gguf([_ARCH], [("a", (32, 4), 0, 0), ("b", (32, 4), 0, 256)], data=b"\0" * 1024),
+                "'b' offset: its data overlaps"),
+    "duplicate-tensor": (raw_gguf([_ARCH], _ONE_F32 * 2, data=b"\0" * 1024), "appears twice in the tensor table"),
+    "long-name": (raw_gguf([_ARCH], [("x" * 64, (32,), 0, 0)], data=b"\0" * 128), "at most 63 allowed"),
+    "partial-block": (raw_gguf([_ARCH], [("q", (30, 4), 8, 0)], data=b"\0" * 512), "not whole blocks of 32"),
+    "unknown-type": (raw_gguf([_ARCH], [("q", (32,), 99, 0)], data=b"\0" * 512), "unknown ggml type 99"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_HEADERS))
+def test_hostile_header_is_refused_before_anything_is_allocated(tmp_path, name):
+    raw, match = HOSTILE_HEADERS[name]
+    assert len(raw) < 4096
+    _refused(tmp_path, f"{name}.gguf", raw, re.escape(match))
+
+
+def test_a_hand_written_header_that_is_sound_reads(tmp_path):
+    from paw.io.gguf import read_gguf_header
+
+    path = tmp_path / "ok.gguf"
+    path.write_bytes(raw_gguf([_ARCH, ("general.alignment", _U32, _u32(64))], _ONE_F32, data=b"\0" * 512, pad_to=64))
+    header = read_gguf_header(path)
+    assert header.tensors["token_embd.weight"].shape == (4, 32) and header.tensors["token_embd.weight"].nbytes == 512
+    assert header.metadata["general.alignment"] == 64 and header.tensors["token_embd.weight"].offset % 64 == 0
+
+
+def _patch_u32(raw: bytes, key: bytes, value: int) -> bytes:
+    at = raw.index(key) + len(key)
+    assert int.from_bytes(raw[at:at + 4], "little") == _U32
+    return raw[:at + 4] + value.to_bytes(4, "little") + raw[at + 8:]
+
+
+@pytest.mark.parametrize("blocks", [2**31 - 1, 3, 0])
+def test_block_count_beyond_the_tensor_table_is_refused_before_a_config_is_built(llama_gguf, tmp_path, blocks):
+    """transformers builds per-layer lists and modules from the block count: 2^31 - 1 used to grow past 2.5 GB."""
+    import tracemalloc
+
+    path = tmp_path / "blocks.gguf"
+    path.write_bytes(_patch_u32(open(llama_gguf, "rb").read(), b"llama.block_count", blocks))
+    open_checkpoint(llama_gguf)  # imports and caches warmed up: the peak below is the refusal alone
+    tracemalloc.start()
+    try:
+        with pytest.raises(PawError, match=f"llama.block_count: {blocks}, but the tensor table holds tensors for 2"):
+            open_checkpoint(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+
+
+def test_metadata_sizes_that_disagree_with_the_tensors_are_refused_before_the_model_is_allocated(llama_gguf,
+                                                                                              tmp_path):
+    """A writer-chosen embedding_length must not size the model: the meta model's shapes are checked first."""
+    from paw.io.gguf import load_gguf_model
+
+    raw = open(llama_gguf, "rb").read()
+    path = tmp_path / "wide.gguf"
+    path.write_bytes(_patch_u32(raw, b"llama.embedding_length", 2**20))
+    with pytest.raises(PawError, match=r"has shape \[.*\] but the metadata implies \[.*1048576"):
+        load_gguf_model(path)
