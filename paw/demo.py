@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
+import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from paw.errors import PawError
+from paw.io.manifest import write_manifest
 from paw.registry import Registry
 
 R = TypeVar("R")
@@ -329,18 +332,29 @@ class DemoReport:
 def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False,
              on_step: Callable[[StepResult], None] | None = None,
              on_begin: Callable[[int, Step], None] | None = None) -> DemoReport:
-    """Run every registered step in order; returns what happened (also in ``outdir/summary.json``)."""
+    """Run every registered step in order; returns what happened (also in ``outdir/summary.json``).
+
+    A folder a previous demo wrote (it holds :data:`MANIFEST`) is replaced without ``overwrite``:
+    the demo's own entries (:data:`OWN_ENTRIES`) are removed, anything else in it is left alone.
+    Any other non-empty folder needs ``overwrite``.
+    """
     import torch
 
     from paw.io.atomic import check_output
     from paw.io.lm import quiet_transformers
 
     outdir = Path(outdir)
-    if outdir.exists() and any(outdir.iterdir()):
+    if is_previous_demo(outdir):
+        _remove_own_entries(outdir)
+    elif outdir.exists() and any(outdir.iterdir()):
         check_output(outdir, overwrite=overwrite)
     outdir.mkdir(parents=True, exist_ok=True)
+    settings = DemoSettings.for_mode(quick)
+    # written first, so that a run that stops half-way is still recognised and replaced next time
+    write_manifest(outdir, MANIFEST, command=f"paw demo{' --quick' if quick else ''} --outdir {outdir}",
+                   inputs={}, settings=asdict(settings))
     quiet_transformers()
-    demo = Demo(outdir=outdir, settings=DemoSettings.for_mode(quick))
+    demo = Demo(outdir=outdir, settings=settings)
     results: list[StepResult] = []
     start = time.perf_counter()
     threads = torch.get_num_threads()
@@ -357,6 +371,29 @@ def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False
         torch.set_num_threads(threads)
     summary = _write_summary(demo, results)
     return DemoReport(outdir, results, demo.evals, summary, time.perf_counter() - start)
+
+
+MANIFEST = "paw_demo.json"  # marks a folder as the demo's own output
+OWN_ENTRIES = ("adapters", "data", "logs", "models", "plots", "reports", "summary.json", MANIFEST)
+
+
+def is_previous_demo(outdir: Path) -> bool:
+    """Whether ``outdir`` holds a manifest a previous ``paw demo`` wrote (JSON with ``paw_version``)."""
+    try:
+        data = json.loads((outdir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "paw_version" in data
+
+
+def _remove_own_entries(outdir: Path) -> None:
+    """Remove what a previous demo wrote in ``outdir``; files anyone else put there stay."""
+    for name in OWN_ENTRIES:
+        entry = outdir / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
 
 
 def _run_step(demo: Demo, entry: Step, done: set[str]) -> StepResult:
@@ -377,8 +414,6 @@ def _run_step(demo: Demo, entry: Step, done: set[str]) -> StepResult:
 
 
 def _write_summary(demo: Demo, results: list[StepResult]) -> Path:
-    from dataclasses import asdict
-
     from paw.io.reports import write_json
 
     data = {

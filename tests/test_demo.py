@@ -83,3 +83,17 @@ def test_cli_refuses_existing_folder(cli, tmp_path):
     (tmp_path / "old.txt").write_text("x")
     result = cli("demo", "--outdir", tmp_path)
     assert result.exit_code == 2 and "--overwrite" in result.stderr
+
+
+def test_previous_demo_folder_is_replaced_not_a_users(tmp_path, demo_run):
+    from paw.demo import MANIFEST, _remove_own_entries, is_previous_demo
+
+    assert is_previous_demo(demo_run.outdir)
+    folder = tmp_path / "paw_demo"
+    (folder / "models" / "base").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    assert not is_previous_demo(folder)  # no manifest: a user's folder, refused without --overwrite
+    (folder / MANIFEST).write_text('{"paw_version": "0.1.0", "command": "paw demo"}')
+    assert is_previous_demo(folder)
+    _remove_own_entries(folder)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]

@@ -25,10 +25,12 @@ def demo_command(
     Example: paw demo --outdir ./paw_demo
     """
     from paw.cli._options import console as make_console
-    from paw.demo import STEPS, run_demo
+    from paw.demo import STEPS, is_previous_demo, run_demo
 
     console = make_console()
     console.print(f"[bold]PAW demo[/bold]: {len(STEPS)} steps, everything under {outdir}")
+    if is_previous_demo(outdir):
+        console.print(f"(replacing the output of a previous demo in {outdir})", highlight=False)
     report = run_demo(outdir, quick=quick, overwrite=overwrite, on_step=lambda r: _print_step(console, r),
                       on_begin=lambda i, s: console.print(f"[bold][{i}/{len(STEPS)}][/bold] {s.title} ...",
                                                           highlight=False))
