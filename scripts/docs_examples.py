@@ -7,9 +7,14 @@ The convention (docs/contributing.md):
   starts empty (but for links to the repository's ``configs/`` and ``scripts/``, as in a clone),
   with ``paw`` and ``python`` on PATH;
 - a ```python block runs there too, with the same Python;
-- what a command prints is shown in a ```text block, which never runs;
+- what a command prints is shown in a ```text block, which never runs. A ```text block that follows a
+  runnable block (blank lines and an ``output not compared`` mark may sit between) is its expected
+  output: what the block prints must match it, after :func:`normalise` (times, temporary paths,
+  spacing) and with each line that is just ``...`` standing for any lines (none included);
 - a block right after ``<!-- not run: REASON -->`` is shown, not run (real models, a GPU, a
-  benchmark that takes an hour). The reason is required.
+  benchmark that takes an hour). The reason is required;
+- a ```text block right after ``<!-- output not compared: REASON -->`` is shown, not compared (output
+  that changes from run to run beyond times: timings tables, memory figures). The reason is required.
 
     python scripts/docs_examples.py                          # every page; stops at the first failure
     python scripts/docs_examples.py README.md --show         # print what each block printed
@@ -22,19 +27,23 @@ The convention (docs/contributing.md):
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ("bash", "python")
 SHOWN = ("text", "json", "yaml", "csv", "")  # never run
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(\S.*?)\s*-->\s*$")  # alone on its line, right before the block
+NOT_COMPARED = re.compile(r"^<!--\s*output not compared:\s*(\S.*?)\s*-->\s*$")  # right before a ```text block
+ANY_LINES = "..."  # a shown-output line that is just this stands for any lines
 LINKED = ("configs", "scripts")  # repository folders a page may use, as from the root of a clone
 
 
@@ -45,6 +54,9 @@ class Block:
     lang: str
     code: str
     skip: str = ""       # the reason given in <!-- not run: ... -->, empty when the block runs
+    expected: str | None = None   # the ```text block that follows a runnable block: its output
+    expected_line: int = 0        # 1-based line of that block's opening fence
+    not_compared: str = ""        # the reason given in <!-- output not compared: ... -->
 
     @property
     def runs(self) -> bool:
@@ -60,25 +72,79 @@ def pages() -> list[Path]:
 
 
 def blocks(page: Path) -> list[Block]:
-    """The fenced blocks of ``page`` with their language and whether a ``not run`` comment precedes them."""
-    out, lines, i, skip = [], page.read_text(encoding="utf-8").splitlines(), 0, ""
+    """The fenced blocks of ``page``: language, ``not run`` reason, and a runnable block's shown output."""
+    out, lines, i, skip, unmarked = [], page.read_text(encoding="utf-8").splitlines(), 0, "", ""
+    after_run = False  # only blank lines (and an output-not-compared mark) since a runnable block ended
     while i < len(lines):
         line = lines[i]
-        found = NOT_RUN.search(line)
+        found, not_compared = NOT_RUN.search(line), NOT_COMPARED.search(line)
         if found:
-            skip = found[1]
+            skip, after_run = found[1], False
+        elif not_compared:
+            unmarked = not_compared[1]
         elif line.startswith("```"):
             lang, start, body = line[3:].strip(), i + 1, []
             i += 1
             while i < len(lines) and not lines[i].startswith("```"):
                 body.append(lines[i])
                 i += 1
-            out.append(Block(page, start, lang, "\n".join(body) + "\n", skip))
-            skip = ""
+            text = "\n".join(body) + "\n"
+            if lang == "text" and after_run:
+                out[-1] = replace(out[-1], expected=text, expected_line=start, not_compared=unmarked)
+            out.append(Block(page, start, lang, text, skip))
+            after_run = out[-1].runs
+            skip = unmarked = ""
         elif line.strip():
-            skip = ""  # the comment must sit right before its block
+            skip, unmarked, after_run = "", "", False  # a mark must sit right before its block
         i += 1
     return out
+
+
+# ------------------------------------------------------------------ comparing output with the shown text
+
+_TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|min|seconds?|minutes?)\b")
+_TMP = re.compile(r"(?:/private)?/(?:tmp|var/folders)/[^\s'\"]*")
+
+
+def normalise(text: str, folder: Path | None = None) -> list[str]:
+    """Lines to compare: times -> ``<time>``, the page's folder and temporary paths dropped, spaces squeezed.
+
+    >>> normalise("ok (5.4 s)\\nDone in 15 s.  Reports: /tmp/x/demo\\n\\n")
+    ['ok (<time>)', 'Done in <time>. Reports: <tmp>']
+    """
+    if folder is not None:
+        text = text.replace(f"{folder}/", "").replace(str(folder), ".")
+    text = _TMP.sub("<tmp>", _TIME.sub("<time>", text))
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return lines
+
+
+def matches(shown: list[str], printed: list[str]) -> bool:
+    """Whether ``printed`` fits ``shown``, where a ``...`` line in ``shown`` matches any lines (none too)."""
+    # reach[j]: the first j printed lines can be matched by the shown lines seen so far
+    reach = [True] + [False] * len(printed)
+    for line in shown:
+        if line == ANY_LINES:
+            for j in range(1, len(reach)):
+                reach[j] = reach[j] or reach[j - 1]
+        else:
+            reach = [False] + [reach[j - 1] and printed[j - 1] == line for j in range(1, len(reach))]
+    return reach[-1]
+
+
+def output_difference(block: Block, output: str, folder: Path | None = None) -> str:
+    """Empty when ``output`` matches the block's shown text (or none is shown / compared), else a diff."""
+    if block.expected is None or block.not_compared:
+        return ""
+    shown, printed = normalise(block.expected, folder), normalise(output, folder)
+    if matches(shown, printed):
+        return ""
+    diff = difflib.unified_diff(shown, printed, "shown", "printed", lineterm="", n=1)
+    return f"output differs from the text block at line {block.expected_line}:\n" + "\n".join(diff)
 
 
 def tool_dir(folder: Path) -> Path:
@@ -95,12 +161,23 @@ def environment(tools: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{tools}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT)
-    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", COLUMNS="200", MPLBACKEND="Agg")
+    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", COLUMNS="200", MPLBACKEND="Agg",
+               PYTHONUNBUFFERED="1")  # stdout and stderr reach the shared pipe in the order written
     return env
 
 
-def run_page(page: Path, folder: Path, *, show: bool = False, timeout: int = 1800) -> list[tuple[Block, int, str]]:
-    """Run the runnable blocks of ``page`` in ``folder``; stops at the first failing block."""
+class Ran(NamedTuple):
+    block: Block
+    rc: int
+    output: str           # stdout and stderr together, in the order they were written
+    difference: str = ""  # from the shown output (:func:`output_difference`); empty when it matches
+
+
+def run_page(page: Path, folder: Path, *, show: bool = False, timeout: int = 1800) -> list[Ran]:
+    """Run the runnable blocks of ``page`` in ``folder``; stops at the first failing block.
+
+    A block whose output differs from its shown text still counts as run: the next blocks run too.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     for name in LINKED:
         if not (folder / name).exists():
@@ -109,11 +186,13 @@ def run_page(page: Path, folder: Path, *, show: bool = False, timeout: int = 180
     done = []
     for block in (b for b in blocks(page) if b.runs):
         argv = ["bash", "-euo", "pipefail", "-c", block.code] if block.lang == "bash" else [sys.executable, "-c", block.code]
-        proc = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
-        output = proc.stdout + proc.stderr
-        done.append((block, proc.returncode, output))
+        proc = subprocess.run(argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout)
+        output = proc.stdout
+        done.append(Ran(block, proc.returncode, output, output_difference(block, output, folder)))
         if show:
-            print(f"===== {block.where()} ({block.lang}) rc={proc.returncode}\n{block.code}----- output\n{output}")
+            print(f"===== {block.where()} ({block.lang}) rc={proc.returncode}\n{block.code}----- output\n{output}"
+                  + (f"----- {done[-1].difference}\n" if done[-1].difference else ""))
         if proc.returncode:
             break
     return done
@@ -211,19 +290,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pages", nargs="*", type=Path, help="Markdown files (default: README.md and docs/)")
     parser.add_argument("--show", action="store_true", help="print each block and what it printed")
     parser.add_argument("--keep", type=Path, help="run in this folder (one subfolder per page) and keep it")
+    parser.add_argument("--keep-going", action="store_true", help="after a failing page, run the next pages too")
     args = parser.parse_args(argv)
     chosen = [p.resolve() for p in args.pages] or pages()
+    status = False
     with tempfile.TemporaryDirectory(prefix="paw-docs-") as tmp:
         base = args.keep or Path(tmp)
         for page in chosen:
             folder = base / page.relative_to(ROOT).with_suffix("").as_posix().replace("/", "--")
             results = run_page(page, folder, show=args.show)
-            failed = [(b, rc, out) for b, rc, out in results if rc]
+            failed = [r for r in results if r.rc]
+            differ = [r for r in results if r.difference]
             print(f"{page.relative_to(ROOT)}: {len(results) - len(failed)} block(s) ran"
-                  + (f"; FAILED at {failed[0][0].where()}:\n{failed[0][2]}" if failed else ""))
-            if failed:
+                  + (f"; FAILED at {failed[0].block.where()}:\n{failed[0].output}" if failed else "")
+                  + "".join(f"\n{r.block.where()}: {r.difference}" for r in differ))
+            if failed and not args.keep_going:
                 return 1
-    return 0
+            status = status or bool(failed or differ)
+    return int(status)
 
 
 if __name__ == "__main__":

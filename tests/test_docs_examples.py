@@ -1,8 +1,10 @@
 """README.md and docs/: every example runs as written (slow), and the pages are sound (fast).
 
 The convention the pages follow is in docs/contributing.md and scripts/docs_examples.py: ```bash
-and ```python blocks run, in order, in one empty folder per page; output sits in ```text blocks;
-a block after ``<!-- not run: REASON -->`` is only shown.
+and ```python blocks run, in order, in one empty folder per page; output sits in ```text blocks,
+and what a block prints must match the ```text block after it (``...`` lines match any lines);
+a block after ``<!-- not run: REASON -->`` is only shown, a text block after
+``<!-- output not compared: REASON -->`` is not compared.
 """
 
 from __future__ import annotations
@@ -59,6 +61,38 @@ def test_not_run_marks_name_a_reason_and_a_block(page):
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
+def test_output_not_compared_marks_name_a_reason_and_a_shown_output(page):
+    lines = page.read_text(encoding="utf-8").splitlines()
+    marked = {b.expected_line - 1 for b in docs.blocks(page) if b.not_compared}  # 0-based fence lines
+    for i, line in enumerate(lines):
+        if line.startswith("<!-- output not compared"):
+            assert docs.NOT_COMPARED.search(line), f"{page.name}:{i + 1}: say why: <!-- output not compared: REASON -->"
+            assert i + 1 in marked, f"{page.name}:{i + 1}: the mark must sit right before the text block of a run block"
+
+
+def test_shown_output_belongs_to_the_runnable_block_before_it(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\necho hi\n```\n\n<!-- output not compared: varies -->\n```text\nhi\n```\n"
+                    "Prose.\n```text\nnot an output\n```\n<!-- not run: GPU -->\n```bash\necho x\n```\n"
+                    "```text\nx\n```\n```bash\necho y\n```\n```text\ny\n```\n")
+    found = docs.blocks(page)
+    runs = [b for b in found if b.lang == "bash"]
+    assert [(b.expected, b.expected_line, b.not_compared) for b in runs] == [
+        ("hi\n", 6, "varies"), (None, 0, ""), ("y\n", 23, "")]
+
+
+def test_output_comparison_normalises_times_and_paths_and_honours_ellipsis(tmp_path):
+    block = docs.Block(tmp_path / "p.md", 1, "bash", "true\n", expected="start\n...\nok (2.1 s)\nDone in 15 s.\n")
+    assert docs.output_difference(block, "start\nok (0.4 s)\nDone in 3 s.\n") == ""
+    assert docs.output_difference(block, "start\na\nb\nok (9.0 s)\nDone in 3 s.\n\n") == ""
+    assert "+ok (<time>)" in docs.output_difference(block, "start\nok (1 s)\nok (1 s)\n")
+    assert "-start" in docs.output_difference(block, "ok (0.4 s)\nDone in 3 s.\n")
+    assert docs.normalise(f"wrote {tmp_path}/out and /tmp/paw-x/y", tmp_path) == ["wrote out and <tmp>"]
+    assert docs.matches(["a", "...", "c", "..."], ["a", "c", "c", "d"]) and not docs.matches(["a", "..."], ["b"])
+    assert docs.output_difference(docs.replace(block, not_compared="timings"), "anything") == ""
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
 def test_examples_create_what_they_read(page):
     assert docs.missing_inputs(page) == []
     for block in docs.blocks(page):
@@ -95,9 +129,11 @@ def test_missing_inputs_finds_an_unmade_file(tmp_path):
 @pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
 def test_examples_run_as_written(page, tmp_path):
     results = docs.run_page(page, tmp_path / "work")
-    failed = [(b.where(), out[-3000:]) for b, rc, out in results if rc]
+    failed = [(r.block.where(), r.output[-3000:]) for r in results if r.rc]
     assert not failed, failed
     assert len(results) == len([b for b in docs.blocks(page) if b.runs])
+    differ = [f"{r.block.where()}: {r.difference}" for r in results if r.difference]
+    assert not differ, "\n\n".join(differ)
 
 
 def test_script_runs_standalone():
