@@ -29,38 +29,71 @@ def _prefix(tokenizer) -> list[int]:
     return []
 
 
-def encode_pair(tokenizer, context: str, continuation: str, *, max_length: int | None = None) -> Encoded:
+START = ("bos", "tokenizer")  # how a sequence starts: see encode_pair
+
+
+def encode_pair(tokenizer, context: str, continuation: str, *, max_length: int | None = None,
+                start: str = "bos") -> Encoded:
     """Tokenise ``context + continuation`` and find where the continuation starts.
 
     The lm-evaluation-harness recipe: trailing spaces move from the context to the continuation
     (``"Answer: " + "4"`` is scored as ``"Answer:" + " 4"``), the whole text is tokenised once, and
-    the continuation is what follows the context's own tokens. Tokenising the whole keeps the
-    merges a tokenizer would make across the boundary; when the context's tokens are not a prefix
-    of the whole, the two halves are tokenised apart. Over-long sequences lose tokens on the left.
+    the continuation is what follows the context's own tokens. Over-long sequences lose tokens on
+    the left. ``start`` says what comes first:
 
-    >>> enc = encode_pair(tok, "2 + 2 =", " 4")  # doctest: +SKIP
+    - ``"tokenizer"`` (what ``paw eval`` and ``train-lora`` use): exactly lm-eval's ``HFLM``: the
+      tokenizer's own special tokens (BOS for Llama and Gemma, nothing for GPT-2, Qwen or SmolLM2),
+      all trailing whitespace moves, the continuation is ``whole[len(context):]``; an empty context
+      becomes BOS (else EOS), or the continuation's first token when it already is that token;
+    - ``"bos"``: BOS (else EOS) always first and the special tokens of the tokenizer left out, only
+      trailing spaces move, and when the context's tokens are not a prefix of the whole the two
+      halves are tokenised apart (distillation's sequences are built this way).
+
+    >>> enc = encode_pair(tok, "2 + 2 =", " 4", start="tokenizer")  # doctest: +SKIP
     >>> tok.decode(enc.ids[-enc.n_cont:])  # doctest: +SKIP
     ' 4'
     """
-    stripped = context.rstrip(" ")
+    if start not in START:
+        raise PawError(f"start {start!r}: expected one of {', '.join(START)}")
+    stripped = context.rstrip() if start == "tokenizer" else context.rstrip(" ")
     continuation = context[len(stripped):] + continuation
     if not continuation:
         raise PawError(f"empty answer choice after context {context[-40:]!r}")
+    ids, n_cont = (_as_lm_eval if start == "tokenizer" else _with_bos)(tokenizer, stripped, continuation)
+    if not n_cont:
+        raise PawError(f"answer choice {continuation!r} encodes to no tokens")
+    if max_length is not None and len(ids) > max_length:
+        ids = ids[-max_length:]
+    return Encoded(tuple(int(i) for i in ids), min(n_cont, len(ids) - 1))
+
+
+def _as_lm_eval(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
+    """lm-eval ``HFLM.loglikelihood`` / ``_encode_pair`` for a causal model (``add_bos_token`` unset)."""
+    if not context:
+        cont = tokenizer.encode(continuation, add_special_tokens=False)
+        prefix = _prefix(tokenizer)
+        if not prefix:
+            raise PawError("the tokenizer has neither BOS nor EOS and the context is empty: nothing to score from")
+        if cont and cont[0] == prefix[0]:
+            return cont, len(cont) - 1
+        return prefix + cont, len(cont)
+    ctx = tokenizer.encode(context)
+    whole = tokenizer.encode(context + continuation)
+    cont = whole[len(ctx):]  # even when ctx is not a prefix of whole, as lm-eval does
+    return ctx + cont, len(cont)
+
+
+def _with_bos(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
     prefix = _prefix(tokenizer)
-    ctx = tokenizer.encode(stripped, add_special_tokens=False) if stripped else []
-    whole = tokenizer.encode(stripped + continuation, add_special_tokens=False)
+    ctx = tokenizer.encode(context, add_special_tokens=False) if context else []
+    whole = tokenizer.encode(context + continuation, add_special_tokens=False)
     if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
         cont = whole[len(ctx):]
     else:
         cont = tokenizer.encode(continuation, add_special_tokens=False)
-    if not cont:
-        raise PawError(f"answer choice {continuation!r} encodes to no tokens")
-    ids = prefix + ctx + cont
     if not prefix and not ctx:
         raise PawError("the tokenizer has neither BOS nor EOS and the context is empty: nothing to score from")
-    if max_length is not None and len(ids) > max_length:
-        ids = ids[-max_length:]
-    return Encoded(tuple(int(i) for i in ids), min(len(cont), len(ids) - 1))
+    return prefix + ctx + cont, len(cont)
 
 
 @dataclass

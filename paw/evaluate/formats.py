@@ -17,7 +17,14 @@ mc          ``question``, ``choices`` (list), ``answer`` (index/letter/text) ``q
 ==========  =============================================================  ====================
 
 Choices are scored as continuations of the prompt, with a leading space (`` " " + choice``), the
-lm-evaluation-harness convention. Winogrande items use partial scoring (see ``MCItem.fill_blank``).
+lm-evaluation-harness convention; the choice texts are kept as the file has them (PIQA has 230
+solutions ending in a space, which lm-eval scores too), except that the flat ``mc`` layout takes a
+choice's own leading space as that separator. Winogrande items use partial scoring (see
+``MCItem.fill_blank``).
+
+Every item is checked as it is read, and a bad one is refused with the file and line: choices must
+be a list of non-empty strings (not a string, null or an empty list), labels as many as the
+choices, and an answer index an integer (not a boolean) in range.
 The records come from :func:`paw.io.mcdata.read_records` (JSON lines, or ARC's Python-literal
 lines); this module decides what the model is asked.
 """
@@ -89,32 +96,91 @@ def strip_labels(options: list[str]) -> list[str]:
 
 
 def _continuations(choices: list[str]) -> tuple[str, ...]:
-    return tuple(" " + str(c).strip() for c in choices)
+    """lm-eval's continuations: the target delimiter ``" "`` + the choice text as given."""
+    return tuple(" " + c for c in choices)
+
+
+def _kind(value: Any) -> str:
+    """The JSON name of a value's type, for messages: ``None -> 'null'``, ``True -> 'a boolean'``."""
+    names = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", tuple: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _text(value: Any, field: str) -> str:
+    """A text field (question, passage, ...): a string, possibly empty."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} is {_kind(value)}, not a string")
+    return value
+
+
+def _texts(value: Any, field: str) -> list[str]:
+    """The choices of one item: a non-empty list of non-blank strings.
+
+    >>> _texts("ab", "choices")
+    Traceback (most recent call last):
+    ValueError: choices is a string, not a list of choices
+    """
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{field} is {_kind(value)}, not a list of choices")
+    if not value:
+        raise ValueError(f"{field} is an empty list")
+    return [_choice(entry, f"{field}[{k}]") for k, entry in enumerate(value)]
+
+
+def _choice(value: Any, field: str) -> str:
+    """One answer choice: a string with something in it."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} is {_kind(value)}, not a string")
+    if not value.strip():
+        raise ValueError(f"{field} is an empty string")
+    return value
+
+
+def _as_index(value: Any, n: int, field: str) -> int:
+    """A 0-based answer index: an integer (or its decimal digits, as HellaSwag keeps labels) in ``[0, n)``.
+
+    ``True``, ``1.0`` and ``None`` are refused: a boolean or a float is no index, whatever Python's
+    ``int()`` makes of it.
+    """
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field} is {_short(value) if value is None else f'{_kind(value)} ({_short(value)})'}, "
+                         "not an integer index")
+    if not 0 <= value < n:
+        raise ValueError(f"{field} index {value} out of range for {n} choices")
+    return value
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _index(answer: Any, labels: list[str], n: int) -> int:
-    """``'C'`` with labels A..D -> 2; ``'2'`` with labels 1..4 -> 1; an int is a 0-based index."""
-    if isinstance(answer, bool):
-        raise ValueError(f"answer {answer!r} is not an index or label")
-    if isinstance(answer, int):
-        index = answer
-    else:
-        key = str(answer).strip()
-        if key not in labels:
-            raise ValueError(f"answer {answer!r} is not one of the labels {labels}")
-        index = labels.index(key)
-    if not 0 <= index < n:
-        raise ValueError(f"answer index {index} out of range for {n} choices")
-    return index
+    """``'C'`` with labels A..D -> 2; ``'2'`` with labels 1..4 -> 1."""
+    if not isinstance(answer, str | int) or isinstance(answer, bool):
+        raise ValueError(f"answer is {_kind(answer)} ({_short(answer)}), not a label")
+    key = str(answer).strip()
+    if key not in labels:
+        raise ValueError(f"answer {_short(answer)} is not one of the labels {labels}")
+    return _as_index(labels.index(key), n, "answer")
 
 
 def _labelled(record: Record, question: str, prompt: str, what: str) -> MCItem:
     choices = record["choices"]
     if not isinstance(choices, dict) or "text" not in choices:
-        raise ValueError(f"{what}: 'choices' must be an object with 'text' and 'label' lists")
-    texts = list(choices["text"])
-    labels = [str(label) for label in choices.get("label", _LETTERS[: len(texts)])]
-    answer = _index(str(record["answerKey"]), labels, len(texts))
+        raise ValueError(f"choices is {_kind(choices)}; {what} wants an object with 'text' and 'label' lists")
+    texts = _texts(choices["text"], "choices.text")
+    labels = choices.get("label", list(_LETTERS[: len(texts)]))
+    if not isinstance(labels, list | tuple) or isinstance(labels, str):
+        raise ValueError(f"choices.label is {_kind(labels)}, not a list of labels")
+    if len(labels) != len(texts):
+        raise ValueError(f"{len(texts)} choices but {len(labels)} labels: choices.text and choices.label disagree")
+    if any(isinstance(label, bool) or not isinstance(label, str | int) for label in labels):
+        raise ValueError(f"choices.label holds a value that is not a string: {_short(labels)}")
+    answer = _index(record["answerKey"], [str(label) for label in labels], len(texts))
     return MCItem(prompt.format(q=question.strip()), _continuations(texts), answer, str(record.get("id", "")))
 
 
@@ -154,16 +220,16 @@ def _formatted_answer(record: Record, options: list[str]) -> int:
         return [o.strip() for o in options].index(target)
     if target in [str(i) for i in range(1, len(options) + 1)] and not any(o.strip().isdigit() for o in options):
         return int(target) - 1  # Winogrande "1"/"2"
-    return _index(int(record["target_idx"]), [], len(options))
+    return _as_index(record["target_idx"], len(options), "target_idx")
 
 
 @reader("formatted", keys=("input", "options", "target_idx"),
         help="input, options, target, target_idx (ARC/OBQA options 'A: text' lose the label)")
 def _formatted(record: Record) -> MCItem:
     dataset = str(record.get("dataset", ""))
-    options = [str(o) for o in record["options"]]
+    options = _texts(record["options"], "options")
     answer = _formatted_answer(record, options)
-    question = str(record["input"])
+    question = _text(record["input"], "input")
     if dataset.startswith("winogrande") or (str(record.get("task_type")) == "pronoun_resolution"
                                             and BLANK in question):
         return MCItem(question, tuple(o.strip() for o in options), answer, str(record.get("id", "")),
@@ -177,40 +243,41 @@ def _formatted(record: Record) -> MCItem:
 @reader("arc", keys=("question", "choices", "answerKey"), help="ARC: question, choices.text/label, answerKey",
         extra=lambda r: isinstance(r["choices"], dict))
 def _arc(record: Record) -> MCItem:
-    return _labelled(record, str(record["question"]), PROMPTS["arc"], "arc")
+    return _labelled(record, _text(record["question"], "question"), PROMPTS["arc"], "arc")
 
 
 @reader("openbookqa", keys=("question_stem", "choices", "answerKey"),
         help="OpenBookQA: question_stem, choices.text/label, answerKey")
 def _openbookqa(record: Record) -> MCItem:
-    return _labelled(record, str(record["question_stem"]), PROMPTS["openbookqa"], "openbookqa")
+    return _labelled(record, _text(record["question_stem"], "question_stem"), PROMPTS["openbookqa"], "openbookqa")
 
 
 @reader("piqa", keys=("goal", "sol1", "sol2"), help="PIQA: goal, sol1, sol2, label|answer (0/1)")
 def _piqa(record: Record) -> MCItem:
-    label = record["label"] if "label" in record else record["answer"]
-    answer = _index(int(label), [], 2)
-    return MCItem(PROMPTS["piqa"].format(q=str(record["goal"]).strip()),
-                  _continuations([record["sol1"], record["sol2"]]), answer, str(record.get("id", "")))
+    field = "label" if "label" in record else "answer"
+    answer = _as_index(record.get(field), 2, field)
+    solutions = [_choice(record[key], key) for key in ("sol1", "sol2")]
+    return MCItem(PROMPTS["piqa"].format(q=_text(record["goal"], "goal").strip()),
+                  _continuations(solutions), answer, str(record.get("id", "")))
 
 
 @reader("winogrande", keys=("sentence", "option1", "option2"),
         help="Winogrande: sentence with _, option1, option2, answer '1'|'2' (partial scoring)")
 def _winogrande(record: Record) -> MCItem:
-    sentence = str(record["sentence"])
+    sentence = _text(record["sentence"], "sentence")
     if BLANK not in sentence:
         raise ValueError("sentence has no '_' blank to fill")
-    answer = _index(str(record["answer"]), ["1", "2"], 2)
-    options = (str(record["option1"]).strip(), str(record["option2"]).strip())
+    answer = _index(record["answer"], ["1", "2"], 2)
+    options = tuple(_choice(record[key], key).strip() for key in ("option1", "option2"))
     return MCItem(sentence, options, answer, str(record.get("id", record.get("qID", ""))), fill_blank=True)
 
 
 @reader("boolq", keys=("question", "passage", "answer"), help="BoolQ: question, passage, answer (bool) -> no/yes")
 def _boolq(record: Record) -> MCItem:
     if not isinstance(record["answer"], bool):
-        raise ValueError(f"answer {record['answer']!r} is not true/false")
-    question = str(record["question"]).strip().rstrip("?")
-    prompt = f"{str(record['passage']).strip()}\nQuestion: {question}?\nAnswer:"
+        raise ValueError(f"answer {_short(record['answer'])} is not true/false")
+    question = _text(record["question"], "question").strip().rstrip("?")
+    prompt = f"{_text(record['passage'], 'passage').strip()}\nQuestion: {question}?\nAnswer:"
     return MCItem(prompt, (" no", " yes"), int(record["answer"]), str(record.get("id", record.get("idx", ""))))
 
 
@@ -229,24 +296,26 @@ def _hellaswag(record: Record) -> MCItem:
         ctx = str(record["ctx"])
     activity = str(record.get("activity_label", "")).strip()
     query = _hellaswag_clean(f"{activity}: {ctx}" if activity else ctx)
-    endings = [_hellaswag_clean(str(e)) for e in record["endings"]]
-    answer = _index(int(record["label"]), [], len(endings))
+    endings = [_hellaswag_clean(e) for e in _texts(record["endings"], "endings")]
+    answer = _as_index(record.get("label"), len(endings), "label")
     return MCItem(query, _continuations(endings), answer, str(record.get("ind", record.get("id", ""))))
 
 
 @reader("mc", keys=("question", "choices", "answer"),
         help="flat: question, choices (list), answer (0-based index, letter or the choice text)",
-        extra=lambda r: isinstance(r["choices"], list))
+        extra=lambda r: not isinstance(r["choices"], dict))  # a string or null here is refused by name
 def _flat(record: Record) -> MCItem:
-    choices = [str(c) for c in record["choices"]]
+    choices = _texts(record["choices"], "choices")
     answer = record["answer"]
     if isinstance(answer, str) and answer in choices:
         index = choices.index(answer)
-    elif isinstance(answer, str) and not answer.strip().isdigit():
+    elif isinstance(answer, str) and not answer.strip().isdecimal():
         index = _index(answer.strip().upper(), list(_LETTERS[: len(choices)]), len(choices))
     else:
-        index = _index(int(answer), [], len(choices))
-    return MCItem(str(record["question"]), _continuations(choices), index, str(record.get("id", "")))
+        index = _as_index(answer, len(choices), "answer")
+    # a choice's own leading space is the separator (quiz files write " red"); lm-eval's layouts add it
+    return MCItem(_text(record["question"], "question"), tuple(" " + c.removeprefix(" ") for c in choices), index,
+                  str(record.get("id", "")))
 
 
 # --------------------------------------------------------------------------- file level

@@ -38,3 +38,19 @@ class MCItem:
         head, _, tail = self.question.partition(BLANK)
         tail = " " + tail.strip()
         return [(head + choice, tail) for choice in self.choices]
+
+    def norm_lengths(self) -> list[int]:
+        """The divisor of each choice's log-likelihood for ``accuracy_norm``: lm-eval's ``acc_norm``.
+
+        lm-eval divides by ``len(choice)`` in characters, where ``choice`` is the ``doc_to_choice``
+        string, *without* the target delimiter ``" "`` that starts the scored continuation; for
+        partial scoring (Winogrande) the choices are the filled-in contexts. Never below 1.
+
+        >>> MCItem("2 + 2 =", (" 3", " 40"), 1).norm_lengths()
+        [1, 2]
+        >>> MCItem("Sam hugged Ann because _ was sad.", ("Sam", "Ann"), 1, fill_blank=True).norm_lengths()
+        [26, 26]
+        """
+        if self.fill_blank:
+            return [max(len(context), 1) for context, _ in self.pairs()]
+        return [max(len(choice.removeprefix(" ")), 1) for choice in self.choices]

@@ -4,14 +4,19 @@ Every choice ``j`` of an item is scored by ``LL_j = sum_t log p(c_t | context, c
 continuation tokens. Reported, over ``n`` items:
 
 - ``accuracy``: ``argmax_j LL_j`` is the answer;
-- ``accuracy_norm``: ``argmax_j LL_j / len(choice_j in characters)`` is the answer (lm-eval's
-  ``acc_norm``; characters, not tokens, so that two models with different tokenizers are
-  normalised alike);
+- ``accuracy_norm``: ``argmax_j LL_j / len(choice_j in characters)`` is the answer, exactly
+  lm-eval's ``acc_norm``: the length of the choice text *without* the space that joins it to the
+  question (:meth:`MCItem.norm_lengths`; characters, not tokens, so that two models with different
+  tokenizers are normalised alike);
 - ``stderr`` / ``stderr_norm``: ``sqrt(p (1 - p) / n)``, the binomial standard error;
 - ``loss``: mean negative log-likelihood per token of the *correct* continuations, pooled over all
   their tokens (``sum NLL / sum tokens``), and ``perplexity = exp(loss)``, the test/loss and
   test/perplexity of LoRA fine-tuning runs;
 - ``n`` items, ``n_tokens`` correct-answer tokens.
+
+Sequences are tokenised as lm-eval's ``hf`` model does (:func:`~paw.evaluate.encode.encode_pair`
+with ``start="tokenizer"``): the tokenizer's own special tokens, so BOS for Llama and Gemma and
+none for GPT-2, Qwen or SmolLM2. ``scripts/parity_eval_lmeval.py`` checks the choices item by item.
 
 The model runs under ``torch.no_grad`` in eval mode, on sequences sorted by length (longest first,
 so an out-of-memory shows at once) and padded by PAW itself, whatever the tokenizer's own
@@ -116,7 +121,7 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
         if not 0 <= item.answer < len(item.choices):
             raise PawError(f"item {item.id or k}: answer {item.answer} out of range for {len(item.choices)} choices")
         for context, continuation in item.pairs():
-            encoded.append(encode_pair(tokenizer, context, continuation, max_length=max_length))
+            encoded.append(encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer"))
             owners.append(k)
     was_training = model.training
     model.eval()
@@ -135,7 +140,7 @@ def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]], *, p
     for item in items:
         pairs = item.pairs()
         lls = [scores[cursor + j][0] for j in range(len(pairs))]
-        norms = [ll / max(len(cont), 1) for ll, (_, cont) in zip(lls, pairs, strict=True)]
+        norms = [ll / length for ll, length in zip(lls, item.norm_lengths(), strict=True)]
         hits.append(int(argmax_choice(lls) == item.answer))
         hits_norm.append(int(argmax_choice(norms) == item.answer))
         all_lls.append(lls)

@@ -140,7 +140,7 @@ def _encode_answer(tokenizer, item: MCItem, max_length: int | None) -> Encoded:
     if not 0 <= item.answer < len(item.choices):
         raise PawError(f"item {item.id!r}: answer {item.answer} out of range for {len(item.choices)} choices")
     context, continuation = item.pairs()[item.answer]
-    return encode_pair(tokenizer, context, continuation, max_length=max_length)
+    return encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer")
 
 
 def _evaluate(model, tokenizer, items, batch_size, progress) -> dict:

@@ -121,7 +121,7 @@ def test_encode_pair_moves_trailing_space(fact_model):
 
 def test_summarize_by_hand():
     items = [MCItem("q", (" a", " bbbb"), 1), MCItem("q", (" a", " b"), 0)]
-    # item 1: LL -1.0 vs -2.0 -> raw picks 0 (wrong); per char -0.5 vs -0.4 -> norm picks 1 (right)
+    # item 1: LL -1.0 vs -2.0 -> raw picks 0 (wrong); per char of "a", "bbbb": -1.0 vs -0.5 -> norm picks 1 (right)
     scores = [(-1.0, 1), (-2.0, 2), (-0.5, 1), (-3.0, 1)]
     m = summarize(items, scores, per_item=True)
     assert m["accuracy"] == 0.5 and m["accuracy_norm"] == 1.0
