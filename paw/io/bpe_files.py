@@ -29,6 +29,7 @@ from paw.errors import PawError
 from paw.io.atomic import atomic_file, atomic_outputs
 
 MODEL_VERSION = "paw-bpe v1"
+MAX_TOKEN_ID = 2**32 - 1  # tiktoken's ranks and tokenizers' ids are u32
 
 
 @dataclass
@@ -144,27 +145,85 @@ def _vocab_text(ranks: dict[bytes, int], merges, special_tokens: dict[str, int])
 
 
 def _read_paw(path: Path) -> BpeFile:
+    """Read a ``.model`` file; each fault is refused naming its line.
+
+    Checked: the four header lines, the 256 single bytes (each once), the merge count against the
+    lines that follow, each merge's two ranks (tokens already made: a rank is never negative nor
+    beyond the tokens so far), nothing after the last merge, special ids apart from the tokens.
+    """
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-        header = dict(line.split(" ", 1) for line in lines[1:5])
-        pattern = json.loads(header["pattern"])
-        specials = json.loads(header["special_tokens"])
-        order = tuple(int(b) for b in header["bytes"].split())
-        n = int(header["merges"])
-        by_rank = [bytes([b]) for b in order]
-        known = set(by_rank)
-        merges = []
-        for line in lines[5:5 + n]:
-            left, right = (by_rank[int(x)] for x in line.split())
-            merges.append((left, right))
-            if left + right not in known:  # a merge that rebuilds a known token adds no rank
-                by_rank.append(left + right)
-                known.add(left + right)
-    except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
-        raise PawError(f"malformed PAW model file ({type(exc).__name__}: {exc})", path=path) from None
-    if len(order) != 256 or len(merges) != n:
-        raise PawError("malformed PAW model file (truncated)", path=path)
-    return BpeFile(ranks_from_merges(merges, order), pattern, specials, "paw", merges)
+    except UnicodeDecodeError as exc:
+        raise PawError(f"malformed PAW model file (not UTF-8 at byte {exc.start})", path=path) from None
+    header = {}
+    for lineno, key in enumerate(("pattern", "special_tokens", "bytes", "merges"), start=2):
+        name, _, value = (lines[lineno - 1] if lineno <= len(lines) else "").partition(" ")
+        if name != key:
+            raise PawError(f"malformed PAW model file: line {lineno} should start with {key!r}", path=path)
+        header[key] = value
+    pattern = _header_json(path, 2, header["pattern"], (str, type(None)))
+    specials = _header_json(path, 3, header["special_tokens"], dict)
+    order = _byte_order(path, header["bytes"])
+    n = _natural(header["merges"])
+    if n is None:
+        raise PawError(f"malformed PAW model file: line 5: merge count {header['merges'][:40]!r}", path=path)
+    body = lines[5:]
+    if len(body) < n:
+        raise PawError(f"malformed PAW model file (truncated): {n} merges announced, {len(body)} lines follow",
+                       path=path)
+    if any(line.strip() for line in body[n:]):
+        raise PawError(f"malformed PAW model file: line {5 + n + 1}: text after the last of the {n} merges",
+                       path=path)
+    merges = _paw_merges(path, body[:n], order)
+    ranks = ranks_from_merges(merges, order)
+    _check_specials(path, ranks, specials)
+    return BpeFile(ranks, pattern, specials, "paw", merges)
+
+
+def _header_json(path: Path, lineno: int, text: str, kind):
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = ...
+    if not isinstance(value, kind):
+        raise PawError(f"malformed PAW model file: line {lineno} is not the JSON it should hold", path=path)
+    return value
+
+
+def _byte_order(path: Path, text: str) -> tuple[int, ...]:
+    items = text.split()
+    values = [_natural(x, 255) for x in items]
+    if len(values) != 256 or None in values or len(set(values)) != 256:
+        raise PawError("malformed PAW model file: line 4 must list each of the bytes 0..255 once", path=path)
+    return tuple(values)
+
+
+def _natural(text: str, limit: int = MAX_TOKEN_ID) -> int | None:
+    """``int(text)`` for ASCII digits naming ``0..limit``, else ``None`` (no sign, no ``'²'``, no 5000 digits)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(limit)) or int(text) > limit:
+        return None
+    return int(text)
+
+
+def _paw_merges(path: Path, lines: list[str], order: tuple[int, ...]) -> list[tuple[bytes, bytes]]:
+    """``left_rank right_rank`` per line -> byte pairs; a rank must name a token made before the line."""
+    by_rank = [bytes([b]) for b in order]
+    known = set(by_rank)
+    merges = []
+    for lineno, line in enumerate(lines, start=6):
+        parts = [_natural(x) for x in line.split()]
+        if len(parts) != 2 or None in parts:
+            raise PawError(f"malformed PAW model file: line {lineno} is not 'left_rank right_rank'", path=path)
+        bad = next((x for x in parts if x >= len(by_rank)), None)
+        if bad is not None:
+            raise PawError(f"line {lineno}: the merge names rank {bad}, which is not a token of the vocabulary "
+                           f"(ranks 0..{len(by_rank) - 1} exist at that point)", path=path)
+        left, right = by_rank[parts[0]], by_rank[parts[1]]
+        merges.append((left, right))
+        if left + right not in known:  # a merge that rebuilds a known token adds no rank
+            by_rank.append(left + right)
+            known.add(left + right)
+    return merges
 
 
 # ---------------------------------------------------------------- tiktoken rank file
@@ -181,22 +240,66 @@ TIKTOKEN_SPECIALS: dict[str, dict[str, int]] = {
 
 
 def _read_tiktoken(path: Path) -> BpeFile:
-    ranks = {}
+    """``base64(token) rank`` per line; a duplicate token or rank, an empty token, a rank outside
+    ``0..2**32-1`` or a missing single byte is refused naming the line (tiktoken would keep the last
+    of two duplicates silently, or panic on text holding a missing byte)."""
+    ranks: dict[bytes, int] = {}
+    line_of_rank: dict[int, int] = {}
     for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
         if not line.strip():
             continue
         try:
             token, rank = line.split()
-            ranks[base64.b64decode(token, validate=True)] = int(rank)
+            token = base64.b64decode(token, validate=True)
+            if not rank.isdigit():
+                raise ValueError
+            rank = int(rank)
         except (ValueError, binascii.Error):
             raise PawError(f"line {lineno} is not 'base64-token rank' (not a PAW model, tiktoken rank "
                            "file or tokenizer.json)", path=path) from None
+        _check_rank_line(path, lineno, token, rank, ranks, line_of_rank)
+        ranks[token] = rank
+        line_of_rank[rank] = lineno
     if not ranks:
         raise PawError("empty tiktoken rank file", path=path)
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise PawError(f"{len(missing)} of the 256 single bytes are not tokens (first: byte {missing[0]}); a "
+                       "byte-level BPE needs all of them", path=path)
     name = path.name.split(".")[0]
     pattern = PATTERNS[TIKTOKEN_PATTERNS[name]] if name in TIKTOKEN_PATTERNS else None
     specials = {**TIKTOKEN_SPECIALS.get(name, {}), **_sidecar_specials(path)}
+    _check_specials(path, ranks, specials)
     return BpeFile(ranks, pattern, specials, "tiktoken")
+
+
+def _check_rank_line(path: Path, lineno: int, token: bytes, rank: int, ranks: dict[bytes, int],
+                     line_of_rank: dict[int, int]) -> None:
+    if not token:
+        raise PawError(f"line {lineno}: an empty token (a token is at least one byte)", path=path)
+    if rank > MAX_TOKEN_ID:
+        raise PawError(f"line {lineno}: rank {rank} is above {MAX_TOKEN_ID} (token ids are 32-bit)", path=path)
+    if token in ranks:
+        raise PawError(f"line {lineno}: token {token!r} already has rank {ranks[token]}", path=path)
+    if rank in line_of_rank:
+        raise PawError(f"line {lineno}: rank {rank} is already the rank of the token on line "
+                       f"{line_of_rank[rank]}", path=path)
+
+
+def _check_specials(path: Path, ranks: dict[bytes, int], specials: dict[str, int]) -> None:
+    """Special ids are distinct 32-bit ids that no ordinary token holds."""
+    owner = {rank: token for token, rank in ranks.items()}
+    seen: dict[int, str] = {}
+    for content, tid in specials.items():
+        if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid <= MAX_TOKEN_ID:
+            raise PawError(f"special token {content!r} has id {tid!r}, not an integer in 0..{MAX_TOKEN_ID}",
+                           path=path)
+        if tid in owner:
+            raise PawError(f"special token {content!r} has id {tid}, which the ordinary token "
+                           f"{owner[tid]!r} already holds", path=path)
+        if tid in seen:
+            raise PawError(f"special tokens {seen[tid]!r} and {content!r} share id {tid}", path=path)
+        seen[tid] = content
 
 
 def _sidecar_specials(path: Path) -> dict[str, int]:
@@ -206,10 +309,20 @@ def _sidecar_specials(path: Path) -> dict[str, int]:
         return {}
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise PawError(f"not valid JSON ({exc})", path=config) from None
     decoder = (data.get("added_tokens_decoder") if isinstance(data, dict) else None) or {}
-    return {v["content"]: int(k) for k, v in decoder.items() if isinstance(v, dict) and "content" in v}
+    if not isinstance(decoder, dict):
+        raise PawError("'added_tokens_decoder' is not an object", path=config)
+    specials = {}
+    for key, value in decoder.items():
+        if not isinstance(value, dict) or "content" not in value:
+            continue
+        tid = _natural(key)
+        if tid is None or not isinstance(value["content"], str):
+            raise PawError(f"'added_tokens_decoder' entry {key[:40]!r} is not 'id: {{content: text}}'", path=config)
+        specials[value["content"]] = tid
+    return specials
 
 
 def write_tiktoken_ranks(path: str | Path, mergeable_ranks: dict[bytes, int]) -> Path:
@@ -226,28 +339,67 @@ def write_tiktoken_ranks(path: str | Path, mergeable_ranks: dict[bytes, int]) ->
 def _read_hf(path: Path) -> BpeFile:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PawError(f"not valid JSON: {exc}", path=path) from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise PawError(f"not valid JSON: {str(exc)[:200]}", path=path) from None
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         kind = model.get("type") if isinstance(model, dict) else model
         raise PawError(f"tokenizer.json model is {kind!r}, not a byte-level BPE", path=path)
     # added tokens are special tokens; many files (GPT-2, PAW's) also list them in the model vocabulary
-    try:
-        specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
-    except (KeyError, TypeError, ValueError):
-        raise PawError("tokenizer.json 'added_tokens' is not a list of {content, id} objects", path=path) from None
-    try:
-        ranks = {str_to_token(tok): int(i) for tok, i in model["vocab"].items() if specials.get(tok) != i}
-    except KeyError:
-        raise PawError("tokenizer.json vocabulary is not byte-level (a character is outside the GPT-2 "
-                       "byte alphabet; SentencePiece-style BPE is not supported)", path=path) from None
-    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
-    try:
-        merges_b = [(str_to_token(a), str_to_token(b)) for a, b in merges]
-    except (KeyError, ValueError):
-        raise PawError("tokenizer.json merges are not byte-level", path=path) from None
+    added = data.get("added_tokens", [])
+    if not isinstance(added, list) or not all(isinstance(t, dict) and isinstance(t.get("content"), str)
+                                              and "id" in t for t in added):
+        raise PawError("tokenizer.json 'added_tokens' is not a list of {content, id} objects", path=path)
+    specials = {t["content"]: t["id"] for t in added}
+    ranks = _hf_ranks(path, model["vocab"], specials)
+    _check_specials(path, ranks, specials)
+    merges_b = _hf_merges(path, model.get("merges", []), ranks)
     return BpeFile(ranks, pretokenizer_pattern(data.get("pre_tokenizer"), path), specials, "hf", merges_b)
+
+
+def _hf_ranks(path: Path, vocab: dict, specials: dict[str, int]) -> dict[bytes, int]:
+    """The ordinary tokens of ``model.vocab``: byte-level spellings with distinct ids in ``0..2**32-1``."""
+    ranks: dict[bytes, int] = {}
+    owner: dict[int, str] = {}
+    for tok, i in vocab.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_TOKEN_ID:
+            raise PawError(f"tokenizer.json vocabulary gives {tok!r} the id {i!r}, not an integer in "
+                           f"0..{MAX_TOKEN_ID}", path=path)
+        if specials.get(tok) == i:
+            continue
+        if i in owner:
+            raise PawError(f"tokenizer.json vocabulary gives {owner[i]!r} and {tok!r} the same id {i}", path=path)
+        try:
+            token = str_to_token(tok)
+        except KeyError:
+            raise PawError("tokenizer.json vocabulary is not byte-level (a character is outside the GPT-2 "
+                           "byte alphabet; SentencePiece-style BPE is not supported)", path=path) from None
+        if not token:
+            raise PawError(f"tokenizer.json vocabulary holds an empty token (id {i})", path=path)
+        ranks[token], owner[i] = i, tok
+    return ranks
+
+
+def _hf_merges(path: Path, merges, ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """``merges[k]`` as byte pairs; both parts and their join must be tokens of the vocabulary
+    (``tokenizers`` refuses the file otherwise: ``MergeTokenOutOfVocabulary``)."""
+    if not isinstance(merges, list):
+        raise PawError("tokenizer.json 'merges' is not a list", path=path)
+    out = []
+    for k, m in enumerate(merges):
+        pair = m.split(" ") if isinstance(m, str) else m
+        if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise PawError(f"tokenizer.json merges[{k}] is {m!r}, not two tokens", path=path)
+        try:
+            left, right = str_to_token(pair[0]), str_to_token(pair[1])
+        except KeyError:
+            raise PawError(f"tokenizer.json merges[{k}] is not byte-level", path=path) from None
+        for part in (left, right, left + right):
+            if part not in ranks:
+                raise PawError(f"tokenizer.json merges[{k}] {pair[0]} {pair[1]}: "
+                               f"{token_to_str(part)!r} is not a token of the vocabulary", path=path)
+        out.append((left, right))
+    return out
 
 
 def pretokenizer_pattern(pre: dict | None, path: str | Path = "tokenizer.json") -> str | None:

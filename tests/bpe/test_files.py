@@ -152,3 +152,111 @@ def test_hf_export_of_cl100k_matches_tiktoken(real_tables, tmp_path):
                                                                  special_tokens=specials)
     for text in SAMPLES + ["1234567 12 1", "   x\n\n  \n", "I'LL don't WE'VE"]:
         assert hf.encode(text).ids == ref.encode(text, allowed_special="all")
+
+
+# ----- rank files that contradict themselves are refused at read time, naming the line ----------
+def _tiktoken_lines(ranks: dict[bytes, int]) -> list[str]:
+    import base64
+
+    return [f"{base64.b64encode(t).decode()} {r}" for t, r in sorted(ranks.items(), key=lambda kv: kv[1])]
+
+
+def _tiktoken_variants(ranks):
+    import base64
+
+    lines = _tiktoken_lines(ranks)
+    b64 = lines[300].split()[0]
+    return {
+        "dup-rank": (lines + [f"{base64.b64encode(b'zzqq').decode()} 300"], rf"line {len(lines) + 1}: rank 300 is "
+                     r"already the rank of the token on line 301"),
+        "dup-token": (lines + [f"{b64} {len(lines)}"], rf"line {len(lines) + 1}: token .* already has rank 300"),
+        "missing-byte": (lines[:65] + lines[66:], r"1 of the 256 single bytes are not tokens"),
+        "bad-base64": (lines + [f"=== {len(lines)}"], r"line \d+ is not 'base64-token rank'"),
+        "huge-rank": (lines + [f"{base64.b64encode(b'zzqq').decode()} {2**32}"], r"rank 4294967296 is above"),
+        "signed-rank": (lines + [f"{base64.b64encode(b'zzqq').decode()} +5"], r"not 'base64-token rank'"),
+    }
+
+
+@pytest.mark.parametrize("case", ["dup-rank", "dup-token", "missing-byte", "bad-base64", "huge-rank", "signed-rank"])
+def test_bad_tiktoken_rank_files_are_refused_naming_the_line(trained, tmp_path, case):
+    lines, match = _tiktoken_variants(trained.mergeable_ranks)[case]
+    path = tmp_path / "bad.tiktoken"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PawError, match=match) as info:
+        read_bpe(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_sidecar_config_with_bad_ids_is_a_one_line_refusal(trained, tmp_path):
+    path = write_tiktoken_ranks(tmp_path / "r.tiktoken", trained.mergeable_ranks)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"x1": {"content": "<s>"}}}))
+    with pytest.raises(PawError, match="'x1' is not"):
+        read_bpe(path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"5": {"content": "<s>"}}}))
+    with pytest.raises(PawError, match="special token '<s>' has id 5, which the ordinary token"):
+        read_bpe(path)
+
+
+def _paw_model_lines(trained, tmp_path) -> list[str]:
+    path = write_paw_model(tmp_path / "good", mergeable_ranks=trained.mergeable_ranks, pattern=trained.pattern,
+                           special_tokens=trained.special_tokens, merges=trained.merges)
+    return path.read_text().splitlines()
+
+
+def _edit(lines, at, text):
+    return lines[:at] + [text] + lines[at + 1:]
+
+
+@pytest.mark.parametrize("case", ["rank-beyond", "rank-negative", "rank-later", "dup-byte", "trailing", "count",
+                                  "special-clash", "pattern-type", "superscript"])
+def test_bad_paw_model_files_are_refused_naming_the_line(trained, tmp_path, case):
+    lines = _paw_model_lines(trained, tmp_path)
+    byte_line = lines[3].split()
+    n_tok = len(trained.mergeable_ranks)
+    variants = {
+        "rank-beyond": (_edit(lines, 5, "0 99999"), r"line 6: the merge names rank 99999, which is not a token of "
+                                                     r"the vocabulary \(ranks 0..255"),
+        "rank-negative": (_edit(lines, 5, "-1 3"), r"line 6 is not 'left_rank right_rank'"),
+        "rank-later": (_edit(lines, 6, "0 257"), r"line 7: the merge names rank 257"),
+        "dup-byte": (_edit(lines, 3, " ".join(["bytes", *byte_line[1:3], byte_line[1], *byte_line[4:]])),
+                     r"line 4 must list each of the bytes 0..255 once"),
+        "trailing": (lines + ["0 1"], rf"line {len(lines) + 1}: text after the last"),
+        "count": (_edit(lines, 4, "merges 999999"), r"999999 merges announced"),
+        "special-clash": (_edit(lines, 2, 'special_tokens {"<|x|>": 7}'), r"has id 7, which the ordinary token"),
+        "pattern-type": (_edit(lines, 1, "pattern 5"), r"line 2 is not the JSON"),
+        "superscript": (_edit(lines, 5, "0 ²"), r"line 6 is not 'left_rank right_rank'"),
+    }
+    assert n_tok > 258
+    text, match = variants[case]
+    path = tmp_path / "bad.model"
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    with pytest.raises(PawError, match=match) as info:
+        read_bpe(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("case", ["merge-part", "merge-join", "dup-id", "id-type", "merge-shape"])
+def test_bad_tokenizer_json_vocabularies_are_refused(trained, tmp_path, case):
+    path = write_hf_tokenizer_json(tmp_path / "tokenizer.json", mergeable_ranks=trained.mergeable_ranks,
+                                   pattern=trained.pattern, special_tokens={})
+    data = json.loads(path.read_text())
+    model = data["model"]
+    if case == "merge-part":
+        model["merges"].append(["Ġzzq", "a"])
+        match = r"merges\[\d+\] Ġzzq a: 'Ġzzq' is not a token of the vocabulary"
+    elif case == "merge-join":
+        pair = next((a, b) for a in "abcdefgh" for b in "xyzqjkvw" if a + b not in model["vocab"])
+        model["merges"].append(list(pair))
+        match = rf"merges\[\d+\] {pair[0]} {pair[1]}: '{pair[0]}{pair[1]}' is not a token"
+    elif case == "dup-id":
+        model["vocab"]["Ġzzq"] = 300
+        match = r"the same id 300"
+    elif case == "id-type":
+        model["vocab"]["Ġzzq"] = "301"
+        match = r"the id '301', not an integer"
+    else:
+        model["merges"].append(["a", "b", "c"])
+        match = r"not two tokens"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PawError, match=match):
+        read_bpe(path)
