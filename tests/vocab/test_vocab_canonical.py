@@ -48,8 +48,11 @@ def test_byte_level_round_trip_any_text(trained, text):
     assert b"".join(tok.token_bytes(i) for i in tok.encode(text)) == text.encode("utf-8")
 
 
+# Assigned code points only: tiktoken's and tokenizers' regex engines carry their own Unicode tables,
+# which may classify a code point that a newer Unicode version assigned differently (see bpe's docs).
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.text(min_size=1, max_size=60), min_size=1, max_size=4))
+@given(st.lists(st.text(alphabet=st.characters(exclude_categories=("Cn",)), min_size=1, max_size=60),
+                min_size=1, max_size=4))
 def test_tiktoken_fast_path_matches_tokenizers(trained, texts):
     fast, slow = open_tokenizer(trained["byte-bpe"]), open_tokenizer(trained["byte-bpe"], fast=False)
     assert fast.fast is not None and slow.fast is None
