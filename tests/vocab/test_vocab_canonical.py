@@ -6,7 +6,7 @@ import base64
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from paw.errors import PawError
@@ -56,6 +56,9 @@ def test_byte_level_round_trip_any_text(trained, text):
 def test_tiktoken_fast_path_matches_tokenizers(trained, texts):
     fast, slow = open_tokenizer(trained["byte-bpe"]), open_tokenizer(trained["byte-bpe"], fast=False)
     assert fast.fast is not None and slow.fast is None
+    # a special token's text is plain text to the tiktoken path and the token to `tokenizers`, as
+    # TokenizerInfo.encode documents (hypothesis draws '<|eos|>' from the source's string constants)
+    assume(not any(s.content in t for s in fast.specials.values() for t in texts))
     assert fast.encode_batch(texts) == slow.encode_batch(texts)
     assert fast.encode_with_ends(texts) == slow.encode_with_ends(texts)
 
