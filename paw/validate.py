@@ -63,17 +63,19 @@ def nonfinite(tensor, *, chunk: int = 1 << 20) -> int:
     return bad
 
 
-def refuse_nonfinite(name: str, tensor, *, what: str, allow: bool = False, counts: dict | None = None) -> None:
+def refuse_nonfinite(name: str, tensor, *, what: str, allow: bool = False, counts: dict | None = None,
+                     path=None) -> None:
     """Raise :class:`NonFinite` if ``tensor`` holds NaN/Inf, unless ``allow`` (then count it in ``counts``).
 
-    ``what`` says whose tensor it is (``"merged output"``, ``"model ft1"``).
+    ``what`` says whose tensor it is (``"merged output"``, ``"model ft1"``); ``path`` is the file or
+    folder the message starts with (the input holding it, or the output that would).
     """
     bad = nonfinite(tensor)
     if not bad:
         return
     if not allow:
         raise NonFinite(f"{what}: tensor {name!r} holds {bad} NaN/Inf value(s) of {tensor.numel()}; "
-                        f"{ALLOW_HINT}")
+                        f"{ALLOW_HINT}", path=path)
     if counts is not None:
         counts[name] = counts.get(name, 0) + bad
 

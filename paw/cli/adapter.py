@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, command_line
+from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, command_line
 
 
 def register(app: typer.Typer) -> None:
@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
                                        help="Rows to grow to (default: what the adapter's tensors say)."),
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
+        allow_nonfinite: bool = ALLOW_NONFINITE,  # honoured by the writer (paw.io.finite, opened in _options)
     ):
         """Write BASE resized to ADAPTER's vocabulary, using the rows the adapter saved, so that
         PeftModel.from_pretrained(OUTPUT, ADAPTER) loads.

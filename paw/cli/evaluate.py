@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line
+from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, SEED, command_line
 from paw.evaluate.formats import READERS  # light: the readers are plain functions
 
 FORMAT_HELP = (f"Data layout: auto (detected from the first line), {', '.join(READERS)} "
@@ -71,6 +71,7 @@ def train_lora_command(
     track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
                                                        "logs go to OUT-tracking/ beside the adapter."),
     overwrite: bool = OVERWRITE,
+    allow_nonfinite: bool = ALLOW_NONFINITE,  # honoured by the writer (paw.io.finite, opened in _options)
 ):
     """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, choices, command_line, multi_value_command
+from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, choices, command_line, multi_value_command
 from paw.vocab.resize import INITS  # light: torch is imported inside the functions
 
 Init = choices("Init", INITS)
@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
                                               "tokens than this is added as an added token instead (-1: no limit)."),
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
+        allow_nonfinite: bool = ALLOW_NONFINITE,  # honoured by the writer (paw.io.finite, opened in _options)
     ):
         """Add tokens to a model's tokenizer (real BPE vocabulary where possible) and resize its embeddings.
 

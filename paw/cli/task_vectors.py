@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(0, "--workers", min=0,
                                     help="CPU only: tensors processed in parallel (0: one per core, up to 4)."),
         overwrite: bool = OVERWRITE,
+        allow_nonfinite: bool = typer.Option(False, "--allow-nonfinite", help="Report models holding NaN or "
+                                             "Inf (their statistics read nan) instead of refusing them."),
     ):
         """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot.
 
@@ -37,7 +39,8 @@ def register(app: typer.Typer) -> None:
         from paw.taskvec.pipeline import task_vectors as run_task_vectors
 
         results = run_task_vectors(base, models, outdir, device=device, multi_gpu=multi_gpu, top_k=top_k,
-                                   include=include, exclude=exclude, workers=workers, overwrite=overwrite, command=command_line()).results
+                                   include=include, exclude=exclude, workers=workers, overwrite=overwrite,
+                                   allow_nonfinite=allow_nonfinite, command=command_line()).results
         for i, name in enumerate(results.models):
             typer.echo(f"{name}: global L2 {results.global_l2(i):.6g}, L1 {results.global_l1(i):.6g} "
                        f"over {results.n_params():,} parameters in {len(results.names)} tensors "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, choices, command_line, console, multi_value_command
+from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, choices, command_line, console, multi_value_command
 from paw.vocab.embed import FALLBACKS  # light: torch is imported inside the functions
 from paw.vocab.pipelines import methods_help  # light: the alignment registry, no torch
 from paw.vocab.transplant import HEAD_POLICIES
@@ -101,6 +101,7 @@ def register(app: typer.Typer) -> None:
         rank_pattern: str = RANK_PATTERN,
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
+        allow_nonfinite: bool = ALLOW_NONFINITE,  # honoured by the writer (paw.io.finite, opened in _options)
     ):
         """Give a model a new tokenizer: remapped embed_tokens/lm_head rows, updated config, T's tokenizer files.
 

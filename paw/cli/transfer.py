@@ -43,7 +43,7 @@ def _distill(a: dict) -> None:
         discriminator=a["discriminator"], init=a["init"].value, rank=a["rank"], alpha=a["alpha"],
         target_modules=modules, steps=a["max_steps"], batch_size=a["batch_size"], lr=a["lr"],
         max_new_tokens=a["max_new_tokens"], holdout=a["holdout"], byte_kl=a["byte_kl"], next_words=a["next_words"],
-        seed=a["seed"], device=a["device"], overwrite=a["overwrite"])
+        seed=a["seed"], device=a["device"], overwrite=a["overwrite"], allow_nonfinite=a["allow_nonfinite"])
     d = result.report["distill"]
     typer.echo(f"distilled {d['student']['modules']} LoRA modules on {d['inputs']['train_used']} inputs ({d['inputs']['source']}), "
                f"{d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")

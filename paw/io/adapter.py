@@ -15,6 +15,7 @@ from typing import Any
 
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir
+from paw.io.finite import nonfinite_policy
 from paw.io.checkpoint import _load_pickle, read_json
 from paw.io.hub import resolve_path
 from paw.io.manifest import write_json
@@ -177,6 +178,23 @@ def read_adapter(spec: str | Path) -> LoraAdapter:
     return adapter
 
 
+def refuse_nonfinite_adapter(adapter: LoraAdapter, *, why: str) -> None:
+    """Refuse an adapter whose saved tensors hold NaN/Inf, naming its weights file and the first such tensor.
+
+    ``why`` says what cannot be done with it (``"the source adapter cannot teach"``).
+    """
+    from paw.validate import NonFinite, nonfinite
+
+    folder = adapter.path or Path(".")
+    weights = folder / WEIGHTS_NAME if (folder / WEIGHTS_NAME).exists() or not (folder / "adapter_model.bin").exists() \
+        else folder / "adapter_model.bin"
+    for key, tensor in sorted(adapter.tensors.items()):
+        bad = nonfinite(tensor)
+        if bad:
+            raise NonFinite(f"tensor {key!r} holds {bad} NaN/Inf value(s) of {tensor.numel()}; {why}",
+                            path=weights)
+
+
 def read_adapter_config(spec: str | Path) -> tuple[Path, dict]:
     """The adapter folder and its checked ``adapter_config.json`` (a LoRA, not DoRA, sane values)."""
     folder = resolve_path(spec, what="adapter")
@@ -265,13 +283,17 @@ def _finite_number(value) -> bool:
 
 
 def write_adapter(output: str | Path, adapter: LoraAdapter, *, overwrite: bool = False,
-                  extra_files: dict[str, Any] | None = None) -> Path:
-    """Write ``adapter`` as a PEFT folder atomically; ``extra_files`` are JSON files beside it."""
+                  extra_files: dict[str, Any] | None = None, allow_nonfinite: bool = False) -> Path:
+    """Write ``adapter`` as a PEFT folder atomically; ``extra_files`` are JSON files beside it.
+
+    NaN/Inf factors are refused, naming the tensor (:mod:`paw.io.finite`, when the staged folder
+    is committed), unless ``allow_nonfinite`` or an enclosing ``nonfinite_policy`` allows them.
+    """
     from safetensors.torch import save_file
 
     # what PAW writes must load in PEFT: the same cross-check as on reading
     check_adapter(adapter.config, {k: tuple(v.shape) for k, v in adapter.tensors.items()}, path=output)
-    with atomic_dir(output, overwrite=overwrite, inputs=[adapter.path]) as tmp:
+    with nonfinite_policy(allow_nonfinite), atomic_dir(output, overwrite=overwrite, inputs=[adapter.path]) as tmp:
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
         save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         write_json(tmp / CONFIG_NAME, adapter.config)

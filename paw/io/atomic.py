@@ -15,8 +15,13 @@ when the block succeeds. What this guarantees:
   one. Before it moves anything the staging folder gets a ``COMMIT`` list; the next run that writes
   the same name finds staging folders of dead runs (their pid gone), puts the previous output back
   if a replacement was cut short, and removes them.
-- **Modes like ``cp``.** What is moved into place has 0666/0777 minus the umask, not the private
-  0600/0700 of temporary files, so colleagues can read a merged model under umask 022.
+- **Modes like ``cp``.** Every file and folder moved into place has 0666/0777 minus the umask,
+  not the private 0600/0700 of temporary files (``safetensors`` writes 0600), so colleagues can
+  read a merged model or an adapter under umask 022.
+- **No NaN/Inf on disk unless asked.** Before anything moves, every ``.safetensors`` file of the
+  output that its writer did not already check tensor by tensor (:mod:`paw.io.finite`) is read back and refused if it holds NaN or Inf, naming the file and the
+  tensor, unless the run is inside ``nonfinite_policy(allow=True)``
+  (``--allow-nonfinite``). PEFT's ``save_pretrained`` and any future writer are covered too.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from paw.errors import PawError
+from paw.io.finite import check_staged_tensors, forget_checked
 
 try:
     import fcntl
@@ -72,9 +78,15 @@ def note_input(path: str | os.PathLike) -> None:
 
 
 def check_not_input(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> None:
-    """Refuse an output that equals, contains or lies inside an input (``inputs`` or the scope's)."""
+    """Refuse an output that equals, contains or lies inside an input (``inputs`` or the scope's).
+
+    Paths are compared after resolving symbolic links, and a hard link is the same file: an
+    output (or a file inside an output folder) with the device and inode of an input file, or of a
+    file inside an input folder, is refused like the input itself.
+    """
     out = os.path.realpath(path)
-    for raw in {*(os.path.realpath(p) for p in inputs if p is not None and str(p)), *(_scopes[-1] if _scopes else ())}:
+    raws = {*(os.path.realpath(p) for p in inputs if p is not None and str(p)), *(_scopes[-1] if _scopes else ())}
+    for raw in raws:
         if out == raw or _same_file(out, raw):
             how = "is"
         elif raw.startswith(out.rstrip(os.sep) + os.sep):
@@ -85,6 +97,7 @@ def check_not_input(path: str | os.PathLike, inputs: Iterable[str | os.PathLike]
             continue
         raise PawError(f"the output {how} the input {raw}; PAW never modifies its inputs, "
                        "choose another output path", path=path)
+    _check_hard_links(path, out, raws)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -92,6 +105,43 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def _check_hard_links(path, out: str, inputs: Iterable[str]) -> None:
+    """Refuse an output holding a hard link of an input file (one inode under two names)."""
+    linked = {(dev, ino): name for name, (dev, ino, links) in _files(out, follow=False) if links > 1}
+    if not linked:  # only a file with more than one name can be a hard link of an input: the common case stops here
+        return
+    for raw in sorted(inputs):
+        for name, (dev, ino, _) in _files(raw, follow=True):
+            hit = linked.get((dev, ino))
+            if hit is not None:
+                how = "is" if hit == out else f"contains {hit}, which is"
+                raise PawError(f"the output {how} a hard link of the input {name} (the same file under another "
+                               "name); PAW never modifies its inputs, choose another output path", path=path)
+
+
+def _files(root: str, *, follow: bool) -> Iterator[tuple[str, tuple[int, int, int]]]:
+    """``(path, (st_dev, st_ino, st_nlink))`` of the regular files at or under ``root`` (none if absent)."""
+    stat = os.stat if follow else os.lstat
+    try:
+        top = stat(root)
+    except OSError:
+        return
+    if not os.path.isdir(root) or (not follow and os.path.islink(root)):
+        if os.path.isfile(root):
+            yield root, (top.st_dev, top.st_ino, top.st_nlink)
+        return
+    for folder, _dirs, names in os.walk(root, followlinks=False):
+        for name in names:
+            full = os.path.join(folder, name)
+            try:
+                st = stat(full)
+            except OSError:
+                continue
+            if not os.path.islink(full) or follow:
+                if os.path.isfile(full):
+                    yield full, (st.st_dev, st.st_ino, st.st_nlink)
 
 
 def check_output(path: str | os.PathLike, *, overwrite: bool, inputs: Iterable = ()) -> Path:
@@ -174,12 +224,14 @@ def atomic_outputs(paths: Sequence[str | os.PathLike], *, overwrite: bool = Fals
             yield staging / "new"
             if not os.path.lexists(staging / "new" / outputs[0].name):
                 raise ValueError(f"atomic_outputs: the block did not create {outputs[0].name}")
+            check_staged_tensors(staging / "new", parent)
             for out in outputs:  # the block may have read more inputs: the check must be current
                 _check_path(out, inputs)
                 _check_exists(out, overwrite)
             _oserror(outputs[0], lambda: _commit(staging, outputs, overwrite=overwrite))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            forget_checked(staging)
 
 
 # ---------------------------------------------------------------- commit and recovery
@@ -372,10 +424,23 @@ def _umask() -> int:
 
 
 def _fix_mode(path: Path) -> None:
-    """Give the top of an output the mode a plain ``open``/``mkdir`` would (what ``cp`` gives)."""
+    """Give every file and folder of an output the mode a plain ``open``/``mkdir`` would (what ``cp`` gives).
+
+    Temporary folders are 0700 and ``safetensors`` (so PEFT's and transformers' ``save_pretrained``)
+    writes its files 0600, whatever the umask; symbolic links are left alone.
+    """
+    mask = _umask()
     if path.is_symlink():
         return
-    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
+    if not path.is_dir():
+        os.chmod(path, 0o666 & ~mask)
+        return
+    for folder, dirs, names in os.walk(path):
+        os.chmod(folder, 0o777 & ~mask)
+        for name in names:
+            full = os.path.join(folder, name)
+            if not os.path.islink(full):
+                os.chmod(full, 0o666 & ~mask)
 
 
 def work_folder(path: str | os.PathLike) -> Path:

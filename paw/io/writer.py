@@ -17,6 +17,7 @@ from typing import Any
 
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir
+from paw.io.finite import mark_checked, nonfinite_policy, refuse_nonfinite_tensor
 from paw.io.manifest import write_json
 from paw.io.safetensors_header import DTYPES
 
@@ -57,10 +58,17 @@ class ShardedWriter:
     shard is full its header is written and the data appended behind it (``copy_file_range``, in
     the kernel). The files are plain safetensors: header JSON padded to 8 bytes, then the data in
     the order the tensors came.
+
+    A tensor holding NaN/Inf is refused as it arrives (:func:`paw.io.finite.refuse_nonfinite_tensor`,
+    naming ``output``, the folder the user will see) unless the run allows it; ``nonfinite`` then
+    counts what was written.
     """
 
-    def __init__(self, folder: Path, *, max_shard_bytes: int, metadata: dict[str, str] | None = None):
+    def __init__(self, folder: Path, *, max_shard_bytes: int, metadata: dict[str, str] | None = None,
+                 output: str | Path | None = None):
         self.folder = folder
+        self.output = folder if output is None else output
+        self.nonfinite: dict[str, int] = {}
         self.max_shard_bytes = max_shard_bytes
         self.metadata = {"format": "pt", **(metadata or {})}
         self._entries: dict[str, dict] = {}   # the open shard's header entries
@@ -77,6 +85,7 @@ class ShardedWriter:
         code = _SAFETENSORS_CODES.get(str(tensor.dtype).removeprefix("torch."))
         if code is None:
             raise PawError(f"tensor {name!r}: dtype {tensor.dtype} cannot be stored in safetensors")
+        refuse_nonfinite_tensor(self.output, name, tensor, counts=self.nonfinite)
         self._seen.add(name)
         nbytes = tensor.numel() * tensor.element_size()
         if self._entries and self._pending_bytes + nbytes > self.max_shard_bytes:
@@ -116,6 +125,7 @@ class ShardedWriter:
             names = [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
         for i, final in enumerate(names):
             os.replace(self.folder / f".shard-{i:05d}.safetensors", self.folder / final)
+            mark_checked(self.folder / final)  # every tensor was checked in add(): no need to read it back
         if count > 1:
             weight_map = {k: names[i] for i, keys in enumerate(self._shards) for k in keys}
             write_json(self.folder / "model.safetensors.index.json",
@@ -182,6 +192,7 @@ def write_checkpoint(
     max_shard_size: int | str = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
     extra_files: Mapping[str, Any] | None = None,
+    allow_nonfinite: bool = False,
 ) -> Path:
     """Write a Hugging Face model folder at ``output``, atomically.
 
@@ -190,12 +201,14 @@ def write_checkpoint(
     are copied from ``tokenizer_from`` (default: ``copy_from``). ``extra_files`` maps file names to
     JSON-serialisable objects (e.g. a provenance manifest), or to functions returning one (called
     after the last tensor), written beside the weights. Inputs (``copy_from``, ``tokenizer_from``)
-    are never written over.
+    are never written over. A tensor with NaN/Inf is refused (nothing is written) unless
+    ``allow_nonfinite`` or an enclosing :func:`paw.io.finite.nonfinite_policy` allows it.
     """
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
     max_shard_bytes = parse_size(max_shard_size)
-    with atomic_dir(output, overwrite=overwrite, inputs=[copy_from, tokenizer_from]) as tmp:
-        writer = ShardedWriter(tmp, max_shard_bytes=max_shard_bytes)
+    with nonfinite_policy(allow_nonfinite), \
+            atomic_dir(output, overwrite=overwrite, inputs=[copy_from, tokenizer_from]) as tmp:
+        writer = ShardedWriter(tmp, max_shard_bytes=max_shard_bytes, output=output)
         for name, tensor in items:
             writer.add(name, tensor)
         writer.close()

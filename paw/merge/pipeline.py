@@ -243,6 +243,7 @@ def execute(job: MergeJob, *, command: str | None = None) -> Path:
             config["torch_dtype"] = opts.dtype
     return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
                             max_shard_size=opts.max_shard_size, overwrite=opts.overwrite,
+                            allow_nonfinite=opts.allow_nonfinite,
                             extra_files={MANIFEST: lambda: manifest(job, command)})  # after the tensors
 
 

@@ -27,6 +27,7 @@ from paw.progress import track
 from paw.taskvec.align import align
 from paw.taskvec.groups import aggregate, module_group
 from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
+from paw.validate import refuse_nonfinite
 
 
 @dataclass
@@ -87,12 +88,14 @@ class TaskVectorResults:
 def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, device="cpu",
                          devices: Sequence | None = None, include: str | None = None,
                          exclude: str | None = None, chunk_size: int | None = None,
-                         description: str = "task vectors") -> TaskVectorResults:
+                         description: str = "task vectors", allow_nonfinite: bool = False) -> TaskVectorResults:
     """Stream Δ_i = models[i] − base over every tensor they share and return the statistics.
 
     ``device`` is a ``torch.device`` or a ``--device`` string; ``devices`` (several) overrides it
     and spreads tensors over them. ``include`` / ``exclude`` are regexes on tensor names.
-    Raises :class:`PawError` for mismatched architectures or when no tensor is comparable.
+    Raises :class:`PawError` for mismatched architectures or when no tensor is comparable, and
+    :class:`~paw.validate.NonFinite` naming the model and the first tensor holding NaN/Inf unless
+    ``allow_nonfinite`` (its statistics and cosines are then ``nan``).
     """
     import torch
 
@@ -117,6 +120,9 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
 
     def work(name: str, dev) -> TensorResult:
         _, tensors = next(iter_aligned(ckpts, [name], device=dev))
+        for i, (ckpt, tensor) in enumerate(zip(ckpts, tensors, strict=True)):  # the merge's policy, by name
+            refuse_nonfinite(name, tensor, what=f"{'base' if i == 0 else 'model'} {ckpt.name} (its task-vector "
+                             "statistics would be nan)", allow=allow_nonfinite, path=ckpt.path)
         return delta_stats(tensors[0], tensors[1:], chunk_size=chunk_size)
 
     k = len(models)

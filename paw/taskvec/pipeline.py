@@ -35,8 +35,12 @@ class TaskVectorRun:
 def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = "tv_stats", *,
                  device: str = "cpu", multi_gpu: bool = False, top_k: int = 50, include: str | None = None,
                  exclude: str | None = None, workers: int = 0, overwrite: bool = False,
-                 command: str | None = None) -> TaskVectorRun:
-    """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot."""
+                 allow_nonfinite: bool = False, command: str | None = None) -> TaskVectorRun:
+    """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot.
+
+    A model (or the base) holding NaN/Inf is refused, naming it and the tensor, unless
+    ``allow_nonfinite``: then its statistics are ``nan`` in the report.
+    """
     from paw.device import resolve_device
     from paw.io.checkpoint import open_checkpoint
     from paw.io.manifest import describe_input
@@ -49,7 +53,8 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
     check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite,
                          inputs=[base_ckpt.path, *(m.path for m in model_ckpts)])
     devices = _devices(resolve_device(device), multi_gpu, workers)
-    results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include, exclude=exclude)
+    results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include, exclude=exclude,
+                                   allow_nonfinite=allow_nonfinite)
     inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}
     try:
         write_report(outdir, results, top_k=top_k, command=command, inputs=inputs,

@@ -1,8 +1,10 @@
 """``run_distill``: :func:`paw.transfer.distill.distill_lora` from folders and files to an output folder.
 
 Every input is checked before any model is loaded (output free, one input source, a readable
-non-empty prompt file, at most five seed examples, both tokenizers readable), so bad input costs a
-second and leaves nothing behind; the output folder is written atomically at the end.
+non-empty prompt file, at most five seed examples, both tokenizers readable, no NaN/Inf in the
+source adapter), so bad input costs a second and leaves nothing behind; the output folder is
+written atomically at the end, and a student that diverged (NaN/Inf factors) is refused with the
+advice to lower ``--lr`` unless ``allow_nonfinite``.
 """
 
 from __future__ import annotations
@@ -25,16 +27,20 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
                 rank: int | None = None, alpha: float | None = None, target_modules: Sequence[str] | None = None,
                 steps: int = 200, batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16,
                 holdout: float = 0.1, byte_kl: bool = False, next_words: int = 0, seed: int = 0, device: str = "auto",
-                command: str | None = None, overwrite: bool = False, progress: bool = True) -> TransferredAdapter:
+                command: str | None = None, overwrite: bool = False, allow_nonfinite: bool = False,
+                progress: bool = True) -> TransferredAdapter:
     """Distill ``adapter`` (trained on ``source_base``) onto ``target_base`` and write ``output``.
 
     ``prompts``: a prompt file or ``'generic'``; or ``synthesize=N`` with ``seed_examples`` (a file of
-    at most five inputs). See :func:`~paw.transfer.distill.distill_lora` for the knobs.
+    at most five inputs). See :func:`~paw.transfer.distill.distill_lora` for the knobs. A source
+    adapter holding NaN/Inf is refused (it cannot teach, whatever ``allow_nonfinite``); a student
+    that diverged is written only with ``allow_nonfinite`` (``nonfinite_written`` in the report).
     """
     from paw.device import resolve_device
-    from paw.io.adapter import read_adapter
+    from paw.io.adapter import read_adapter, refuse_nonfinite_adapter
     from paw.io.atomic import check_output
     from paw.io.distill_files import write_distill
+    from paw.io.finite import nonfinite_policy
     from paw.io.manifest import command_line, describe_input
 
     check_output(output, overwrite=overwrite)
@@ -65,6 +71,7 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
     from paw.io.tokenizer import open_tokenizer
 
     lora = read_adapter(adapter)
+    refuse_nonfinite_adapter(lora, why="the source adapter cannot teach")
     dev = resolve_device(device)
     infos = open_tokenizer(source_base), open_tokenizer(target_base)  # before any model is loaded
     teacher, student = _side(source_base, infos[0], dev, adapter=adapter), _side(target_base, infos[1], dev)
@@ -74,8 +81,23 @@ def run_distill(adapter: str | Path, source_base: str | Path, target_base: str |
                                  batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, holdout=holdout,
                                  eval_prompts=held, byte_kl=byte_kl, next_words=next_words, seed=seed, device=dev,
                                  target_name=str(target_base), progress=progress)
-    write_distill(output, moved, report, command=command or command_line(), inputs=inputs, overwrite=overwrite)
+    with nonfinite_policy(allow_nonfinite):
+        report = _refuse_diverged(output, moved, report, lr)
+        write_distill(output, moved, report, command=command or command_line(), inputs=inputs, overwrite=overwrite)
     return TransferredAdapter(Path(output), report, inputs)
+
+
+def _refuse_diverged(output: str | Path, moved, report: dict, lr: float) -> dict:
+    """Refuse a student adapter with NaN/Inf factors (the training diverged) before anything is written,
+    naming the tensor; where ``--allow-nonfinite`` lets it through, the report records it."""
+    from paw.io.adapter import WEIGHTS_NAME
+    from paw.io.finite import refuse_nonfinite_tensor
+
+    counts: dict[str, int] = {}
+    why = f"the distillation diverged (try a lower --lr than {lr:g})"
+    for key, tensor in sorted(moved.tensors.items()):
+        refuse_nonfinite_tensor(Path(output) / WEIGHTS_NAME, key, tensor, counts=counts, what=why)
+    return {**report, "nonfinite_written": counts} if counts else report
 
 
 def _side(base: str | Path, info, device, *, adapter: str | Path | None = None) -> LM:

@@ -52,6 +52,7 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
     from paw.io.adapter import read_adapter
     from paw.io.atomic import check_output
     from paw.io.checkpoint import open_checkpoint
+    from paw.io.finite import nonfinite_policy
     from paw.io.manifest import describe_input
     from paw.io.transfer_report import write_transfer
     from paw.transfer.pipeline import transfer_lora
@@ -86,7 +87,8 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
               "target_base": describe_input(target_base)}
     if vocab_map is not None:
         inputs["vocab_map"] = describe_input(vocab_map)
-    write_transfer(output, moved, report, command=command, inputs=inputs, overwrite=overwrite)
+    with nonfinite_policy(allow_nonfinite):  # the writer's own guard honours the same flag
+        write_transfer(output, moved, report, command=command, inputs=inputs, overwrite=overwrite)
     return TransferredAdapter(Path(output), report, inputs)
 
 

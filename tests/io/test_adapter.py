@@ -95,3 +95,39 @@ def test_bad_adapter_folders(tmp_path, tiny_lora):
               str(tmp_path / "adapter_model.safetensors"))
     with pytest.raises(PawError, match="has only factor A"):
         read_adapter(tmp_path)
+
+
+def _nan_copy(adapter: LoraAdapter) -> tuple[LoraAdapter, str]:
+    key = sorted(k for k in adapter.tensors if "lora_B" in k)[0]
+    tensors = {k: v.clone() for k, v in adapter.tensors.items()}
+    tensors[key].view(-1)[:2] = float("nan")
+    return LoraAdapter(config=adapter.config, tensors=tensors), key
+
+
+def test_write_adapter_refuses_nan_naming_the_file_the_tensor_and_the_flag(tiny_lora, tmp_path):
+    from paw.validate import NonFinite
+
+    bad, key = _nan_copy(read_adapter(tiny_lora))
+    with pytest.raises(NonFinite) as err:
+        write_adapter(tmp_path / "out", bad)
+    text = str(err.value)
+    assert text.startswith(str(tmp_path / "out" / "adapter_model.safetensors")), text
+    assert f"tensor {key!r} holds 2 NaN/Inf" in text and "--allow-nonfinite" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written, no staging, no lock
+
+
+def test_write_adapter_with_allow_nonfinite_writes_it(tiny_lora, tmp_path):
+    bad, key = _nan_copy(read_adapter(tiny_lora))
+    write_adapter(tmp_path / "out", bad, allow_nonfinite=True)
+    assert torch.isnan(read_adapter(tmp_path / "out").tensors[key]).sum() == 2
+
+
+def test_a_nan_source_adapter_is_named_by_file_and_tensor(tiny_lora, tmp_path):
+    from paw.io.adapter import refuse_nonfinite_adapter
+    from paw.validate import NonFinite
+
+    bad, key = _nan_copy(read_adapter(tiny_lora))
+    write_adapter(tmp_path / "nan", bad, allow_nonfinite=True)
+    refuse_nonfinite_adapter(read_adapter(tiny_lora), why="x")  # a finite adapter passes
+    with pytest.raises(NonFinite, match=f"adapter_model.safetensors: tensor '{key}' holds 2 NaN/Inf .*cannot teach"):
+        refuse_nonfinite_adapter(read_adapter(tmp_path / "nan"), why="the source adapter cannot teach")

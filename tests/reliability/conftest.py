@@ -104,7 +104,7 @@ def _poison(folder: Path, value: float) -> Path:
     target = "model.layers.0.mlp.down_proj.weight"
     tensors[target].view(-1)[:3] = value
     staging = folder.with_name(folder.name + "-new")
-    write_checkpoint(staging, tensors, copy_from=folder)
+    write_checkpoint(staging, tensors, copy_from=folder, allow_nonfinite=True)
     shutil.rmtree(folder)
     staging.rename(folder)
     return folder

@@ -169,3 +169,38 @@ def test_cuda_matches_cpu(results, tv_models):
     many = compute_task_vectors(ckpts[0], ckpts[1:], devices=[f"cuda:{i}" for i in range(torch.cuda.device_count())],
                                 chunk_size=4096)
     assert many.stats == gpu.stats and many.gram == gpu.gram
+
+
+@pytest.fixture(scope="module")
+def nan_ft(tv_models, tmp_path_factory):
+    """``ft1`` with 3 NaN entries in one weight (written with ``allow_nonfinite``, as a broken fine-tune would be)."""
+    from paw.io.writer import write_checkpoint
+
+    tensors = {k: v.clone() for k, v in open_checkpoint(tv_models["ft1"]).items()}
+    tensors["model.layers.1.self_attn.v_proj.weight"].view(-1)[:3] = math.nan
+    return write_checkpoint(tmp_path_factory.mktemp("tv-nan") / "nan_ft", tensors, copy_from=tv_models["ft1"],
+                            allow_nonfinite=True)
+
+
+def test_a_nan_model_is_refused_by_model_and_tensor(tv_models, nan_ft):
+    from paw.validate import NonFinite
+
+    with pytest.raises(NonFinite) as err:
+        compute_task_vectors(open_checkpoint(tv_models["base"]), [open_checkpoint(tv_models["ft1"]),
+                                                                  open_checkpoint(nan_ft)])
+    text = str(err.value)
+    assert text.startswith(f"{nan_ft}: model nan_ft") and "'model.layers.1.self_attn.v_proj.weight' holds 3 NaN/Inf" in text
+    assert "--allow-nonfinite" in text
+
+
+def test_a_nan_base_is_named_as_the_base(tv_models, nan_ft):
+    from paw.validate import NonFinite
+
+    with pytest.raises(NonFinite, match="base nan_ft"):
+        compute_task_vectors(open_checkpoint(nan_ft), [open_checkpoint(tv_models["ft1"])])
+
+
+def test_allow_nonfinite_reports_nan_statistics(tv_models, nan_ft):
+    r = compute_task_vectors(open_checkpoint(tv_models["base"]), [open_checkpoint(nan_ft)], allow_nonfinite=True)
+    row = r.names.index("model.layers.1.self_attn.v_proj.weight")
+    assert math.isnan(r.stats[0][row].mean) and math.isnan(r.cosines()[0][0])
