@@ -94,7 +94,9 @@ def finite_floats(command) -> None:
 
     The parser reads ``--scale inf`` or ``--weights nan nan`` as floats, and a NaN weight silently
     turns a whole merged model into NaN. Each command's callback is wrapped once, so a new
-    command's float options are covered without a line of its own.
+    command's float options are covered without a line of its own. The same wrapper runs the
+    command under :func:`paw.io.finite.nonfinite_policy` with its ``--allow-nonfinite`` (off where
+    the command has no such flag), so every writer refuses or writes NaN/Inf as the user asked.
     """
     callback = getattr(command, "callback", None)
     if callback is not None and not getattr(callback, "_paw_finite", False):
@@ -123,7 +125,10 @@ def _checking_floats(callback, flags: dict[str, str]):
             bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
             if bad:
                 raise PawError(f"{flags.get(name, name)} {bad[0]} is not a finite number")
-        return callback(*args, **kwargs)
+        from paw.io.finite import nonfinite_policy
+
+        with nonfinite_policy(bool(kwargs.get("allow_nonfinite"))):  # what every writer of this run honours
+            return callback(*args, **kwargs)
 
     run._paw_finite = True
     return run
