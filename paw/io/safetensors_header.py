@@ -17,7 +17,6 @@ negative, overlapping or string offsets would otherwise read header bytes as wei
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ DTYPES = {
     "U16": ("uint16", 2), "U32": ("uint32", 4), "U64": ("uint64", 8),
 }
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+MAX_DIMS = 64                   # torch's limit on a tensor's dimensions
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
         raise PawError(f"cannot read: {err.strerror or err}", path=path) from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:  # ValueError: 5000-digit integers
         _bad(path, f"header is not JSON ({type(err).__name__})")
     if not isinstance(header, dict):
         _bad(path, "header is not a JSON object")
@@ -93,17 +93,32 @@ def _entry(path: Path, name: str, value) -> TensorEntry:
     if not isinstance(dtype, str) or dtype not in DTYPES:
         _bad(path, f"tensor {name!r} has dtype {dtype!r}, not one of {', '.join(DTYPES)}")
     if not isinstance(shape, list) or not all(_natural(d) for d in shape):
-        _bad(path, f"tensor {name!r} has shape {shape!r}, not a list of non-negative integers")
+        _bad(path, f"tensor {name!r} has shape {str(shape)[:80]}, not a list of non-negative integers")
+    if len(shape) > MAX_DIMS:
+        _bad(path, f"tensor {name!r} has {len(shape)} dimensions (at most {MAX_DIMS})")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_natural(o) for o in offsets) \
             or offsets[0] > offsets[1]:
         _bad(path, f"tensor {name!r} has data_offsets {offsets!r}, not two non-negative integers "
                    "[begin, end] with begin <= end")
     begin, end = offsets
-    expected = math.prod(shape) * DTYPES[dtype][1]
+    expected = _nbytes(shape, DTYPES[dtype][1])
     if end - begin != expected:
-        _bad(path, f"tensor {name!r} has {end - begin} bytes for shape {shape} of {dtype} "
-                   f"({expected} expected)")
+        _bad(path, f"tensor {name!r} has {end - begin} bytes for shape {str(shape)[:80]} of {dtype} "
+                   f"({expected if expected < 2**64 else 'more than 2^64'} expected)")
     return TensorEntry(dtype, tuple(shape), begin, end)
+
+
+def _nbytes(shape: list[int], itemsize: int) -> int:
+    """``numel * itemsize``, stopping once past 2^64 (no file is larger): 64 dimensions of 4,300
+    digits each would otherwise cost a long big-integer product per tensor."""
+    if 0 in shape:
+        return 0
+    n = itemsize
+    for d in shape:
+        n *= d
+        if n > 2**64:
+            break
+    return n
 
 
 def _natural(value) -> bool:

@@ -108,17 +108,23 @@ def read_vocab_map(path: str | Path) -> VocabMapping:
         raise PawError("no such vocabulary mapping file", path=path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PawError(f"not valid JSON ({err})", path=path) from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # ValueError: 5000-digit integers too
+        raise PawError(f"not valid JSON ({str(err)[:200]})", path=path) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PawError(f"not a vocabulary mapping (expected \"format\": \"{FORMAT}\")", path=path)
     if data.get("version") != VERSION:
         raise PawError(f"unsupported {FORMAT} version {data.get('version')!r} (this PAW reads {VERSION})", path=path)
+    for key in ("source_size", "target_size"):  # consumers compare them with real sizes before allocating
+        size = data.get(key)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise PawError(f"{key} is {str(size)[:40]}, not a positive integer", path=path)
+    if not isinstance(data.get("entries"), list):
+        raise PawError("entries is not a list", path=path)
     try:
         entries = {int(t): (str(m), [int(s) for s in src], [float(x) for x in w]) for t, m, src, w in data["entries"]}
         mapping = VocabMapping(int(data["source_size"]), int(data["target_size"]), entries,
                                str(data.get("source", "")), str(data.get("target", "")))
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError) as err:  # OverflowError: int(Infinity)
         raise PawError(f"malformed mapping ({type(err).__name__}: {err})", path=path) from None
     if len(entries) != len(data["entries"]):
         raise PawError("a target id appears twice in entries", path=path)
