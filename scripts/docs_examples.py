@@ -102,14 +102,15 @@ def blocks(page: Path) -> list[Block]:
 
 # ------------------------------------------------------------------ comparing output with the shown text
 
-_TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|min|seconds?|minutes?)\b")
+_UNIT = r"\d+(?:\.\d+)?\s?(?:ms|s|min|h|d|seconds?|minutes?)\b"
+_TIME = re.compile(rf"\b{_UNIT}(?:\s{_UNIT})?(?!\s*-?\d)")  # '15 s', '1 min 5 s'; not 'std 0.3 min 0.1'
 _TMP = re.compile(r"(?:/private)?/(?:tmp|var/folders)/[^\s'\"]*")
 
 
 def normalise(text: str, folder: Path | None = None) -> list[str]:
     """Lines to compare: times -> ``<time>``, the page's folder and temporary paths dropped, spaces squeezed.
 
-    >>> normalise("ok (5.4 s)\\nDone in 15 s.  Reports: /tmp/x/demo\\n\\n")
+    >>> normalise("ok (5.4 s)\\nDone in 1 min 15 s.  Reports: /tmp/x/demo\\n\\n")
     ['ok (<time>)', 'Done in <time>. Reports: <tmp>']
     """
     if folder is not None:
@@ -162,7 +163,8 @@ def environment(tools: Path) -> dict[str, str]:
     env["PATH"] = f"{tools}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT)
     env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", COLUMNS="200", MPLBACKEND="Agg",
-               PYTHONUNBUFFERED="1")  # stdout and stderr reach the shared pipe in the order written
+               PYTHONUNBUFFERED="1",  # stdout and stderr reach the shared pipe in the order written
+               PAW_PROGRESS_EVERY="100000")  # no timed progress lines: a terminal's bar vanishes too
     return env
 
 

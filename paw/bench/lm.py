@@ -83,7 +83,7 @@ def train_lm(model, stream: Tensor, schedule: Schedule, *, seed: int, teacher=No
     losses: list[float] = []
     steps = enumerate(_windows(stream, schedule, seed))
     if progress:
-        steps = track(steps, description, total=schedule.steps)
+        steps = track(steps, description, total=schedule.steps, unit="steps")
     for step, batch in steps:
         batch = batch.to(device)
         for group in opt.param_groups:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paw.bench.real import EVAL_SETS, GEMMA, SMOL
+from paw.progress import format_duration
 
 _NAMES = {SMOL: "SmolLM2-135M-Instruct (Q4_1)", GEMMA: "Gemma-3-270M (Q4_K_M)"}
 
@@ -71,7 +72,7 @@ def markdown(results: dict) -> str:
     if "merge" in results:
         out += ["## Task vectors and merges on SmolLM2", "", *_merge_table(results["merge"]), ""]
     secs = results.get("seconds", {})
-    out += ["Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in secs.items())
+    out += ["Wall time: " + ", ".join(f"{k} {format_duration(v)}" for k, v in secs.items())
             + f"; load average before/after {results['machine']['load_before'][0]:.1f}/"
               f"{results['machine']['load_after'][0]:.1f} on {results['machine']['cpus']} CPUs.", ""]
     return "\n".join(out)

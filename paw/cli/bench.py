@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from paw.cli._options import DEVICE, OVERWRITE, command_line
+from paw.progress import format_duration
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
         if results["notes"].get("corpus_fallback"):
             typer.echo(FALLBACK_WARNING)
         typer.echo(f"wrote {output}/results.json, results.md, recovered.png, kept.png "
-                   f"({results['notes']['seconds']['total']:.0f} s)")
+                   f"({format_duration(results['notes']['seconds']['total'])})")
 
     @bench_app.command("real")
     def real(
@@ -100,4 +101,4 @@ def register(app: typer.Typer) -> None:
                            seed=seed, device=str(resolve_device(device)))
         results = real_to_folder(opts, output, workdir=workdir, overwrite=overwrite, command=command_line())
         typer.echo(markdown(results))
-        typer.echo(f"wrote {output}/results.json, results.md, real.png ({results['seconds']['total']:.0f} s)")
+        typer.echo(f"wrote {output}/results.json, results.md, real.png ({format_duration(results['seconds']['total'])})")

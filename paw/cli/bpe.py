@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
         bpe = train_files(files, vocab_size, output, pattern=pattern, special_tokens=special_tokens,
                           min_frequency=min_frequency, export_hf=export_hf, processes=processes, overwrite=overwrite,
-                          track=lambda steps, n: track(steps, "merges", total=n), command=command_line())
+                          track=lambda steps, n: track(steps, "BPE", total=n, unit="merges"), command=command_line())
         n_vocab = len(bpe.mergeable_ranks) + len(bpe.special_tokens)
         typer.echo(f"{len(bpe.merges)} merges, vocabulary {n_vocab} -> {output}.model, {output}.vocab"
                    + (f", {export_hf}/tokenizer.json" if export_hf else ""))

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from paw.cli._options import OVERWRITE
+from paw.progress import format_duration
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,7 @@ def demo_command(
                       on_begin=lambda i, s: console.print(f"[bold][{i}/{len(STEPS)}][/bold] {s.title} ...",
                                                           highlight=False))
     console.print(_evaluation_table(report.evals))
-    console.print(f"Done in {report.seconds:.0f} s. Reports, plots, models and logs: [bold]{report.outdir}[/bold]"
+    console.print(f"Done in {format_duration(report.seconds)}. Reports, plots, models and logs: [bold]{report.outdir}[/bold]"
                   f"  (numbers in {report.summary_path})")
 
 
@@ -43,7 +44,7 @@ def _print_step(console, result) -> None:
     from paw.demo import StepStatus
 
     mark = "[green]ok[/green]" if result.status is StepStatus.OK else f"[yellow]{result.label}[/yellow]"
-    timing = f" ({result.seconds:.1f} s)" if result.seconds else ""
+    timing = f" ({format_duration(result.seconds)})" if result.seconds else ""
     console.print(f"      {mark}{timing}" + (f": {result.detail}" if result.detail else ""))
 
 

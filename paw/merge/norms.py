@@ -28,7 +28,7 @@ def task_vector_norms(base: Checkpoint, models: Sequence[Checkpoint], names: Seq
     import torch
 
     sums = [0.0] * len(models)
-    for name in track(names, "L2 norms"):
+    for name in track(names, "L2 norms", unit="tensors"):
         per_tensor = [0.0] * len(models)
         for block in row_blocks(base.shape(name), None, block_elements):
             ref = _read(base, name, block, device).to(torch.float32)

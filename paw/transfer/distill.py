@@ -27,7 +27,7 @@ from typing import Any
 
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
-from paw.progress import status
+from paw.progress import format_duration, status
 from paw.transfer import distill_data as data
 from paw.transfer import distill_loss as L
 from paw.transfer import distill_train as T
@@ -280,10 +280,10 @@ def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs:
     train = steps * batch_size * (seq * per_token + choices_per_input * prompt_tokens * 4 * student_parameters)
     generate = n_inputs * seq * 2 * teacher_parameters
     flop = train + generate
-    cpu_h, gpu_min = flop / 5e10 / 3600, flop / 2e14 / 60
     return {"teacher_parameters": int(teacher_parameters), "student_parameters": int(student_parameters),
             "flop": flop, "tflop": flop / 1e12,
-            "note": f"~{cpu_h:.2g} h on a CPU at 50 GFLOP/s, ~{gpu_min:.2g} min on one GPU at 200 TFLOP/s bf16"}
+            "note": f"~{format_duration(flop / 5e10)} on a CPU at 50 GFLOP/s, "
+                    f"~{format_duration(flop / 2e14)} on one GPU at 200 TFLOP/s bf16"}
 
 
 # ---------------------------------------------------------------------------------- student

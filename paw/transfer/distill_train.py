@@ -197,7 +197,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     order = batches_in_order(len(examples), batch_size, steps, seed)
     curve: dict[str, list[float]] = {"loss": [], **{k: [] for k in LOSSES}}
     peft_model.train()
-    for step in (track(range(steps), "distilling", total=steps) if progress else range(steps)):
+    for step in (track(range(steps), "distilling", total=steps, unit="steps") if progress else range(steps)):
         chosen = [examples[i] for i in order[step]]
         parts = {}
         with_seq = [e for e in chosen if e.sequence is not None]

@@ -102,7 +102,7 @@ def _run(ctx: Context, adapter, modules: dict, placed: dict, method: str, min_si
     from paw.io.adapter import adapter_key
 
     records, tensors = [], {}
-    for module in track(list(modules), "transfer-lora"):
+    for module in track(list(modules), "transfer-lora", unit="modules"):
         lm = modules[module]
         record, mapped = _transfer_module(ctx, lm, placed[module], method, min_similarity, force)
         records.append(record)
