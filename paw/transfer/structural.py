@@ -51,7 +51,6 @@ def match_units(F_t, F_s, *, min_correlation: float = MIN_CORRELATION) -> UnitMa
     """
     import numpy as np
     import torch
-    from scipy.optimize import linear_sum_assignment
 
     Ft, Fs = _normalise_rows(F_t), _normalise_rows(F_s)
     n_t, n_s = Ft.shape[0], Fs.shape[0]
@@ -64,6 +63,8 @@ def match_units(F_t, F_s, *, min_correlation: float = MIN_CORRELATION) -> UnitMa
     if n_t <= n_s and len(torch.unique(best)) == n_t:
         rows, cols = np.arange(n_t), best.cpu().numpy()
     else:
+        from scipy.optimize import linear_sum_assignment  # ~1 s to import: only when the shortcuts fail
+
         rows, cols = linear_sum_assignment(C.cpu().double().numpy(), maximize=True)
     index = [-1] * n_t
     scores = []
