@@ -27,7 +27,7 @@ def naive_scores(model, tokenizer, items):
         for item in items:
             lls = []
             for context, cont in item.pairs():
-                enc = encode_pair(tokenizer, context, cont)
+                enc = encode_pair(tokenizer, context, cont, start="tokenizer")  # as paw eval
                 ids = torch.tensor([enc.ids])
                 logprobs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
                 targets = ids[0, 1:]

@@ -1,0 +1,277 @@
+"""Parity of ``paw eval`` with lm-evaluation-harness: the same items, the same model, item by item.
+
+lm-eval runs in its own virtualenv (``--install`` creates it: the CPU torch wheel first, so that pip
+keeps it, then ``lm_eval[hf]`` at the pinned version with PAW's ``transformers``). The script writes the first ``--limit`` items of
+ARC-Easy (test), PIQA (validation) and BoolQ (validation) as JSON lines into ``--workdir`` (the
+ARC raw files are Python reprs; they are rewritten as JSON), and offline task YAMLs that read them
+(``dataset_path: json``) with lm-eval's own ``arc_easy``, ``piqa`` and ``boolq`` templates. PAW
+reads the same files with its raw-layout readers, whose prompts are those templates. Both run in a
+child process of their own, one after the other, timed by wall clock from start to exit; lm-eval
+with ``--log_samples``, PAW through ``paw.evaluate.mc.evaluate(per_item=True)``.
+
+Printed per set: items where both pick the same choice by raw log-likelihood (accuracy) and by
+length-normalised log-likelihood (accuracy_norm), the largest |log-likelihood difference| over all
+choices, and both tools' accuracies; then the wall times and their ratio.
+
+    python scripts/parity_eval_lmeval.py --install                       # first time: the venv (~3 GB)
+    python scripts/parity_eval_lmeval.py --model ~/paw-models/smollm2-135m-instruct --limit 300
+    python scripts/parity_eval_lmeval.py --limit 20 --sets piqa           # quick
+
+The model is a local Hugging Face folder (``bash scripts/real_models.sh ~/paw-models``); nothing
+is downloaded (``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LM_EVAL = "0.4.13"          # the version this script was written against and last run with
+TORCH = "2.13.0"            # the CPU wheel; an unpinned torch pulls the CUDA build
+DEFAULT_VENV = Path.home() / ".cache" / "paw-parity" / "lmeval-venv"
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "commonsense" / "raw"
+DEFAULT_MODEL = Path.home() / "paw-models" / "smollm2-135m-instruct"
+
+# set -> (raw file, PAW format, lm-eval task body: lm-eval's own template for the set)
+SETS = {
+    "arc_easy": ("arc-easy_test.jsonl", "arc", {
+        "doc_to_text": "Question: {{question}}\nAnswer:",
+        "doc_to_target": "{{choices.label.index(answerKey)}}",
+        "doc_to_choice": "{{choices.text}}",
+    }),
+    "piqa": ("piqa_validation.jsonl", "piqa", {
+        "doc_to_text": "Question: {{goal}}\nAnswer:",
+        "doc_to_target": "{{answer}}",            # lm-eval's piqa names it label; this file, answer
+        "doc_to_choice": "{{[sol1, sol2]}}",
+    }),
+    "boolq": ("boolq_validation.jsonl", "boolq", {
+        "doc_to_text": "{{passage}}\nQuestion: {{question}}?\nAnswer:",
+        "doc_to_target": "{{answer | int}}",      # a JSON boolean here, 0/1 in lm-eval's copy
+        "doc_to_choice": '["no", "yes"]',
+    }),
+}
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def ensure_venv(venv: Path, install: bool) -> Path:
+    """``venv/bin/lm_eval``, creating the virtualenv when ``install`` (torch first, then lm_eval)."""
+    exe = venv / "bin" / "lm_eval"
+    if exe.exists():
+        return exe
+    if not install:
+        sys.exit(f"lm_eval not found in {venv}; pass --install to create that virtualenv")
+    from importlib.metadata import version
+
+    transformers = version("transformers")  # PAW's own, so that both load the model with the same code
+    for step in ([sys.executable, "-m", "venv", str(venv)],
+                 [str(venv / "bin" / "pip"), "install", "-q", f"torch=={TORCH}"],
+                 [str(venv / "bin" / "pip"), "install", "-q", f"lm_eval[hf]=={LM_EVAL}", f"transformers=={transformers}"]):
+        print("+", " ".join(step), flush=True)
+        subprocess.run(step, check=True)
+    return exe
+
+
+def write_data(data: Path, sets: list[str], limit: int, workdir: Path) -> dict[str, Path]:
+    """The first ``limit`` records of each set as JSON lines (ARC's Python reprs become JSON)."""
+    from paw.io.mcdata import read_records
+
+    out = {}
+    for name in sets:
+        path = workdir / "data" / f"{name}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for _, record in read_records(data / SETS[name][0]):
+            if len(lines) == limit:
+                break
+            lines.append(json.dumps(record, ensure_ascii=False))
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        out[name] = path
+    return out
+
+
+def write_tasks(files: dict[str, Path], workdir: Path) -> Path:
+    """One lm-eval task YAML per set, ``paw_<set>``, reading the local file as its test split."""
+    folder = workdir / "tasks"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, path in files.items():
+        body = {"task": f"paw_{name}", "dataset_path": "json",
+                "dataset_kwargs": {"data_files": {"test": str(path)}}, "test_split": "test",
+                "output_type": "multiple_choice", **SETS[name][2],
+                "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+                                {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True}]}
+        # JSON is YAML: no quoting rules to get wrong for the templates
+        (folder / f"paw_{name}.yaml").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def run_lm_eval(exe: Path, model: Path, tasks: Path, sets: list[str], batch_size: int, out: Path) -> float:
+    cmd = [str(exe), "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
+           "--tasks", ",".join(f"paw_{s}" for s in sets), "--include_path", str(tasks), "--device", "cpu",
+           "--batch_size", str(batch_size), "--log_samples", "--output_path", str(out)]
+    print("+", " ".join(cmd), flush=True)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE})
+    return time.perf_counter() - start
+
+
+def run_paw(model: Path, files: dict[str, Path], batch_size: int, out: Path) -> float:
+    """``paw eval``'s library call in a child process, per-item results to ``out`` (JSON)."""
+    cmd = [sys.executable, __file__, "--paw-child", str(out), "--model", str(model), "--batch-size", str(batch_size),
+           "--files", json.dumps({k: str(v) for k, v in files.items()})]
+    print("+", " ".join(cmd[:4]), "...", flush=True)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE})
+    return time.perf_counter() - start
+
+
+def paw_child(out: Path, model: Path, files: dict[str, str], batch_size: int) -> None:
+    from paw.evaluate.formats import read_items
+    from paw.evaluate.mc import argmax_choice, evaluate
+    from paw.io.lm import load_lm
+
+    lm, tokenizer = load_lm(model, dtype="float32")
+    results = {}
+    for name, path in files.items():
+        items = read_items(path, format=SETS[name][1])
+        m = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=False, per_item=True)
+        lls = m["choice_logprobs"]
+        results[name] = {
+            "accuracy": m["accuracy"], "accuracy_norm": m["accuracy_norm"], "lls": lls,
+            "pairs": [item.pairs() for item in items],
+            "pred": [argmax_choice(x) for x in lls],
+            "pred_norm": [argmax_choice([ll / n for ll, n in zip(x, item.norm_lengths(), strict=True)])
+                          for x, item in zip(lls, items, strict=True)],
+        }
+    out.write_text(json.dumps(results), encoding="utf-8")
+
+
+def lm_eval_samples(out: Path, name: str) -> list[dict]:
+    """lm-eval's logged samples of task ``paw_<name>``, in document order."""
+    found = sorted(out.rglob(f"samples_paw_{name}_*.jsonl"))
+    if not found:
+        sys.exit(f"no samples for paw_{name} under {out}")
+    rows = [json.loads(line) for line in found[-1].read_text(encoding="utf-8").splitlines() if line.strip()]
+    return sorted(rows, key=lambda r: r["doc_id"])
+
+
+def compare(name: str, paw: dict, samples: list[dict]) -> dict:
+    import numpy as np
+
+    same = same_norm = texts_differ = 0
+    worst = 0.0
+    acc, acc_norm = [], []
+    for k, sample in enumerate(samples):
+        lls = np.array([float(r[0]) for r in sample["filtered_resps"]])
+        pairs = _pairs(sample["arguments"])
+        lengths = np.array([float(len(c.removeprefix(" "))) for _, c in pairs])  # lm-eval: len(doc_to_choice)
+        texts_differ += pairs != [tuple(x) for x in paw["pairs"][k]]
+        pred, pred_norm = int(np.argmax(lls)), int(np.argmax(lls / lengths))
+        acc.append(sample["acc"])
+        acc_norm.append(sample["acc_norm"])
+        assert (pred == int(sample["target"])) == bool(sample["acc"]), (name, k)  # our reading of lm-eval's pick
+        assert (pred_norm == int(sample["target"])) == bool(sample["acc_norm"]), (name, k)
+        same += pred == paw["pred"][k]
+        same_norm += pred_norm == paw["pred_norm"][k]
+        worst = max(worst, float(np.max(np.abs(lls - np.array(paw["lls"][k])))))
+    n = len(samples)
+    return {"set": name, "n": n, "texts_differ": texts_differ, "same": same, "same_norm": same_norm, "max_abs_ll_diff": worst,
+            "paw_acc": paw["accuracy"], "lmeval_acc": float(np.mean(acc)),
+            "paw_acc_norm": paw["accuracy_norm"], "lmeval_acc_norm": float(np.mean(acc_norm))}
+
+
+def _pairs(arguments) -> list[tuple[str, str]]:
+    """``[(context, continuation), ...]`` from a logged sample's ``arguments`` (a list, or a dict of dicts)."""
+    if isinstance(arguments, dict):
+        return [(a["arg_0"], a["arg_1"]) for _, a in sorted(arguments.items(), key=lambda kv: int(kv[0].rsplit("_", 1)[1]))]
+    return [(a[0], a[1]) for a in arguments]
+
+
+def versions(exe: Path) -> dict:
+    def of(python: str) -> str:
+        code = ("import importlib.metadata as m; print(' '.join(f'{p} {m.version(p)}' for p in "
+                "('torch', 'transformers') ))")
+        return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
+
+    lm_python = str(exe.parent / "python")
+    lm = subprocess.run([lm_python, "-c", "import importlib.metadata as m; print(m.version('lm_eval'))"],
+                        capture_output=True, text=True).stdout.strip()
+    return {"lm_eval": lm, "lm-eval venv": of(lm_python), "PAW venv": of(sys.executable)}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def table(rows: list[dict], paw_s: float, lm_s: float) -> str:
+    lines = ["| set | items | prompt or choice text differs | same pick, accuracy | same pick, accuracy_norm | max abs LL difference "
+             "| accuracy PAW / lm-eval | accuracy_norm PAW / lm-eval |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['set']} | {r['n']} | {r['texts_differ']} | {r['same']}/{r['n']} | {r['same_norm']}/{r['n']} | "
+                     f"{r['max_abs_ll_diff']:.2e} | {r['paw_acc']:.4f} / {r['lmeval_acc']:.4f} | "
+                     f"{r['paw_acc_norm']:.4f} / {r['lmeval_acc_norm']:.4f} |")
+    lines.append("")
+    lines.append(f"wall time, start to exit of each child process: PAW {paw_s:.1f} s, lm-eval {lm_s:.1f} s, "
+                 f"ratio lm-eval / PAW {lm_s / paw_s:.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="local Hugging Face model folder")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of the raw commonsense files")
+    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
+    ap.add_argument("--limit", type=int, default=300, help="first N items of each set (default 300)")
+    ap.add_argument("--batch-size", type=int, default=8, help="both tools (default 8)")
+    ap.add_argument("--venv", type=Path, default=DEFAULT_VENV, help=f"lm-eval's virtualenv (default {DEFAULT_VENV})")
+    ap.add_argument("--install", action="store_true", help="create --venv when it is missing")
+    ap.add_argument("--workdir", type=Path, default=None, help="keep data, tasks and outputs here (default: temp)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--paw-child", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--files", default="{}", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.paw_child:
+        return paw_child(args.paw_child, args.model, json.loads(args.files), args.batch_size)
+
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    unknown = [s for s in sets if s not in SETS]
+    if unknown or args.limit < 1:
+        sys.exit(f"--sets: unknown {unknown}; choose from {', '.join(SETS)}" if unknown else "--limit must be >= 1")
+    if not (args.model / "config.json").is_file():
+        sys.exit(f"{args.model}: not a model folder (bash scripts/real_models.sh ~/paw-models makes one)")
+    exe = ensure_venv(args.venv, args.install)
+    with tempfile.TemporaryDirectory(prefix="paw-parity-") as tmp:
+        work = args.workdir or Path(tmp)
+        files = write_data(args.data, sets, args.limit, work)
+        tasks = write_tasks(files, work)
+        lm_s = run_lm_eval(exe, args.model.resolve(), tasks, sets, args.batch_size, work / "lm-eval")
+        paw_s = run_paw(args.model.resolve(), files, args.batch_size, work / "paw.json")
+        paw = json.loads((work / "paw.json").read_text(encoding="utf-8"))
+        rows = [compare(name, paw[name], lm_eval_samples(work / "lm-eval", name)) for name in sets]
+    info = {"model": str(args.model), "limit": args.limit, "batch_size": args.batch_size, "cpu": cpu_name(),
+            **versions(exe)}
+    print()
+    for key, value in info.items():
+        print(f"{key}: {value}")
+    print(table(rows, paw_s, lm_s))
+    if args.json:
+        args.json.write_text(json.dumps({**info, "rows": rows, "paw_s": paw_s, "lm_eval_s": lm_s}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
