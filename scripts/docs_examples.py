@@ -19,6 +19,7 @@ The convention (docs/contributing.md):
     python scripts/docs_examples.py                          # every page; stops at the first failure
     python scripts/docs_examples.py README.md --show         # print what each block printed
     python scripts/docs_examples.py docs/commands/merge.md --keep /tmp/merge-docs
+    python scripts/docs_examples.py docs/commands/eval.md --update   # shown outputs := what ran
 
 ``tests/test_docs_examples.py`` checks the pages without running them (fast) and runs them all
 (``-m slow``).
@@ -287,12 +288,41 @@ def missing_inputs(page: Path) -> list[str]:
     return problems
 
 
+def update_shown(page: Path, differ: list[Ran], folder: Path) -> list[Ran]:
+    """Replace the text blocks of ``differ`` with what their blocks printed; returns those left by hand.
+
+    A text block with a ``...`` line was shortened by hand and is left for a hand edit.
+    """
+    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
+    left = []
+    for ran in sorted(differ, key=lambda r: -r.block.expected_line):  # bottom up: line numbers stay valid
+        block = ran.block
+        if ANY_LINES in (line.strip() for line in block.expected.splitlines()):
+            left.append(ran)
+            continue
+        printed = [line.rstrip() for line in ran.output.replace(f"{folder}/", "").replace(str(folder), ".").splitlines()]
+        while printed and not printed[-1]:
+            printed.pop()
+        while printed and not printed[0]:
+            printed.pop(0)
+        start = block.expected_line  # 0-based index of the first line after the opening fence
+        lines[start:start + len(block.expected.splitlines())] = [f"{line}\n" for line in printed]
+        print(f"{block.where()}: updated the text block at line {block.expected_line}")
+    page.write_text("".join(lines), encoding="utf-8")
+    for ran in left:
+        print(f"{ran.block.where()}: the text block at line {ran.block.expected_line} has '...' lines: edit it by hand")
+    return left
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pages", nargs="*", type=Path, help="Markdown files (default: README.md and docs/)")
     parser.add_argument("--show", action="store_true", help="print each block and what it printed")
     parser.add_argument("--keep", type=Path, help="run in this folder (one subfolder per page) and keep it")
     parser.add_argument("--keep-going", action="store_true", help="after a failing page, run the next pages too")
+    parser.add_argument("--update", action="store_true",
+                        help="write what a block printed into its text block when that has no '...' line "
+                             "(the others are listed for a hand edit)")
     args = parser.parse_args(argv)
     chosen = [p.resolve() for p in args.pages] or pages()
     status = False
@@ -306,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{page.relative_to(ROOT)}: {len(results) - len(failed)} block(s) ran"
                   + (f"; FAILED at {failed[0].block.where()}:\n{failed[0].output}" if failed else "")
                   + "".join(f"\n{r.block.where()}: {r.difference}" for r in differ))
+            if args.update and differ:
+                differ = update_shown(page, differ, folder)
             if failed and not args.keep_going:
                 return 1
             status = status or bool(failed or differ)

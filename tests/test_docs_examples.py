@@ -88,8 +88,20 @@ def test_output_comparison_normalises_times_and_paths_and_honours_ellipsis(tmp_p
     assert "+ok (<time>)" in docs.output_difference(block, "start\nok (1 s)\nok (1 s)\n")
     assert "-start" in docs.output_difference(block, "ok (0.4 s)\nDone in 3 s.\n")
     assert docs.normalise(f"wrote {tmp_path}/out and /tmp/paw-x/y", tmp_path) == ["wrote out and <tmp>"]
+    assert docs.normalise("cosine std 0.2398 min 0.1, took 1 min 5 s") == ["cosine std 0.2398 min 0.1, took <time>"]
     assert docs.matches(["a", "...", "c", "..."], ["a", "c", "c", "d"]) and not docs.matches(["a", "..."], ["b"])
     assert docs.output_difference(docs.replace(block, not_compared="timings"), "anything") == ""
+
+
+def test_update_rewrites_plain_shown_outputs_and_leaves_shortened_ones(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\necho a\n```\n```text\nold\n```\nText.\n```bash\necho b\n```\n```text\nx\n...\n```\n")
+    first, _, second, _ = docs.blocks(page)
+    ran = [docs.Ran(first, 0, f"new {tmp_path}/out\nline 2\n\n", "differs"), docs.Ran(second, 0, "y\n", "differs")]
+    left = docs.update_shown(page, ran, tmp_path)
+    assert left == [ran[1]]
+    assert page.read_text() == ("```bash\necho a\n```\n```text\nnew out\nline 2\n```\nText.\n"
+                                "```bash\necho b\n```\n```text\nx\n...\n```\n")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
