@@ -19,9 +19,9 @@ when the block succeeds. What this guarantees:
   not the private 0600/0700 of temporary files (``safetensors`` writes 0600), so colleagues can
   read a merged model or an adapter under umask 022.
 - **No NaN/Inf on disk unless asked.** Before anything moves, every ``.safetensors`` file of the
-  output that its writer did not already check tensor by tensor (:mod:`paw.io.finite`) is read back and refused if it holds NaN or Inf, naming the file and the
-  tensor, unless the run is inside ``nonfinite_policy(allow=True)``
-  (``--allow-nonfinite``). PEFT's ``save_pretrained`` and any future writer are covered too.
+  output that its writer did not already check tensor by tensor is read back and refused if it
+  holds NaN or Inf, naming the file and the tensor, unless the run allows it (``--allow-nonfinite``,
+  :mod:`paw.io.finite`). PEFT's ``save_pretrained`` and any future writer are covered too.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 from paw.errors import PawError
 from paw.io.finite import check_staged_tensors, forget_checked
@@ -128,19 +129,16 @@ def _files(root: str, *, follow: bool) -> Iterator[tuple[str, tuple[int, int, in
         top = stat(root)
     except OSError:
         return
-    if not os.path.isdir(root) or (not follow and os.path.islink(root)):
-        if os.path.isfile(root):
+    if not S_ISDIR(top.st_mode):
+        if S_ISREG(top.st_mode):
             yield root, (top.st_dev, top.st_ino, top.st_nlink)
         return
-    for folder, _dirs, names in os.walk(root, followlinks=False):
+    for folder, _dirs, names in os.walk(root):  # an input's symlinked files count (a hub snapshot's blobs)
         for name in names:
             full = os.path.join(folder, name)
-            try:
+            with contextlib.suppress(OSError):
                 st = stat(full)
-            except OSError:
-                continue
-            if not os.path.islink(full) or follow:
-                if os.path.isfile(full):
+                if S_ISREG(st.st_mode):
                     yield full, (st.st_dev, st.st_ino, st.st_nlink)
 
 
@@ -435,7 +433,7 @@ def _fix_mode(path: Path) -> None:
     if not path.is_dir():
         os.chmod(path, 0o666 & ~mask)
         return
-    for folder, dirs, names in os.walk(path):
+    for folder, _dirs, names in os.walk(path):
         os.chmod(folder, 0o777 & ~mask)
         for name in names:
             full = os.path.join(folder, name)
