@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, choices, command_line, console, multi_value_command
+from paw.cli._options import (
+    ALLOW_NONFINITE,
+    DEVICE,
+    OVERWRITE,
+    choices,
+    command_line,
+    console,
+    multi_value_command,
+)
 from paw.vocab.embed import FALLBACKS  # light: torch is imported inside the functions
 from paw.vocab.pipelines import methods_help  # light: the alignment registry, no torch
 from paw.vocab.transplant import HEAD_POLICIES

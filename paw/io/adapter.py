@@ -15,8 +15,8 @@ from typing import Any
 
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir
-from paw.io.finite import nonfinite_policy
 from paw.io.checkpoint import _load_pickle, read_json
+from paw.io.finite import nonfinite_policy
 from paw.io.hub import resolve_path
 from paw.io.manifest import write_json
 from paw.lora import lora_delta, lora_scaling
