@@ -29,10 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from paw import __version__
+from paw.device import resolve_device
 from paw.errors import PawError
 from paw.extract.plan import EMBED, HEAD, LINEAR, check_pair, plan_tensor, tied_head_module
+from paw.extract.plot import energy_figure
 from paw.extract.svd import choose_rank, is_zero, lora_factors, relative_error, spectrum, squared_norm
-from paw.io.manifest import records_call
+from paw.io.adapter import PEFT_PREFIX, LoraAdapter, adapter_key, lora_config_dict, write_adapter
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.manifest import describe_input, records_call
+from paw.io.reports import save_figure
+from paw.progress import track
 
 PathLike = str | Path
 REPORT_JSON = "extract_report.json"
@@ -65,15 +72,13 @@ class ExtractOptions:
 
     def check(self) -> ExtractOptions:
         """Refuse bad values naming the flag (one line, exit 2 in the CLI)."""
-        import math as _m
-
         if self.rank is not None and self.energy is not None:
             raise PawError("give --rank or --energy, not both")
         for flag, value in (("--rank", self.rank), ("--max-rank", self.max_rank)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise PawError(f"{flag} must be an integer of at least 1, got {value!r}")
         for flag, value in (("--energy", self.energy), ("--embed-energy", self.embed_energy)):
-            if value is not None and not (isinstance(value, (int, float)) and _m.isfinite(value) and 0 < value <= 1):
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 1):
                 raise PawError(f"{flag} must lie in (0, 1], got {value!r}")
         if self.rank is not None and self.max_rank is not None and self.rank > self.max_rank:
             raise PawError(f"--rank {self.rank} is above --max-rank {self.max_rank}")
@@ -113,14 +118,6 @@ def extract_lora(base: PathLike, finetune: PathLike, output: PathLike, options: 
     Raises :class:`~paw.errors.PawError` before anything is computed for bad options, a fine-tune of
     another architecture or shape, or an output inside an input; nothing is written then.
     """
-    from paw.device import resolve_device
-    from paw.io.adapter import LoraAdapter, write_adapter
-    from paw.io.atomic import check_output
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.manifest import describe_input
-    from paw.io.reports import save_figure
-    from paw.extract.plot import energy_figure
-
     options.check()
     base_ckpt, ft_ckpt = open_checkpoint(base), open_checkpoint(finetune)
     fam = check_pair(base_ckpt, ft_ckpt)
@@ -144,8 +141,6 @@ def extract_lora(base: PathLike, finetune: PathLike, output: PathLike, options: 
 
 def _extract_all(base, finetune, fam, options: ExtractOptions, device):
     """Stream every tensor once: (module records, not-carried records, adapter tensors by saved key)."""
-    from paw.progress import track
-
     tied_head = tied_head_module(fam) if base.tied_embeddings else None
     records, not_carried, tensors = [], [], {}
     for name in track(list(base), "extracting", unit="tensors"):
@@ -173,8 +168,6 @@ def _float(tensor):
 
 def _module(plan, delta, finetuned, options: ExtractOptions, tensors: dict, tied_head: str | None) -> list[dict]:
     """Decide and extract one module; returns its record(s) (two for an embedding with a tied head)."""
-    from paw.io.adapter import PEFT_PREFIX, adapter_key
-
     modules = [plan.module] + ([tied_head] if tied_head else [])
     roles = [plan.role] + (["head"] if tied_head else [])
 
@@ -209,8 +202,6 @@ def _module(plan, delta, finetuned, options: ExtractOptions, tensors: dict, tied
 
 def _config(records: list[dict], base: str) -> dict:
     """``adapter_config.json``: alpha = r everywhere (scale 1); the commonest rank as ``r``, others as patterns."""
-    from paw.io.adapter import lora_config_dict
-
     lora = [r for r in records if r["how"] == "lora"]
     counts = Counter(r["rank"] for r in lora)
     r = max(counts, key=lambda k: (counts[k], k))
@@ -234,7 +225,8 @@ def _report(records: list[dict], not_carried: list[dict], options: ExtractOption
         "adapter_parameters": sum(int(t.numel()) for t in tensors.values()),
     }
     modules = [{k: v for k, v in r.items() if k != "squared_norm"} for r in records]
-    return {"options": asdict(options), "rules": RULES, "summary": summary, "modules": modules,
+    shown = {k: v for k, v in asdict(options).items() if k != "overwrite"}  # not a property of the result
+    return {"options": shown, "rules": RULES, "summary": summary, "modules": modules,
             "not_carried": not_carried, "notes": _notes(records, not_carried, options)}
 
 
