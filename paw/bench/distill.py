@@ -123,27 +123,46 @@ def add_cpu_seconds(rows: list[dict], raw: dict) -> list[dict]:
 
 
 def markdown(results: dict) -> str:
-    """Per task: accuracy, kept and recovered fractions (± stderr) and CPU seconds of every distill row."""
+    """Per task: accuracy, kept and recovered fractions (± stderr) and CPU seconds of every distill row.
+
+    Rows that did not run are one line per input budget and reason, not a row per target; columns
+    without a number are left out (:func:`paw.bench.report.table`).
+    """
+    from paw.bench.report import table
+
     rows = [r for r in results["rows"] if r["condition"].startswith("distill[")]
     if not rows:
         return ""
     lines = []
     for task in dict.fromkeys(r["task"] for r in rows):
-        lines += [f"### Task `{task}`: distillation (kept = (transfer − target base) / (source+LoRA − source base); "
-                  "recovered = (transfer − base) / (direct − base))", "",
-                  "| target | inputs | accuracy (%) | kept | recovered | CPU s / transfer |", "|---|---|---|---|---|---|"]
-        for r in (r for r in rows if r["task"] == task):
-            kind = r["condition"][len("distill["):-1]
+        here = [r for r in rows if r["task"] == task]
+        cells = {(r["target"], _kind(r)): [f"{100 * r['accuracy']['mean']:.1f} ± {100 * r['accuracy']['stderr']:.1f}",
+                                           _fraction(r.get("kept")), _fraction(r.get("recovered")), _cpu(r)]
+                 for r in here if "accuracy" in r}
+        lines += table(f"Task `{task}`: distillation (kept = (transfer − target base) / (source+LoRA − source base); "
+                       "recovered = (transfer − base) / (direct − base))",
+                       ["accuracy (%)", "kept", "recovered", "CPU s / transfer"], cells, labels=("target", "inputs"))
+        not_run: dict[tuple[str, str], list[str]] = {}
+        for r in here:
             if "accuracy" not in r:
-                why = "; ".join(r.get("reasons", [])) or "/".join(r["status"])
-                lines.append(f"| {r['target']} | {kind} | n/a ({why[:80]}) | – | – | – |")
-                continue
-            acc = r["accuracy"]
-            cpu = f"{r['cpu_seconds']:.0f}" if r.get("cpu_seconds") is not None else "–"
-            lines.append(f"| {r['target']} | {kind} | {100 * acc['mean']:.1f} ± {100 * acc['stderr']:.1f} | "
-                         f"{_fraction(r.get('kept'))} | {_fraction(r.get('recovered'))} | {cpu} |")
+                reasons = r.get("reasons") or ["/".join(r["status"])]  # one per seed that gave its own
+                why = reasons[0] + (f" (and {len(reasons) - 1} more like it)" if len(reasons) > 1 else "")
+                not_run.setdefault((_kind(r), why), []).append(r["target"])
+        targets = list(dict.fromkeys(r["target"] for r in here))
+        for (kind, why), names in not_run.items():
+            who = "every target" if names == targets else ", ".join(names)
+            lines.append(f"Not run, inputs `{kind}` on {who}: {why}.")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _kind(row: dict) -> str:
+    return row["condition"][len("distill["):-1]
+
+
+def _cpu(row: dict) -> str:
+    cpu = row.get("cpu_seconds")
+    return "–" if cpu is None else f"{cpu:.1f}" if cpu < 10 else f"{cpu:.0f}"
 
 
 def _fraction(f: dict | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,19 +68,23 @@ def _spread(row: dict | None) -> str:
     return text
 
 
-def _decided(row: dict | None) -> str:
+def _decided(row: dict | None) -> list[str]:
     """``auto``'s pairing, methods, related modules and ΔW kept share from the first seed's transfer summary."""
     summaries = [v for v in ((row or {}).get("transfer_summary") or {}).values() if v and "methods" in v]
     if not summaries:
-        return "refused | – | – | –" if row and TransferStatus.REFUSED in _statuses(row) else "– | – | – | –"
+        return ["refused" if row and TransferStatus.REFUSED in _statuses(row) else "–", "–", "–", "–"]
     s = summaries[0]
     methods = ", ".join(f"{k} {v}" for k, v in s.get("methods", {}).items()) or "–"
     kept = "–" if s.get("kept_share") is None else f"{s['kept_share']:.2f}"
-    return f"{s.get('layers', '–')} {s.get('pairs', '')} | {methods} | {s.get('related')}/{s.get('judged')} | {kept}"
+    return [f"{s.get('layers', '–')} {s.get('pairs', '')}", methods, f"{s.get('related')}/{s.get('judged')}", kept]
 
 
 def markdown(results: dict) -> str:
-    """Per task: accuracy (%) ± stderr, recovered and kept fractions ± bootstrap stderr, auto's spreads."""
+    """Per task: accuracy (%) ± stderr, recovered and kept fractions ± bootstrap stderr, auto's spreads.
+
+    Rows and columns without a number (every cell †, – or n/a) are left out and named in one line;
+    a table left with none is one line (see :func:`table`), so a quick run prints what it measured.
+    """
     from paw.bench.tasks import TASK_LABELS
 
     index = _index(results)
@@ -89,34 +94,67 @@ def markdown(results: dict) -> str:
         targets = [t for t in _order(results, "target") if (task, t, "base") in index]
         label = f" ({TASK_LABELS[task]})" if task in TASK_LABELS else ""
         cols = ["base", "direct", *methods, "random"]
-        lines += [f"### Task `{task}`{label}: accuracy (%) ± stderr", "",
-                  "| target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-        for t in targets:
-            lines.append(f"| {t} | " + " | ".join(_acc(index.get((task, t, c))) for c in cols) + " |")
+        lines += table(f"Task `{task}`{label}: accuracy (%) ± stderr", cols,
+                        {t: [_acc(index.get((task, t, c))) for c in cols] for t in targets})
         cols = [*methods, "random"]
         for key, title in (("kept", "kept fraction (transfer − target base) / (source + LoRA − source base)"),
                            ("recovered", "recovered fraction (transfer − base) / (direct − base)")):
-            lines += ["", f"### Task `{task}`: {title} ± stderr", "",
-                      "| target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-            for t in targets:
-                lines.append(f"| {t} | " + " | ".join(_rec(index.get((task, t, c)), key) for c in cols) + " |")
+            lines += table(f"Task `{task}`: {title} ± stderr", cols,
+                            {t: [_rec(index.get((task, t, c)), key) for c in cols] for t in targets})
         if "auto" in methods:
-            lines += ["", f"Task `{task}`, `auto`: kept fraction per seed, and what it decided (first seed)", "",
-                      "| target | kept per seed | layer pairing | methods | related | ΔW kept share |",
-                      "|---|---|---|---|---|---|"]
-            lines += [f"| {t} | {_spread(index.get((task, t, 'auto')))} | {_decided(index.get((task, t, 'auto')))} |"
-                      for t in targets]
-        lines.append("")
+            lines += table(f"Task `{task}`, `auto`: kept fraction per seed, and what it decided (first seed)",
+                           ["kept per seed", "layer pairing", "methods", "related", "ΔW kept share"],
+                           {t: [_spread(index.get((task, t, "auto"))), *_decided(index.get((task, t, "auto")))]
+                            for t in targets}, empty=lambda cell: not cell.strip("–/ "))  # 'refused' says something
     from paw.bench.distill import markdown as distill_markdown  # kept fraction and CPU s of the distill rows
 
     lines.append(distill_markdown(results))
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         lines.append(f"Target `{name}`: {why}.")
-    lines.append("† the denominator's gain is not two standard errors above zero, so the fraction is not meaningful; "
-                 "[a, b]: the bootstrap's 2.5-97.5% interval, shown where some resamples nearly cancel the "
-                 "denominator and the standard error is meaningless.")
-    return "\n".join(lines) + "\n"
+    body = "\n".join(lines)
+    notes = [note for mark, note in FOOTNOTES.items() if re.search(mark, body)]  # said once, where used
+    return "\n".join([body, *notes]) + "\n"
+
+
+FOOTNOTES = {  # a pattern of the tables -> the note that explains it
+    "†": "† the denominator's gain is not two standard errors above zero, so the fraction is not meaningful.",
+    r"\d \[-?\d": "[a, b]: the bootstrap's 2.5-97.5% interval, shown where some resamples nearly cancel the "
+                  "denominator and the standard error is meaningless.",
+}
+
+
+def _no_number(cell: str) -> bool:
+    """``'†'``, ``'–'``, ``'n/a'`` and ``'refused'`` hold no number; ``'0.42 ± 0.05'`` does."""
+    return not any(ch.isdigit() for ch in cell)
+
+
+def table(title: str, columns: list[str], cells: dict, *, labels: tuple[str, ...] = ("target",),
+          empty=_no_number) -> list[str]:
+    """A markdown table under ``### title`` without the rows and columns whose cells are all ``empty``.
+
+    ``cells`` maps a row's label (a tuple when ``labels`` has several) to its cells. What was left
+    out is named in one line; a table left with nothing is its title and one line.
+
+    >>> table("kept", ["auto", "copy"], {"upgrade": ["0.91", "†"], "pruned": ["†", "n/a"]})[2:]
+    ['| target | auto |', '|---|---|', '| upgrade | 0.91 |', '', 'Left out, no number (†, n/a): target pruned; column copy.', '']
+    >>> table("kept", ["auto"], {"upgrade": ["†"]})
+    ['### kept: no number (†).', '']
+    """
+    keep = [j for j in range(len(columns)) if not all(empty(row[j]) for row in cells.values())]
+    rows = {name: row for name, row in cells.items() if not all(empty(row[j]) for j in keep)}
+    marks = ", ".join(dict.fromkeys(c for row in cells.values() for c in row if empty(c) and 0 < len(c) <= 3))
+    said = f"no number ({marks})" if marks else "no number"
+    if not rows:
+        return [f"### {title}: {said}.", ""]
+    label = (lambda name: " | ".join(name)) if len(labels) > 1 else str
+    out = [f"### {title}", "", "| " + " | ".join([*labels, *(columns[j] for j in keep)]) + " |",
+           "|---" * (len(labels) + len(keep)) + "|"]
+    out += [f"| {label(name)} | " + " | ".join(row[j] for j in keep) + " |" for name, row in rows.items()]
+    gone = {labels[0]: [label(n) for n in cells if n not in rows],
+            "column": [c for j, c in enumerate(columns) if j not in keep]}
+    gone_text = "; ".join(f"{kind}{'s' * (len(names) > 1)} {', '.join(names)}" for kind, names in gone.items() if names)
+    return out + (["", f"Left out, {said}: {gone_text}.", ""] if gone_text else [""])
 
 
 PLOTS = {  # row key -> (figure file, axis label, what a pale † cell means)
@@ -130,44 +168,66 @@ def plot(results: dict, key: str = "recovered"):
 
     Cells that are not plain numbers say so: a † cell (the ceiling is not two stderr above the base)
     is drawn pale and hatched with a † above it, a refused one (``auto`` kept the base) carries
-    "refused", and a method that does not apply leaves its slot empty with "n/a". Returns the figure.
+    "refused", and a method that does not apply leaves its slot empty with "n/a". A task or a method
+    without a single bar gets no panel or slot; the figure's title names them.
+    Returns the figure.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     _, label, dagger = PLOTS[key]
     index = _index(results)
-    tasks = _order(results, "task")
     targets = _order(results, "target")
     methods = [*results["settings"]["methods"], "random"]
-    fig, axes = plt.subplots(len(tasks), 1, figsize=(max(7, 1.3 * len(targets)), 3.2 * len(tasks)), squeeze=False)
-    width = 0.8 / len(methods)
-    for ax, task in zip(axes[:, 0], tasks, strict=True):
-        top = 1.2   # the highest bar with its error, so that none is cut (at most 2.5: a ratio can explode)
-        for j, method in enumerate(methods):
-            cells = [_plot_cell(index.get((task, t, method)), key) for t in targets]
-            x = np.arange(len(targets)) + (j - len(methods) / 2 + 0.5) * width
-            bars = ax.bar(x, [c[0] for c in cells], width, yerr=[c[1] for c in cells], label=method, capsize=2)
-            top = max([top, *(v + e for v, e, _ in cells if math.isfinite(v))])
-            for bar, xi, (value, _, mark) in zip(bars, x, cells, strict=True):
-                if mark == "†":
-                    bar.set_alpha(0.35)
-                    bar.set_hatch("//")
-                if mark:
-                    y = 0.02 if np.isnan(value) else max(value, 0) + 0.04
-                    ax.text(xi, y, mark, ha="center", va="bottom", fontsize=6, rotation=90 if len(mark) > 1 else 0)
-        ax.axhline(1.0, color="k", lw=0.6, ls="--")
-        ax.axhline(0.0, color="k", lw=0.6)
-        ax.set_xticks(np.arange(len(targets)), targets)
-        ax.set_ylabel(label)
-        ax.set_title(f"task: {task}   († pale: {dagger})", fontsize=9)
-        ax.set_ylim(-0.5, min(top, 2.4) + 0.1)
-    axes[0, 0].legend(ncol=min(len(methods), 4), fontsize=7)
+    cells = {task: {m: [_plot_cell(index.get((task, t, m)), key) for t in targets] for m in methods}
+             for task in _order(results, "task")}
+    drawn = [task for task, per in cells.items() if any(math.isfinite(c[0]) for row in per.values() for c in row)]
+    empty = [task for task in cells if task not in drawn]
+    bare = [m for m in methods if not any(math.isfinite(c[0]) for task in drawn for c in cells[task][m])]
+    cells = {task: {m: row for m, row in per.items() if m not in bare} for task, per in cells.items()}
+    fig, axes = plt.subplots(max(len(drawn), 1), 1, figsize=(max(7, 1.3 * len(targets)), 3.2 * max(len(drawn), 1)),
+                             squeeze=False)
+    for ax, task in zip(axes[:, 0], drawn, strict=False):
+        _panel(ax, task, cells[task], targets, label, dagger)
+    said = "; ".join(([f"task{'s' * (len(empty) > 1)} {', '.join(empty)}"] if empty else [])
+                     + ([f"method{'s' * (len(bare) > 1)} {', '.join(bare)}"] if bare and drawn else []))
+    if not drawn:
+        axes[0, 0].set_axis_off()
+        axes[0, 0].text(0.5, 0.5, f"no {label} to draw (†, n/a or no rows)", ha="center", va="center")
+    else:
+        axes[0, 0].legend(ncol=min(len(methods) - len(bare), 4), fontsize=7)
+        if said:
+            fig.suptitle(f"not drawn, no {label} (†, n/a or no rows): {said}", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _panel(ax, task: str, cells: dict[str, list[tuple[float, float, str]]], targets: list[str], label: str,
+           dagger: str) -> None:
+    """One task's bars: per target, one bar per method (``cells[method][target index]``)."""
+    import numpy as np
+
+    width = 0.8 / len(cells)
+    top = 1.2   # the highest bar with its error, so that none is cut (at most 2.5: a ratio can explode)
+    for j, (method, row) in enumerate(cells.items()):
+        x = np.arange(len(targets)) + (j - len(cells) / 2 + 0.5) * width
+        bars = ax.bar(x, [c[0] for c in row], width, yerr=[c[1] for c in row], label=method, capsize=2)
+        top = max([top, *(v + e for v, e, _ in row if math.isfinite(v))])
+        for bar, xi, (value, _, mark) in zip(bars, x, row, strict=True):
+            if mark == "†":
+                bar.set_alpha(0.35)
+                bar.set_hatch("//")
+            if mark:
+                y = 0.02 if np.isnan(value) else max(value, 0) + 0.04
+                ax.text(xi, y, mark, ha="center", va="bottom", fontsize=6, rotation=90 if len(mark) > 1 else 0)
+    ax.axhline(1.0, color="k", lw=0.6, ls="--")
+    ax.axhline(0.0, color="k", lw=0.6)
+    ax.set_xticks(np.arange(len(targets)), targets)
+    ax.set_ylabel(label)
+    ax.set_title(f"task: {task}   († pale: {dagger})", fontsize=9)
+    ax.set_ylim(-0.5, min(top, 2.4) + 0.1)
 
 
 def _plot_cell(row: dict | None, key: str = "recovered") -> tuple[float, float, str]:

@@ -44,7 +44,7 @@ def test_cpu_seconds_and_table():
     assert rows[0]["cpu_seconds"] == 25.0 and "cpu_seconds" not in rows[2]
     text = markdown({"rows": rows})
     assert "| unrelated | inputs | 90.0 ± 2.0 | 0.95 ± 0.03 | 0.97 ± 0.02 | 25 |" in text
-    assert "| unrelated | synth | n/a (the teacher wrote no usable input) | – | – | – |" in text
+    assert "Not run, inputs `synth` on every target: the teacher wrote no usable input." in text  # not a row
     assert markdown({"rows": rows[2:]}) == ""
 
 

@@ -251,7 +251,8 @@ def test_version_1_results_pool_into_typed_statuses():
     assert rows["auto"]["status"] == ["refused"] and rows["auto"]["accuracy"]["mean"] == 0.5
     assert rows["base"]["status"] == ["ok"] and "reasons" not in rows["base"]
     text = markdown(merge_results([run]))
-    assert "| unrelated | 50.0 ± 25.0 | 100.0 ± 0.0 | 50.0 ± 25.0 (refused) | n/a | 50.0 ± 25.0 |" in text
+    assert "| unrelated | 50.0 ± 25.0 | 100.0 ± 0.0 | 50.0 ± 25.0 (refused) | 50.0 ± 25.0 |" in text
+    assert "Left out, no number (n/a): column copy." in text  # copy applies to no target
 
 
 def test_kept_plot_draws_the_kept_fraction():
