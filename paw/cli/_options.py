@@ -175,7 +175,10 @@ def _spaces_only_init(base):
 
 def _tidy_option(param) -> None:
     described = getattr(param, "type_descriptor", None)  # typer's view of the type (absent before 0.20)
-    if getattr(param, "param_type_name", None) != "option" or param.metavar is not None or described is None:
+    if param.metavar is not None or described is None:
+        return
+    if getattr(param, "param_type_name", None) == "argument":  # `FILES...`, not `{files}...`
+        param.metavar = param.name.upper()
         return
     if described.is_ranged:
         param.metavar = f"<{described.ranged_type_name}>"
