@@ -50,8 +50,7 @@ def extract_lora_command(
         f"{s['rank_min']}-{s['rank_max']} (median {s['rank_median']})"
     typer.echo(f"extracted {s['lora_modules']} LoRA modules, rank {ranks}: energy held {s['energy_held']:.4f}, "
                f"relative error {s['relative_error']:.4f}")
-    typer.echo(f"modules_to_save {s['modules_to_save']}, unchanged {s['unchanged']}, "
-               f"not carried {s['not_carried']} (listed in the report)")
+    typer.echo(f"modules_to_save {s['modules_to_save']}, unchanged {s['unchanged']}, not carried {s['not_carried']}")
     for note in result.report["notes"]:
         typer.echo(f"  {note}")
     typer.echo(f"adapter: {output}  (report: {output / 'extract_report.json'})")
