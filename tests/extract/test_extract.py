@@ -104,3 +104,15 @@ def test_tied_embedding_gets_the_same_lora_on_the_head(cli, tmp_path, tiny_qwen,
     assert set(vocab) == {fam.embed.removesuffix(".weight"), fam.head.removesuffix(".weight")}
     assert all(m["how"] == "lora" and m["tied"] and m["relative_error"] < 1e-4 for m in vocab.values())
     assert _relative(_logits(tiny_qwen, out), _logits(qwen_ft)) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gives_the_cpu_adapter(cli, tmp_path, tiny_llama, llama_ft):
+    _, cpu = _extract(cli, tiny_llama, llama_ft, tmp_path / "cpu", "--rank", "2")
+    _, gpu = _extract(cli, tiny_llama, llama_ft, tmp_path / "gpu", "--rank", "2", "--device", "cuda")
+    assert gpu["options"]["device"] == "cuda"
+    for a, b in zip(cpu["modules"], gpu["modules"], strict=True):
+        assert (a["module"], a["how"], a["rank"]) == (b["module"], b["how"], b["rank"])
+        assert (a["relative_error"] or 0) == pytest.approx(b["relative_error"] or 0, abs=1e-5)
+    assert _relative(_logits(tiny_llama, tmp_path / "gpu"), _logits(llama_ft)) < 1e-4
