@@ -196,9 +196,20 @@ def fine_tune(base: str | Path, folder: str | Path, *, seed: int, scale: float =
     """Save a 'fine-tune' of the model in ``base``: base plus :func:`perturb`; returns the task vector."""
     from transformers import AutoModelForCausalLM
 
+    from paw.errors import PawError
+    from paw.io.checkpoint import open_checkpoint
     from paw.io.lm import load_tokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(base)
+    try:
+        re.compile(include)
+    except re.error as err:
+        raise PawError(f"--include {include!r} is not a valid regex ({err})") from None
+    open_checkpoint(base)  # a wrong folder or file is named in one line (x.gguf/, an adapter, no weights)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base)
+    except (OSError, ValueError, KeyError) as err:
+        raise PawError(f"cannot load a causal language model ({str(err).strip().splitlines()[0][:300]})",
+                       path=base) from None
     deltas = perturb(model, seed=seed, scale=scale, include=include)
     tokenizer = load_tokenizer(base) if (Path(base) / "tokenizer.json").exists() else None
     save_model(model, folder, tokenizer=tokenizer)

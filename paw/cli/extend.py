@@ -29,8 +29,9 @@ def register(app: typer.Typer) -> None:
                                           "which would change how every number in old text tokenizes."),
         special: bool = typer.Option(False, "--special", help="Add them as special (added, unsplittable) tokens."),
         init: Init = typer.Option("interpolate", "--init", help="How new rows start."),
-        pad_to_multiple: int = typer.Option(0, "--pad-to-multiple", min=0,
-                                            help="Pad the row count to a multiple of N (0: no padding)."),
+        pad_to_multiple: int = typer.Option(0, "--pad-to-multiple", min=0, max=65536,
+                                            help="Pad the row count to a multiple of N (0: no padding; "
+                                            "64 or 128 are usual)."),
         max_intermediates: int = typer.Option(-1, "--max-intermediates",
                                               help="A token whose merge chain needs more new intermediate "
                                               "tokens than this is added as an added token instead (-1: no limit)."),

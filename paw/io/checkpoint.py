@@ -15,7 +15,7 @@ for the model. Supported inputs (see :func:`open_checkpoint`):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,27 @@ def open_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:
     return Checkpoint(path, where, config, name)
 
 
+def distinct_names(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """Rename checkpoints that share a name but not a path by their shortest distinguishing path.
+
+    ``a/base`` and ``b/base`` are both ``base`` by folder name, so a message about one would name
+    either; they become ``a/base`` and ``b/base``. The same path given twice keeps its name.
+    """
+    groups: dict[str, list[Checkpoint]] = {}
+    for ckpt in checkpoints:
+        groups.setdefault(ckpt.name, []).append(ckpt)
+    for group in groups.values():
+        parts = {ckpt.path.resolve().parts for ckpt in group}
+        if len(parts) < 2:
+            continue
+        for depth in range(2, max(map(len, parts)) + 1):
+            if len({p[-depth:] for p in parts}) == len(parts):
+                break
+        for ckpt in group:
+            ckpt.name = "/".join(ckpt.path.resolve().parts[-depth:]).removeprefix("//")
+    return list(checkpoints)
+
+
 def _weight_files(folder: Path) -> list[Path]:
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = folder / index_name
@@ -243,8 +264,26 @@ def _weight_files(folder: Path) -> list[Path]:
         found = sorted(p for p in folder.glob(pattern) if not p.name.startswith("adapter_"))
         if found:
             return found
-    raise PawError("no model weights in this folder (looked for *.safetensors with or without "
-                   "model.safetensors.index.json, pytorch_model*.bin, *.pt, *.pth)", path=folder)
+    raise PawError("no model weights in this folder" + (folder_hint(folder) or " (looked for *.safetensors with or "
+                   "without model.safetensors.index.json, pytorch_model*.bin, *.pt, *.pth)"), path=folder)
+
+
+def folder_hint(folder: Path) -> str:
+    """What a folder that is not the expected model or tokenizer folder is, as ``'; ...'`` (or ``''``).
+
+    A folder named ``x.gguf``, a folder holding only a ``.gguf`` file and a PEFT adapter folder are
+    the usual wrong folders; saying so beats a list of the files that were looked for.
+    """
+    ggufs = sorted(p.name for p in folder.glob("*.gguf") if p.is_file())
+    if ggufs:
+        return f"; it holds the GGUF file {ggufs[0]}, which PAW reads when given the file itself: pass {folder / ggufs[0]}"
+    if folder.suffix.lower() == ".gguf":
+        return "; it is a folder named like a GGUF file: PAW reads a .gguf file (model and tokenizer), pass the file itself"
+    if (folder / "adapter_config.json").is_file():
+        return "; it is a PEFT adapter folder (adapter_config.json): pass it as --adapter and its base model as the model"
+    if not any(folder.iterdir()):
+        return "; the folder is empty"
+    return ""
 
 
 def read_json(path: str | Path) -> dict:

@@ -116,7 +116,20 @@ def open_tokenizer_json(spec: str | Path) -> HfTokenizerJson:
         if not path.exists():
             raise PawError(f"no {TOKENIZER_JSON} in this folder (PAW edits fast tokenizers; save the "
                            "tokenizer once with transformers to create it)", path=path.parent)
-    return HfTokenizerJson(read_json(path), path)
+    doc = read_json(path)
+    _check_loads(doc, path)
+    return HfTokenizerJson(doc, path)
+
+
+def _check_loads(doc: dict, path: Path) -> None:
+    """Refuse a document the ``tokenizers`` library cannot load (a BPE vocab that is a list, an id that
+    is a string, ...): every lookup below trusts its structure."""
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_str(json.dumps(doc))
+    except Exception as err:  # tokenizers raises a bare Exception with serde's message
+        raise PawError(f"tokenizers cannot load this file ({str(err).splitlines()[0]})", path=path) from None
 
 
 def read_token_list(spec: str | Path) -> list[bytes]:

@@ -34,6 +34,12 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
         torch_dtype = getattr(torch, dtype)
     if path.is_file() and path.suffix.lower() == ".gguf":
         return _load_gguf_lm(path, adapter=adapter, device=device, dtype=torch_dtype)
+    if path.is_file():
+        raise PawError("a file, not a model: pass the model folder (config.json, weights, tokenizer) "
+                       "or a .gguf file", path=path)
+    from paw.io.checkpoint import open_checkpoint
+
+    open_checkpoint(path)  # first: headers checked, pickles refused, a wrong folder named (x.gguf/, an adapter)
     tokenizer_source = path
     if not _has_tokenizer(path) and adapter is not None and _has_tokenizer(Path(adapter)):
         tokenizer_source = Path(adapter)
@@ -41,10 +47,6 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
         tokenizer = load_tokenizer(tokenizer_source)
     except (OSError, ValueError, TypeError) as err:
         raise PawError(f"cannot load a tokenizer from the model folder ({_first_line(err)})", path=path) from None
-    if path.is_dir():  # headers checked and pickles refused the way every other command does, first
-        from paw.io.checkpoint import open_checkpoint
-
-        open_checkpoint(path)
     try:
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except (OSError, ValueError, KeyError) as err:

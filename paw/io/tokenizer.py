@@ -38,8 +38,9 @@ from pathlib import Path
 from paw.bpe.patterns import PATTERNS
 from paw.errors import PawError
 from paw.io.bpe_files import BpeFile, read_bpe, sniff_format
+from paw.io.checkpoint import folder_hint
 from paw.io.tokenizer_info import SpecialToken, TokenizerInfo
-from paw.io.tokenizer_json import embedding_rows, read_json_or_none, read_tokenizer_json
+from paw.io.tokenizer_json import embedding_rows, read_json_object_or_none, read_tokenizer_json
 
 __all__ = ["CL100K_PATTERN", "SpecialToken", "TokenizerInfo", "open_tokenizer", "read_corpus"]
 
@@ -72,7 +73,9 @@ def open_tokenizer(spec: str | Path, *, pattern: str | None = None, fast: bool =
         for name in sorted(path.iterdir()):
             if name.suffix in (".tiktoken", ".model") and name.is_file():
                 return _open_file(name, str(spec), pattern, fast)
-        raise PawError("folder has no tokenizer.json, *.tiktoken or *.model file", path=path)
+        if (path / "tokenizer.json").is_dir():
+            raise PawError("tokenizer.json is a folder, not a file", path=path / "tokenizer.json")
+        raise PawError(f"folder has no tokenizer.json, *.tiktoken or *.model file{folder_hint(path)}", path=path)
     return _open_file(path, str(spec), pattern, fast)
 
 
@@ -102,7 +105,7 @@ def _from_ranks(spec: str, kind: str, bpe: BpeFile, pattern: str | None, *, fold
     special_info = {i: SpecialToken(i, s, True) for s, i in specials.items()}
     for i in special_info:
         vocab[i] = None
-    config = read_json_or_none(folder / "config.json")
+    config = read_json_object_or_none(folder / "config.json")
     return TokenizerInfo(spec, kind, vocab, special_info, embedding_rows=embedding_rows(config),
                          folder=folder, backend=enc, config=config, pattern=pattern)
 

@@ -51,8 +51,8 @@ def read_tokenizer_json(path: Path, spec: str, *, fast: bool = True) -> Tokenize
         else:
             vocab[i] = canon(piece, prefix)
     folder = path.parent
-    roles = _configured_roles(read_json_or_none(folder / "tokenizer_config.json") or {})
-    config = read_json_or_none(folder / "config.json")
+    roles = _configured_roles(read_json_object_or_none(folder / "tokenizer_config.json") or {})
+    config = read_json_object_or_none(folder / "config.json")
     specials = {}
     for i, t in added.items():
         content, special = t["content"], bool(t.get("special"))
@@ -211,3 +211,11 @@ def read_json_or_none(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise PawError(f"not valid JSON ({err})", path=path) from None
+
+
+def read_json_object_or_none(path: Path) -> dict | None:
+    """:func:`read_json_or_none` for files that must hold an object (``config.json``, ``tokenizer_config.json``)."""
+    data = read_json_or_none(path)
+    if data is not None and not isinstance(data, dict):
+        raise PawError(f"expected a JSON object at the top level, got a {type(data).__name__}", path=path)
+    return data

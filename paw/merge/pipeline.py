@@ -19,7 +19,7 @@ from typing import Any
 from paw import __version__
 from paw.errors import PawError
 from paw.io.atomic import check_output, input_scope
-from paw.io.checkpoint import Checkpoint, open_checkpoint, read_json
+from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint, read_json
 from paw.io.manifest import describe_input
 from paw.io.writer import write_checkpoint
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
@@ -70,6 +70,7 @@ def prepare(options: MergeOptions) -> MergeJob:
     device = resolve_device(options.device)
     models = [open_checkpoint(m) for m in options.models]
     reference = open_checkpoint(options.base) if options.base is not None else models[0]
+    distinct_names([reference, *models])  # messages tell a/base from b/base
     check_output(options.output, overwrite=options.overwrite, inputs=[m.path for m in [reference, *models]])
     plan = plan_merge(reference, models, vocab_policy=options.vocab_policy)
     norms, source = _norms(options, reference, models, plan, device)

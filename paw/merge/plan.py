@@ -46,7 +46,7 @@ def plan_merge(base: Checkpoint, models: Sequence[Checkpoint], *, vocab_policy: 
             continue
         problems.append(f"{name}: {reason}")
     if problems:
-        raise PawError(f"the models do not match the base {base.name}: {len(problems)} tensor(s) differ "
+        raise PawError(f"the models do not match the base ({base.name}): {len(problems)} tensor(s) differ "
                        f"in name or shape; first: {problems[0]}")
     if vocab_problems:
         name = vocab_problems[0]

@@ -42,7 +42,7 @@ def align(base: Checkpoint, models: Sequence[Checkpoint], *, include: str | None
         for name in model:
             if name not in base and name not in skipped and (not inc or inc.search(name)) \
                     and not (exc and exc.search(name)):
-                skipped[name] = f"missing in base {base.name}"
+                skipped[name] = f"missing in the base ({base.name})"
     return Alignment(names, dict(sorted(skipped.items())))
 
 

@@ -115,7 +115,7 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
     tied = _tied_lm_head(base, models, names, skipped)
     if not names:
         reasons = "; ".join(f"{k}: {v}" for k, v in list(skipped.items())[:3]) or "the filters kept none"
-        raise PawError(f"no tensor in common between base {base.name} and the models ({reasons})")
+        raise PawError(f"no tensor in common between the base ({base.name}) and the models ({reasons})")
     ckpts = [base, *models]
 
     def work(name: str, dev) -> TensorResult:
@@ -166,7 +166,7 @@ def check_architectures(base: Checkpoint, models: Sequence[Checkpoint]) -> None:
     for model in models:
         m_type, m_arch = arch(model)
         if (base_type and m_type and base_type != m_type) or (base_arch and m_arch and base_arch != m_arch):
-            raise PawError(f"architectures do not match: base {base.name} is "
+            raise PawError(f"architectures do not match: the base ({base.name}) is "
                            f"{base_type or '/'.join(base_arch)} but {model.name} is "
                            f"{m_type or '/'.join(m_arch)}", path=model.path)
 

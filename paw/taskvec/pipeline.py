@@ -42,7 +42,7 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
     ``allow_nonfinite``: then its statistics are ``nan`` in the report.
     """
     from paw.device import resolve_device
-    from paw.io.checkpoint import open_checkpoint
+    from paw.io.checkpoint import distinct_names, open_checkpoint
     from paw.io.manifest import describe_input
     from paw.taskvec.compute import compute_task_vectors, unique_names
     from paw.taskvec.report import check_report_outputs, write_report
@@ -50,6 +50,7 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
     specs = [str(m) for m in models]
     base_ckpt = open_checkpoint(base)
     model_ckpts = [open_checkpoint(m) for m in specs]
+    distinct_names([base_ckpt, *model_ckpts])  # messages and report folders tell a/ft from b/ft
     check_report_outputs(outdir, unique_names([m.name for m in model_ckpts]), overwrite=overwrite,
                          inputs=[base_ckpt.path, *(m.path for m in model_ckpts)])
     devices = _devices(resolve_device(device), multi_gpu, workers)

@@ -65,7 +65,7 @@ def test_shape_mismatch_names_the_first_one(cli, family, tmp_path):
 
     odd = _variant(family.models[1], tmp_path / "odd", widen)
     err = _refused(cli, tmp_path, "--base", family.base, "--models", family.models[0], odd,
-                   message="the models do not match the base llama: 2 tensor(s) differ in name or shape")
+                   message="the models do not match the base (llama): 2 tensor(s) differ in name or shape")
     assert "first: model.layers.0.mlp.up_proj.weight: shape mismatch in odd: [70, 32] vs base [64, 32]" in err
 
 
@@ -78,7 +78,7 @@ def test_missing_and_extra_names(cli, family, tmp_path):
     _refused(cli, tmp_path, "--base", family.base, "--models", short, message="model.norm.weight: missing in short")
     extra = _variant(family.models[0], tmp_path / "extra", lambda t: {**t, "model.extra.weight": torch.ones(3)})
     _refused(cli, tmp_path, "--base", family.base, "--models", extra,
-             message="model.extra.weight: missing in base llama")
+             message="model.extra.weight: missing in the base (llama)")
 
 
 def test_unknown_method_and_missing_model(cli, family, tmp_path):

@@ -90,7 +90,7 @@ def test_skip_reasons(odd_pair):
     r = compute_task_vectors(open_checkpoint(odd_pair["base"]), [open_checkpoint(odd_pair["ft"])])
     assert r.skipped == {
         "empty.bias": "empty tensor (no elements)",
-        "extra.only_in_ft": "missing in base base",
+        "extra.only_in_ft": "missing in the base (base)",
         "model.layers.1.mlp.up_proj.weight": "missing in oddft",
         "model.norm.weight": "shape mismatch in oddft: [30] vs base [32]",
         "step_counter": "non-float dtype int64",
