@@ -39,6 +39,59 @@ def finite(flag: str, value: float | None, *, positive: bool = False, limit: flo
     return float(value)
 
 
+def lora_alpha(flag: str, alpha: float | None) -> float | None:
+    """A LoRA alpha: finite and > 0 (PEFT scales the update by alpha / r: 0 switches it off, < 0 flips it)."""
+    return finite(flag, alpha, positive=True)
+
+
+def lora_rank(flag: str, rank: int | None, model=None, target_modules: str | Iterable[str] | None = None) -> None:
+    """Refuse a LoRA rank below 1, or above ``min(out, in)`` of the smallest layer it would adapt.
+
+    ``model`` is the (torch) model the LoRA goes on and ``target_modules`` PEFT's selection
+    (``'all-linear'``, a list of name suffixes, or a regex); checked before PEFT builds the factors,
+    so ``--rank 100000`` is one line, not gigabytes of ``A`` and ``B``.
+    """
+    if rank is None:
+        return
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise PawError(f"{flag} {rank!r}: must be an integer of at least 1")
+    if model is None:
+        return
+    layers = lora_layer_shapes(model, target_modules)
+    if not layers:
+        return
+    name, (out, inp) = min(layers.items(), key=lambda kv: (min(kv[1]), kv[0]))
+    if rank > min(out, inp):
+        raise PawError(f"{flag} {rank} is above min(out, in) = {min(out, inp)} of the smallest targeted layer "
+                       f"{name} ({out} x {inp}); a LoRA's rank is at most that")
+
+
+def lora_layer_shapes(model, target_modules: str | Iterable[str] | None) -> dict[str, tuple[int, int]]:
+    """``name -> (out, in)`` of the linear layers PEFT's ``target_modules`` selects in ``model``.
+
+    ``'all-linear'`` (or None): every ``nn.Linear`` but the output head, as PEFT does; a string: a
+    regex on the full name; a list: names equal to an entry or ending in ``.entry``.
+    """
+    import re
+
+    import torch
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    out = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or not name:
+            continue
+        if target_modules is None or target_modules == "all-linear":
+            chosen = module is not head
+        elif isinstance(target_modules, str):
+            chosen = re.fullmatch(target_modules, name) is not None
+        else:
+            chosen = any(name == t or name.endswith(f".{t}") for t in target_modules)
+        if chosen:
+            out[name] = (module.out_features, module.in_features)
+    return out
+
+
 def finite_all(flag: str, values: Iterable[float] | None, *, limit: float | None = None) -> list[float] | None:
     """Every entry of a list flag (``--weights 0.5 nan``) checked with :func:`finite`."""
     return None if values is None else [finite(flag, v, limit=limit) for v in values]

@@ -31,11 +31,11 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(1, help="Worker processes on the CPU: the (seed, task) units run side by side, "
                                  "with the same results as one."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
-        hidden_size: int = typer.Option(64, help="Source hidden size."),
-        num_layers: int = typer.Option(4, help="Source depth."),
-        pretrain_steps: int = typer.Option(400, help="Source pretraining steps (targets scale with it)."),
-        lora_steps: int = typer.Option(300, help="LoRA training steps."),
-        lora_rank: int = typer.Option(8, help="LoRA rank."),
+        hidden_size: int = typer.Option(64, min=4, help="Source hidden size."),
+        num_layers: int = typer.Option(4, min=1, help="Source depth."),
+        pretrain_steps: int = typer.Option(400, min=1, help="Source pretraining steps (targets scale with it)."),
+        lora_steps: int = typer.Option(300, min=1, help="LoRA training steps."),
+        lora_rank: int = typer.Option(8, min=1, help="LoRA rank."),
         data: Path = typer.Option(None, "--data",
                                   help="Folder of the commonsense *_formatted.jsonl files (ARC, OpenBookQA, PIQA, "
                                   "Winogrande, BoolQ) for the pretraining corpus. Without it the corpus is embedded "

@@ -26,7 +26,9 @@ def _no_distill_options(given: dict) -> None:
 
     used = [k for k, v in _DISTILL_DEFAULTS.items() if getattr(given[k], "value", given[k]) != v]
     if used:
-        raise PawError(f"--{used[0].replace('_', '-')} is a --method distill option")
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in used)
+        raise PawError(f"{flags} {'is a' if len(used) == 1 else 'are'} --method distill option{'s' * (len(used) > 1)}; "
+                       f"add --method distill or drop {'it' if len(used) == 1 else 'them'}")
 
 
 def _distill(a: dict) -> None:

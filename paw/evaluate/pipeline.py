@@ -105,7 +105,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     output = Path(output)
     check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
     finite("--lr", lr, positive=True)
-    finite("--alpha", alpha)
+    finite("--alpha", alpha, positive=True)  # LoRA scales by alpha / r: 0 is off, < 0 flips it
     items = read_items(data, format=format, limit=limit)
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
     lm, tokenizer = load_lm(model, device=resolve_device(device), dtype=dtype)

@@ -19,6 +19,7 @@ from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem
 from paw.progress import track
+from paw.validate import lora_alpha, lora_rank
 
 
 def batches_in_order(n: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
@@ -62,9 +63,10 @@ def wrap_lora(model, *, rank: int, alpha: float, target_modules: str | Sequence[
     import torch
     from peft import LoraConfig, get_peft_model
 
-    if rank < 1:
-        raise PawError(f"--rank {rank}: must be at least 1")
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=_resolve_targets(target_modules),
+    targets = _resolve_targets(target_modules)
+    lora_rank("--rank", rank, model, targets)  # at most min(out, in) of the smallest adapted layer
+    lora_alpha("--alpha", alpha)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets,
                         lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     torch.manual_seed(seed)
     try:

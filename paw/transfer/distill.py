@@ -32,6 +32,7 @@ from paw.transfer import distill_data as data
 from paw.transfer import distill_loss as L
 from paw.transfer import distill_train as T
 from paw.transfer.distill_data import Prompt
+from paw.validate import finite, lora_alpha, lora_rank
 
 DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
 INITS = ("auto", "none")
@@ -110,6 +111,9 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     _check_knobs(init, steps, batch_size, lr, max_new_tokens, holdout, synthesize)
     if next_words < 0 or next_words == 1:
         raise PawError(f"--next-words {next_words}: 0 (off) or at least 2")
+    lora_alpha("--alpha", alpha)
+    if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
+        lora_rank("--rank", rank, student.model, _target_modules(adapter, student.model, target_modules))
     device = resolve_device(device) if isinstance(device, str) else device
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
@@ -161,14 +165,18 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
 # ---------------------------------------------------------------------------------- checks, inputs
 
 def _check_knobs(init, steps, batch_size, lr, max_new_tokens, holdout, synthesize) -> None:
+    """Name the one flag out of range (``--holdout 1: must be in [0, 1)``), not every constraint."""
     if init not in INITS:
         raise PawError(f"unknown --init {init!r}; choose one of {', '.join(INITS)}")
-    if steps < 1 or batch_size < 1 or max_new_tokens < 1:
-        raise PawError(f"--max-steps ({steps}), --batch-size ({batch_size}) and --max-new-tokens "
-                       f"({max_new_tokens}) must be at least 1")
-    if not lr > 0 or not 0 <= holdout < 1 or synthesize < 0:
-        raise PawError(f"--lr ({lr}) must be positive, --holdout ({holdout}) in [0, 1), --synthesize "
-                       f"({synthesize}) not negative")
+    for flag, value in (("--max-steps", steps), ("--batch-size", batch_size), ("--max-new-tokens", max_new_tokens)):
+        if value < 1:
+            raise PawError(f"{flag} {value}: must be at least 1")
+    finite("--lr", lr, positive=True)
+    finite("--holdout", holdout)
+    if not 0 <= holdout < 1:
+        raise PawError(f"--holdout {holdout}: must be in [0, 1) (the fraction of inputs kept for agreement)")
+    if synthesize < 0:
+        raise PawError(f"--synthesize {synthesize}: must not be negative")
 
 
 def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device):
