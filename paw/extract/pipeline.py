@@ -119,10 +119,10 @@ def extract_lora(base: PathLike, finetune: PathLike, output: PathLike, options: 
     another architecture or shape, or an output inside an input; nothing is written then.
     """
     options.check()
+    device = resolve_device(options.device)
     base_ckpt, ft_ckpt = open_checkpoint(base), open_checkpoint(finetune)
     fam = check_pair(base_ckpt, ft_ckpt)
     check_output(output, overwrite=options.overwrite, inputs=[base_ckpt.path, ft_ckpt.path])
-    device = resolve_device(options.device)
     records, not_carried, tensors = _extract_all(base_ckpt, ft_ckpt, fam, options, device)
     lora = [r for r in records if r["how"] == "lora"]
     if not lora:

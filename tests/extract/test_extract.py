@@ -116,3 +116,20 @@ def test_cuda_gives_the_cpu_adapter(cli, tmp_path, tiny_llama, llama_ft):
         assert (a["module"], a["how"], a["rank"]) == (b["module"], b["how"], b["rank"])
         assert (a["relative_error"] or 0) == pytest.approx(b["relative_error"] or 0, abs=1e-5)
     assert _relative(_logits(tiny_llama, tmp_path / "gpu"), _logits(llama_ft)) < 1e-4
+
+
+def test_pickled_bin_input_and_the_python_api(tmp_path, tiny_llama, llama_ft):
+    """A .bin fine-tune (weights_only pickle) through the library function: the same errors as safetensors."""
+    import shutil
+
+    from paw.extract import ExtractOptions, extract_lora
+
+    ft_bin = tmp_path / "ft-bin"
+    ft_bin.mkdir()
+    shutil.copy(llama_ft / "config.json", ft_bin / "config.json")
+    ckpt = open_checkpoint(llama_ft)
+    torch.save({name: ckpt[name] for name in ckpt}, ft_bin / "pytorch_model.bin")
+    a = extract_lora(tiny_llama, llama_ft, tmp_path / "a", ExtractOptions(rank=2)).report
+    b = extract_lora(tiny_llama, ft_bin, tmp_path / "b", ExtractOptions(rank=2)).report
+    assert b["command"].startswith("paw.extract.pipeline.extract_lora(base=")  # recorded from Python
+    assert [m["relative_error"] for m in a["modules"]] == [m["relative_error"] for m in b["modules"]]
