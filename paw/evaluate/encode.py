@@ -29,7 +29,19 @@ def _prefix(tokenizer) -> list[int]:
     return []
 
 
-START = ("bos", "tokenizer")  # how a sequence starts: see encode_pair
+def own_start(tokenizer) -> list[int]:
+    """The special tokens the tokenizer itself puts before any text: ``[BOS]`` for Llama and Gemma,
+    nothing for GPT-2, Qwen or SmolLM2 (what ``tokenizer.encode`` adds in front, as lm-eval and
+    ``transformers`` pipelines see it)."""
+    bare = tokenizer.encode("a", add_special_tokens=False)
+    full = tokenizer.encode("a")
+    for i in range(len(full) - len(bare) + 1):
+        if full[i:i + len(bare)] == bare:
+            return [int(t) for t in full[:i]]
+    return []
+
+
+START = ("bos", "tokenizer", "own")  # how a sequence starts: see encode_pair
 
 
 def encode_pair(tokenizer, context: str, continuation: str, *, max_length: int | None = None,
@@ -43,11 +55,17 @@ def encode_pair(tokenizer, context: str, continuation: str, *, max_length: int |
 
     - ``"tokenizer"`` (what ``paw eval`` and ``train-lora`` use): exactly lm-eval's ``HFLM``: the
       tokenizer's own special tokens (BOS for Llama and Gemma, nothing for GPT-2, Qwen or SmolLM2),
-      all trailing whitespace moves, the continuation is ``whole[len(context):]``; an empty context
+      all trailing whitespace moves, the continuation is ``whole[len(context):]`` (or, where a token
+      spanning the boundary leaves that empty, the continuation tokenised alone); an empty context
       becomes BOS (else EOS), or the continuation's first token when it already is that token;
     - ``"bos"``: BOS (else EOS) always first and the special tokens of the tokenizer left out, only
       trailing spaces move, and when the context's tokens are not a prefix of the whole the two
-      halves are tokenised apart (distillation's sequences are built this way).
+      halves are tokenised apart;
+    - ``"own"`` (what distillation uses): the tokenizer's own leading special tokens
+      (:func:`own_start`) as with ``"tokenizer"``, so a distilled adapter is trained on the sequences
+      ``paw eval``, lm-eval and ``transformers`` will feed it, and the halves split as with ``"bos"``,
+      so a continuation's tokens are exactly its own bytes (byte-aligned distillation needs that); an
+      empty context with no leading token gets BOS (else EOS) to predict from.
 
     >>> enc = encode_pair(tok, "2 + 2 =", " 4", start="tokenizer")  # doctest: +SKIP
     >>> tok.decode(enc.ids[-enc.n_cont:])  # doctest: +SKIP
@@ -59,7 +77,13 @@ def encode_pair(tokenizer, context: str, continuation: str, *, max_length: int |
     continuation = context[len(stripped):] + continuation
     if not continuation:
         raise PawError(f"empty answer choice after context {context[-40:]!r}")
-    ids, n_cont = (_as_lm_eval if start == "tokenizer" else _with_bos)(tokenizer, stripped, continuation)
+    if start == "tokenizer":
+        ids, n_cont = _as_lm_eval(tokenizer, stripped, continuation)
+    else:
+        prefix = own_start(tokenizer) if start == "own" else []
+        if not prefix and (start == "bos" or not stripped):
+            prefix = _prefix(tokenizer)
+        ids, n_cont = _with_bos(tokenizer, stripped, continuation, prefix)
     if not n_cont:
         raise PawError(f"answer choice {continuation!r} encodes to no tokens")
     if max_length is not None and len(ids) > max_length:
@@ -80,11 +104,13 @@ def _as_lm_eval(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     ctx = tokenizer.encode(context)
     whole = tokenizer.encode(context + continuation)
     cont = whole[len(ctx):]  # even when ctx is not a prefix of whole, as lm-eval does
+    if not cont:  # a token spans the boundary and swallows the whole answer: lm-eval would score
+        # nothing (log-likelihood 0 for every such choice); score the answer's own tokens instead
+        cont = tokenizer.encode(continuation, add_special_tokens=False)
     return ctx + cont, len(cont)
 
 
-def _with_bos(tokenizer, context: str, continuation: str) -> tuple[list[int], int]:
-    prefix = _prefix(tokenizer)
+def _with_bos(tokenizer, context: str, continuation: str, prefix: list[int]) -> tuple[list[int], int]:
     ctx = tokenizer.encode(context, add_special_tokens=False) if context else []
     whole = tokenizer.encode(context + continuation, add_special_tokens=False)
     if whole[: len(ctx)] == ctx and len(whole) > len(ctx):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
 
+START = "own"  # sequences start with the tokenizer's own special tokens (paw.evaluate.encode.encode_pair)
 MAX_SEEDS = 5          # Trans-LoRA's budget of real examples
 MAX_ATTEMPT_ROUNDS = 8  # synthesis stops after this many batches of candidates per batch of requested inputs
 BARREN_ROUNDS = 4       # ... or after this many batches without one usable candidate
@@ -108,17 +109,19 @@ def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sam
 
     Greedy unless ``sample``; sampling draws from a generator seeded with ``seed`` per batch, so
     the same inputs give the same texts on one device. Batches are left-padded with a KV cache; the
-    BOS (or EOS) start marker of :func:`paw.evaluate.encode.encode_pair` comes first.
+    tokenizer's own leading special tokens come first, as in :data:`START` (BOS, else EOS, before an
+    empty text).
     """
     import torch
 
-    from paw.evaluate.encode import _prefix, pad_id_of
+    from paw.evaluate.encode import _prefix, own_start, pad_id_of
 
     device = device or next(model.parameters()).device
-    prefix, pad, eos = _prefix(tokenizer), pad_id_of(tokenizer), tokenizer.eos_token_id
+    own, pad, eos = own_start(tokenizer), pad_id_of(tokenizer), tokenizer.eos_token_id
     out: list[str] = []
     for start in range(0, len(texts), batch_size):
-        chunk = [prefix + tokenizer.encode(t, add_special_tokens=False) for t in texts[start:start + batch_size]]
+        chunk = [(own if own or t else _prefix(tokenizer)) + tokenizer.encode(t, add_special_tokens=False)
+                 for t in texts[start:start + batch_size]]
         gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + start)
         rows = _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device,
                                lambda ids: stop in tokenizer.decode(ids, skip_special_tokens=True))
@@ -341,7 +344,7 @@ def task_likeness(model, tokenizer, texts: Sequence[str], seeds: Sequence[Prompt
     task_ctx = few_shot_context(seeds, rng) if seeds else ""
     sep = separator(seeds) if seeds else "\n"
     generic_ctx = sep.join(list(generic)[: max(1, len(seeds))]) + sep
-    encoded = [encode_pair(tokenizer, ctx, text) for text in texts for ctx in (task_ctx, generic_ctx)]
+    encoded = [encode_pair(tokenizer, ctx, text, start=START) for text in texts for ctx in (task_ctx, generic_ctx)]
     device = device or next(model.parameters()).device
     scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), device=device, progress=False)
     return [scores[2 * i][0] / max(scores[2 * i][1], 1) - scores[2 * i + 1][0] / max(scores[2 * i + 1][1], 1)

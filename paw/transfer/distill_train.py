@@ -18,7 +18,7 @@ from paw.progress import track
 from paw.transfer import byte_align
 from paw.transfer import distill_data as data
 from paw.transfer import distill_loss as L
-from paw.transfer.distill_data import Prompt
+from paw.transfer.distill_data import START, Prompt
 
 if TYPE_CHECKING:
     from paw.transfer.distill import LM
@@ -76,13 +76,14 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
     for prompt, text in zip(prompts, texts, strict=True):
         ex = Example(prompt, text)
         if text.strip():
-            ex.sequence = encode_pair(student.tokenizer, prompt.text, text, max_length=limit)
+            ex.sequence = encode_pair(student.tokenizer, prompt.text, text, max_length=limit, start=START)
             if vocab.aligned:
                 _align(ex, teacher, vocab)
         if prompt.pairs:
-            ex.choices = [encode_pair(student.tokenizer, c, x, max_length=limit) for c, x in prompt.pairs]
+            ex.choices = [encode_pair(student.tokenizer, c, x, max_length=limit, start=START)
+                          for c, x in prompt.pairs]
         out.append(ex)
-    pairs = [(i, encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model)))
+    pairs = [(i, encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model), start=START))
              for i, ex in enumerate(out) for c, x in ex.prompt.pairs]
     if pairs:
         scores = score_encoded(teacher.model, [e for _, e in pairs], pad_id=pad_id_of(teacher.tokenizer),
@@ -96,7 +97,8 @@ def _align(ex: Example, teacher: LM, vocab: Vocab) -> None:
     """The teacher's encoding of the same text and the positions where both have read the same bytes."""
     from paw.evaluate.encode import encode_pair, max_length_of
 
-    seq = encode_pair(teacher.tokenizer, ex.prompt.text, ex.continuation, max_length=max_length_of(teacher.model))
+    seq = encode_pair(teacher.tokenizer, ex.prompt.text, ex.continuation, max_length=max_length_of(teacher.model),
+                      start=START)
     pairs = byte_align.aligned_positions(
         byte_align.continuation_cuts(ex.sequence.ids, ex.sequence.n_cont, vocab.student_bytes),
         byte_align.continuation_cuts(seq.ids, seq.n_cont, vocab.teacher_bytes))

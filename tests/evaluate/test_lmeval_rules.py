@@ -98,6 +98,35 @@ def test_tokenizer_start_moves_newlines_and_handles_an_empty_context(tokenizers)
         encode_pair(plain, "a", "b", start="x")
 
 
+def test_own_start_follows_the_tokenizer_and_keeps_the_halves_apart(tokenizers):
+    from paw.evaluate.encode import own_start
+
+    plain, with_bos = tokenizers
+    assert own_start(plain) == [] and own_start(with_bos) == [with_bos.bos_token_id]
+    for tok in tokenizers:
+        enc = encode_pair(tok, "The cat sat on the ", "mat", start="own")
+        ctx = tok.encode("The cat sat on the", add_special_tokens=False)
+        cont = enc.ids[len(enc.ids) - enc.n_cont:]
+        assert list(enc.ids) == own_start(tok) + ctx + list(cont)
+        assert tok.decode(list(cont)) == " mat"  # the continuation's own bytes, nothing of the context
+    empty = encode_pair(plain, "", " sat", start="own")  # nothing to predict from: BOS (else EOS) first
+    assert empty.ids[0] == plain.bos_token_id and empty.n_cont == len(plain.encode(" sat", add_special_tokens=False))
+
+
+def test_a_token_spanning_the_boundary_leaves_the_answer_its_own_tokens():
+    # a SentencePiece-BPE trained on repeated facts merges across words: the whole text is one token,
+    # so lm-eval's whole[len(ctx):] is empty; PAW scores the answer tokenised alone instead of nothing
+    from paw import zoo
+
+    fact = "Fact: the colour of pixzone is red"
+    tok = zoo.train_tokenizer(zoo.sample_texts("multi") + [fact] * 5, 300, kind="sentencepiece-bpe")
+    context = "Fact: the colour of pixzone is"
+    assert len(tok.encode(fact)) == 1  # the premise of the case
+    enc = encode_pair(tok, context, " red", start="tokenizer")
+    cont = tok.encode(" red", add_special_tokens=False)
+    assert list(enc.ids) == tok.encode(context) + cont and enc.n_cont == len(cont) > 0
+
+
 # ------------------------------------------------------------------ read-time checks
 
 GOOD = {
