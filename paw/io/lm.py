@@ -37,19 +37,21 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     if path.is_file():
         raise PawError("a file, not a model: pass the model folder (config.json, weights, tokenizer) "
                        "or a .gguf file", path=path)
-    from paw.io.checkpoint import open_checkpoint
+    from paw.io.checkpoint import open_checkpoint, read_json_if_exists
 
     open_checkpoint(path)  # first: headers checked, pickles refused, a wrong folder named (x.gguf/, an adapter)
+    for name in _SIDE_JSON:  # transformers reads them with .items(): a list would fail naming no file
+        read_json_if_exists(path / name)
     tokenizer_source = path
     if not _has_tokenizer(path) and adapter is not None and _has_tokenizer(Path(adapter)):
         tokenizer_source = Path(adapter)
     try:
         tokenizer = load_tokenizer(tokenizer_source)
-    except (OSError, ValueError, TypeError) as err:
+    except Exception as err:  # transformers raises what the files make it raise: name the folder
         raise PawError(f"cannot load a tokenizer from the model folder ({_first_line(err)})", path=path) from None
     try:
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    except (OSError, ValueError, KeyError) as err:
+    except Exception as err:  # a config.json field of the wrong type is huggingface_hub's own error class
         raise PawError(f"cannot load a causal language model ({_first_line(err)})", path=path) from None
     if adapter is not None:
         lm = _apply_adapter(lm, adapter)
@@ -113,8 +115,11 @@ def _apply_adapter(lm, adapter: str | Path):
     read_adapter_header(folder)  # config against tensor shapes, as PEFT would, but in one line
     try:
         return PeftModel.from_pretrained(lm, folder)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
+    except Exception as err:  # PEFT's LoraConfig takes adapter_config.json's values unchecked (bias: 5, ...)
         raise PawError(f"cannot apply the adapter to this model ({_first_line(err)})", path=folder) from None
+
+
+_SIDE_JSON = ("tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 
 
 def _has_tokenizer(folder: Path) -> bool:
@@ -122,8 +127,9 @@ def _has_tokenizer(folder: Path) -> bool:
 
 
 def _first_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__
+    """The library's message on one line (a field validation error puts the field's problem on line two)."""
+    text = " ".join(line.strip() for line in str(err).strip().splitlines()[:2])
+    return text[:300] if text else type(err).__name__
 
 
 def save_adapter(peft_model, output: str | Path, *, overwrite: bool = False, extra_files: dict[str, Any] | None = None,
