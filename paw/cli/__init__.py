@@ -104,9 +104,11 @@ def _kind(err: BaseException, *names: str) -> bool:
 
 
 def _other(err: Exception) -> int:
-    if _kind(err, "NoArgsIsHelpError"):  # `paw` or `paw bpe` alone: the help, as before
-        typer.echo(err.ctx.get_help() if getattr(err, "ctx", None) else "", err=True)
-        sys.exit(2)
+    if _kind(err, "NoArgsIsHelpError"):  # `paw` or `paw bpe` alone: the help, then the one error line
+        ctx = getattr(err, "ctx", None)
+        typer.echo(ctx.get_help() if ctx else "", err=True)
+        names = ", ".join(getattr(ctx.command, "commands", None) or ()) if ctx else ""
+        return _fail(f"{ctx.command_path if ctx else 'paw'}: missing command" + (f" ({names})" if names else ""))
     if _kind(err, "Exit"):
         return int(getattr(err, "exit_code", 0) or 0)
     if _kind(err, "Abort"):

@@ -234,6 +234,15 @@ def test_usage_errors_are_one_lowercase_error_line(cli):
             assert lines and lines[-1].startswith("error: ") and len(lines) == 1, (path, extra, res.stderr)
 
 
+def test_a_group_without_its_command_ends_in_one_error_line(cli):
+    for group in ([], ["bpe"], ["zoo"], ["adapter"], ["bench"]):
+        res = cli(*group)
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and "Usage:" in res.stderr, (group, res.stderr)
+        assert lines[-1].startswith(f"error: {' '.join(['paw', *group])}: missing command ("), lines[-1]
+        assert len([x for x in lines if x.startswith("error:")]) == 1
+
+
 # ---- 8. the bad-input table and these cases: nothing ends in "unexpected"
 
 def test_the_table_fails_on_unexpected():
