@@ -55,9 +55,15 @@ def lora_rank(flag: str, rank: int | None, model=None, target_modules: str | Ite
         return
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise PawError(f"{flag} {rank!r}: must be an integer of at least 1")
-    if model is None:
-        return
-    layers = lora_layer_shapes(model, target_modules)
+    if model is not None:
+        rank_fits(flag, rank, lora_layer_shapes(model, target_modules))
+
+
+def rank_fits(flag: str, rank: int, layers: Mapping[str, tuple[int, int]]) -> None:
+    """Refuse ``rank`` above ``min(out, in)`` of the smallest of ``layers`` (``name -> (out, in)``).
+
+    ``rank_fits('--rank', 33, {'k_proj': (16, 32)})`` -> PawError naming ``k_proj (16 x 32)``.
+    """
     if not layers:
         return
     name, (out, inp) = min(layers.items(), key=lambda kv: (min(kv[1]), kv[0]))
