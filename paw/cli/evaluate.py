@@ -57,7 +57,7 @@ def train_lora_command(
     target_modules: str = typer.Option("all-linear", "--target-modules",
                                        help="all-linear, or a comma-separated list such as q_proj,v_proj."),
     steps: int = typer.Option(600, "--steps", min=1, help="Optimiser steps."),
-    batch_size: int = typer.Option(6, "--batch-size", min=1, help="Sequences per step."),
+    batch_size: int = typer.Option(6, "--batch-size", min=1, max=4096, help="Sequences per step."),
     lr: float = typer.Option(1.5e-5, "--lr", help="AdamW learning rate (constant)."),
     seed: int = SEED,
     eval_data: Path | None = typer.Option(None, "--eval-data", help="Test set: metrics before and after training."),

@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
         target_modules: str = typer.Option(None, "--target-modules", help="[distill] Comma list [default: the "
                                            "source adapter's module types that the target has]."),
         max_steps: int = typer.Option(200, "--max-steps", min=1, help="[distill] Optimiser steps."),
-        batch_size: int = typer.Option(8, "--batch-size", min=1, help="[distill] Inputs per step."),
+        batch_size: int = typer.Option(8, "--batch-size", min=1, max=4096, help="[distill] Inputs per step."),
         lr: float = typer.Option(1e-4, "--lr", help="[distill] AdamW learning rate."),
         max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1, help="[distill] Teacher continuation "
                                            "length (it also stops at a line break)."),
