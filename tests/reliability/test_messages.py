@@ -173,6 +173,7 @@ def test_rank_above_the_layer_width_and_nonpositive_alpha_are_refused(refused):
     train = ["train-lora", "--model", "{fx}/base", "--data", "{fx}/data/mc.jsonl", "--output", "{out}", "--steps", "1"]
     line = refused(*train, "--rank", "100000", expect=("--rank 100000", "min(out, in) = "))
     assert "k_proj" in line  # the tiny Llama's narrowest projection (grouped KV heads)
+    refused(*train, "--batch-size", "100000000000000000000", expect=("--batch-size", "4096"))
     refused(*train, "--alpha", "0", expect=("--alpha", "positive"))
     refused(*train, "--alpha", "-3", expect=("--alpha", "positive"))
     distill = ["transfer-lora", "--method", "distill", "--prompts", "generic", "--adapter", "{fx}/lora",
