@@ -222,10 +222,25 @@ def check_adapter_config(config: dict, *, path: Path | None = None) -> None:
         bad("r", "a positive integer")
     if not _finite_number(config.get("lora_alpha", 8)):
         bad("lora_alpha", "a finite number")
-    targets = config.get("target_modules")
-    if not (targets is None or isinstance(targets, str)
-            or (isinstance(targets, list) and all(isinstance(t, str) for t in targets))):
-        bad("target_modules", "a list of module names or a regex string")
+    for key in ("target_modules", "exclude_modules"):
+        value = config.get(key)
+        if not (value is None or isinstance(value, str) or _strings(value)):
+            bad(key, "a list of module names or a regex string")
+        if isinstance(value, str):
+            try:
+                re.compile(value)
+            except re.error as err:
+                raise PawError(f"{key} {value!r} is not a valid regex ({err})", path=path) from None
+    if not (config.get("modules_to_save") is None or _strings(config["modules_to_save"])):
+        bad("modules_to_save", "a list of module names or null")
+    layers = config.get("layers_to_transform")
+    if not (layers is None or _int(layers) or (isinstance(layers, list) and all(_int(v) for v in layers))):
+        bad("layers_to_transform", "a layer index, a list of them or null")
+    if config.get("bias", "none") not in ("none", "all", "lora_only"):
+        bad("bias", "one of 'none', 'all', 'lora_only'")
+    dropout = config.get("lora_dropout", 0.0)
+    if not (_finite_number(dropout) and 0 <= dropout < 1):
+        bad("lora_dropout", "a number in [0, 1)")
     for key, check, want in (("rank_pattern", _positive_int, "positive integers"),
                              ("alpha_pattern", _finite_number, "finite numbers")):
         pattern = config.get(key) or {}
@@ -258,7 +273,9 @@ def check_adapter(config: dict, shapes: dict[str, tuple[int, ...]], *, path: Pat
         rank = probe.rank_of(module)
         found = shape[0] if factor == "A" else shape[1]
         if found != rank:
-            raise PawError(f"module {module!r}: lora_{factor} has rank {found} but {CONFIG_NAME} says r={rank} "
+            said = (f"has no 'r' (PEFT's default r={rank} assumed)"
+                    if "r" not in config and not config.get("rank_pattern") else f"says r={rank}")
+            raise PawError(f"module {module!r}: lora_{factor} has rank {found} but {CONFIG_NAME} {said} "
                            "(PEFT would refuse to load it: size mismatch)", path=path)
         if targets is not None and not _targets(targets, module):
             raise PawError(f"module {module!r} has LoRA weights but is not in target_modules {targets!r} "
@@ -270,6 +287,14 @@ def _targets(targets: str | list[str], module: str) -> bool:
     if isinstance(targets, str):
         return targets == "all-linear" or re.fullmatch(targets, module) is not None
     return any(module == t or module.endswith(f".{t}") for t in targets)
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _positive_int(value) -> bool:

@@ -47,6 +47,9 @@ def mx(fx, tmp_path_factory) -> Path:
     _folder(root / "no_r", fx / "lora", {"adapter_config.json": {k: v for k, v in config.items() if k != "r"}})
     _folder(root / "save_int", fx / "lora", {"adapter_config.json": {**config, "modules_to_save": 3}})
     _folder(root / "layers_str", fx / "lora", {"adapter_config.json": {**config, "layers_to_transform": "x"}})
+    _folder(root / "targets_regex", fx / "lora", {"adapter_config.json": {**config, "target_modules": "["}})
+    _folder(root / "bias_int", fx / "lora", {"adapter_config.json": {**config, "bias": 5}})
+    _folder(root / "dropout_str", fx / "lora", {"adapter_config.json": {**config, "lora_dropout": "x"}})
     return root
 
 
@@ -109,9 +112,9 @@ def test_former_catch_alls_name_the_file_or_flag(refused, argv, expect):
     refused(*argv, expect=tuple(expect))
 
 
-@pytest.mark.xfail(strict=True, reason="the check belongs in paw/io/adapter.py check_adapter_config "
-                   "(modules_to_save: list of names or None; layers_to_transform: int or list of ints)")
-@pytest.mark.parametrize("name,key", [("save_int", "modules_to_save"), ("layers_str", "layers_to_transform")])
+@pytest.mark.parametrize("name,key", [("save_int", "modules_to_save"), ("layers_str", "layers_to_transform"),
+                                      ("targets_regex", "target_modules"), ("bias_int", "bias"),
+                                      ("dropout_str", "lora_dropout")])
 def test_adapter_config_types_name_the_key(refused, name, key):
     refused("eval", "--model", "{fx}/base", "--data", "{fx}/data/mc.jsonl", "--adapter", f"{{mx}}/{name}",
             expect=(f"{{mx}}/{name}", key))
@@ -143,8 +146,6 @@ def test_models_with_one_folder_name_are_named_by_their_paths(refused):
 
 # ---- 4. a rank the config does not hold is not reported as the config's
 
-@pytest.mark.xfail(strict=True, reason="the message is paw/io/adapter.py check_adapter's ('says r={rank}' "
-                   "for PEFT's default when the config has no 'r')")
 def test_missing_rank_is_said_to_be_missing(refused):
     line = refused("adapter", "check", "--adapter", "{mx}/no_r", "--base", "{fx}/base", expect=("{mx}/no_r",))
     assert "says r=8" not in line and ("no 'r'" in line or "missing" in line or "default" in line), line
