@@ -67,7 +67,7 @@ def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None 
     with atomic_outputs([output, run_dir] if tracking else [output], overwrite=overwrite, inputs=read) as staging:
         write_results(staging / output.name, command=command, inputs=inputs, metrics=metrics, format=format,
                       limit=limit)
-        log_once(track, staging / run_dir.name, config, {"test": metrics})
+        log_once(track, staging / run_dir.name, config, {"test": metrics}, shown=run_dir)
     return Evaluation(metrics, output, tracking)
 
 

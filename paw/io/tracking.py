@@ -51,11 +51,13 @@ class CsvTracker:
     ``pandas.read_csv(...).pivot(index="step", columns="metric", values="value")`` gives the wide table.
     """
 
-    def __init__(self, run_dir: str | Path, config: Mapping[str, Any]):
+    def __init__(self, run_dir: str | Path, config: Mapping[str, Any], shown: Path | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_json(self.run_dir / "config.json", dict(config))
         self.path = self.run_dir / "metrics.csv"
+        self.shown = (shown or self.run_dir) / "metrics.csv"  # where the user will find it
+        self.path.unlink(missing_ok=True)  # a new file: a hard link or symlink left there is never written through
         self._file = self.path.open("w", newline="", encoding="utf-8")
         self._writer = csv.writer(self._file)
         self._writer.writerow(["step", "metric", "value"])
@@ -69,13 +71,13 @@ class CsvTracker:
     def finish(self) -> None:
         if not self._file.closed:
             self._file.close()
-            _say(f"metrics CSV: {self.path}")
+            _say(f"metrics CSV: {self.shown}")
 
 
 class SwanlabTracker:
     """``--track swanlab``: a swanlab run in offline mode under ``run_dir/swanlog``."""
 
-    def __init__(self, run_dir: str | Path, config: Mapping[str, Any]):
+    def __init__(self, run_dir: str | Path, config: Mapping[str, Any], shown: Path | None = None):
         try:
             import swanlab
         except ImportError:
@@ -104,8 +106,8 @@ class SwanlabTracker:
             self._run = None  # where the logs are was said once, at the start
 
 
-TRACKERS: dict[str, Callable[[Path, Mapping[str, Any]], Any]] = {
-    "none": lambda run_dir, config: NullTracker(),
+TRACKERS: dict[str, Callable[..., Any]] = {  # (run_dir, config, shown) -> tracker
+    "none": lambda run_dir, config, shown=None: NullTracker(),
     "csv": CsvTracker,
     "swanlab": SwanlabTracker,
 }
@@ -118,9 +120,14 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-def make_tracker(kind: str, run_dir: str | Path, config: Mapping[str, Any] | None = None) -> Tracker:
-    """The tracker named ``kind`` (``none``, ``csv``, ``swanlab``) writing under ``run_dir``."""
-    return TRACKERS[check_kind(kind)](Path(run_dir), dict(config or {}))
+def make_tracker(kind: str, run_dir: str | Path, config: Mapping[str, Any] | None = None, *,
+                 shown: str | Path | None = None) -> Tracker:
+    """The tracker named ``kind`` (``none``, ``csv``, ``swanlab``) writing under ``run_dir``.
+
+    ``shown`` is the folder named in what it prints, when ``run_dir`` is a staging folder that will
+    be renamed to it.
+    """
+    return TRACKERS[check_kind(kind)](Path(run_dir), dict(config or {}), Path(shown) if shown else None)
 
 
 def _is_scalar(value: Any) -> bool:
@@ -148,13 +155,13 @@ def _say(message: str) -> None:
 
 
 def log_once(kind: str, run_dir: str | Path, config: Mapping[str, Any], metrics: Mapping[str, Any],
-             *, step: int = 0) -> Path | None:
+             *, step: int = 0, shown: str | Path | None = None) -> Path | None:
     """For one-shot commands (transfer, merge, eval): log ``metrics`` once and finish.
 
     Returns ``run_dir`` (``None`` for ``kind='none'``). Non-scalar values are left out; nested
     dicts are flattened with ``/`` (``{"summary": {"similarity": 0.9}}`` -> ``summary/similarity``).
     """
-    tracker = make_tracker(kind, run_dir, config)
+    tracker = make_tracker(kind, run_dir, config, shown=shown)
     try:
         tracker.log(_flat(metrics), step=step)
     finally:

@@ -147,7 +147,7 @@ def _sums64(t, h, terms, count: int) -> list[float]:
     totals = [0.0] * count
     for start in range(0, t.numel(), RESIDUAL_CHUNK):
         a, b = t[start:start + RESIDUAL_CHUNK].double(), h[start:start + RESIDUAL_CHUNK].double()
-        totals = [x + float(y) for x, y in zip(totals, terms(a, b))]
+        totals = [x + float(y) for x, y in zip(totals, terms(a, b), strict=True)]
     return totals
 
 

@@ -133,5 +133,7 @@ def test_cli_eval_with_csv_tracking(cli, tmp_path, fact_model, colour_task):
     result = cli("eval", "--model", fact_model, "--data", data, "--output", tmp_path / "res.json", "--track", "csv")
     assert result.exit_code == 0, result.stderr
     assert "accuracy " in result.stdout and (tmp_path / "res-tracking" / "metrics.csv").is_file()
+    said = [line for line in (result.stdout + result.stderr).splitlines() if "metrics CSV" in line]
+    assert said and all(line.endswith(str(tmp_path / "res-tracking" / "metrics.csv")) for line in said), said
     bad = cli("eval", "--model", fact_model, "--data", data, "--track", "tensorboard")
     assert bad.exit_code == 2 and "--track 'tensorboard'" in bad.stderr

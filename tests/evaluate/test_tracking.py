@@ -58,3 +58,16 @@ def test_swanlab_offline_run_directory(tmp_path, monkeypatch, capfd):
 
     config = yaml.safe_load((runs[0] / "files" / "config.yaml").read_text())
     assert config["rank"]["value"] == 4 and config["name"]["value"] == "unit"
+
+
+def test_csv_tracker_never_writes_through_a_link(tmp_path):
+    victim = tmp_path / "input.csv"
+    victim.write_text("keep me\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.csv").hardlink_to(victim)
+    tracker = make_tracker("csv", tmp_path / "run", {}, shown=tmp_path / "elsewhere")
+    tracker.log({"loss": 1.0}, step=1)
+    tracker.finish()
+    assert victim.read_text() == "keep me\n"
+    assert "loss" in (tmp_path / "run" / "metrics.csv").read_text()
+    assert tracker.shown == tmp_path / "elsewhere" / "metrics.csv"
