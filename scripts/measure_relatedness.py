@@ -40,7 +40,8 @@ def _models(workdir: Path, quick: bool) -> dict[str, Path]:
     folders = {name: workdir / "models" / name for name in ("source", *TARGETS)}
     if all((f / "config.json").exists() for f in folders.values()):
         return folders
-    from paw.bench.quality import BenchOptions, build_bases, quick_options
+    from paw.bench.options import BenchOptions, quick_options
+    from paw.bench.quality import build_bases
 
     common = dict(targets=TARGETS, commonsense=str(DATA) if DATA.is_dir() else None)
     opts = quick_options(**common) if quick else BenchOptions(**common)
