@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from paw.bench import distill_steps_for
+from paw.bench.conditions import chosen
 from paw.bench.targets import TARGETS
 from paw.bench.tasks import TASKS, missing_sets
 from paw.errors import PawError
@@ -42,7 +43,7 @@ class BenchOptions:
     commonsense: str | None = None              # folder of *_formatted.jsonl; None = embedded fallback
     device: str = "cpu"
     threads: int = 1                            # torch CPU threads: tiny models run best on one
-    distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw/bench/distill.py); () = none
+    distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw.bench.conditions); () = none
     distill_steps: int | None = None            # distillation steps; None = DISTILL_STEPS_PER_LORA_STEP x lora_steps
     jobs: int = 1                               # worker processes for the (seed, task) units (CPU only)
 
@@ -58,13 +59,13 @@ class BenchOptions:
                            f"targets: {', '.join(TARGETS)}")
         if not self.seeds:
             raise PawError("give at least one seed")
-        from paw.bench.distill import conditions
-
-        conditions(self.distill)  # an unknown distill input budget fails here, before any training
+        chosen(self)  # an unknown row (distill input budget) fails here, before any training
         if self.distill_steps is not None and self.distill_steps < 1:
             raise PawError(f"--distill-steps {self.distill_steps}: at least 1")
         if self.jobs < 1:
             raise PawError(f"--jobs {self.jobs}: at least 1")
+        if self.threads < 1:
+            raise PawError(f"--threads {self.threads}: at least 1")
         if self.items < 10:
             raise PawError(f"--items {self.items}: at least 10 held-out items per task")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
@@ -87,10 +88,11 @@ def _csv(value: str, cast=str) -> tuple:
 def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
                  num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
                  device: str, quick: bool, distill: str = "inputs,synth,generic", distill_steps: int | None = None,
-                 jobs: int = 1) -> BenchOptions:
+                 jobs: int = 1, model_seed: int = 0, threads: int = 1) -> BenchOptions:
     """:class:`BenchOptions` from command-line strings (comma lists), checked.
 
-    ``quick`` starts from :func:`quick_options` and keeps only the lists and ``data`` given here.
+    ``quick`` starts from :func:`quick_options`: the sizes and step counts given here are ignored, the
+    lists, ``data``, device, distill, jobs, model seed and threads are kept.
     ``distill``: comma list of distill input budgets (inputs, synth, generic) or ``none``.
     """
     try:
@@ -107,6 +109,7 @@ def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: i
                                                       lora_rank=lora_rank, items=items)
     opts = replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
                    methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device,
-                   distill=() if distill.strip() == "none" else _csv(distill), distill_steps=distill_steps, jobs=jobs)
+                   distill=() if distill.strip() == "none" else _csv(distill), distill_steps=distill_steps, jobs=jobs,
+                   model_seed=model_seed, threads=threads)
     opts.check()
     return opts

@@ -20,129 +20,48 @@ computes; the folders ``paw transfer-lora`` writes are tested to load in PEFT by
 
 from __future__ import annotations
 
-import copy
+import multiprocessing
+import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paw import arch
+from paw.bench import conditions
+from paw.bench.common import (
+    Base,
+    TransferStatus,
+    adapter_deltas,
+    applied,
+    first_line,
+    random_deltas,
+    score_items,
+    train_adapter,
+)
 from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
 from paw.bench.options import BenchOptions
-from paw.bench.results import BUILD, SOURCE, TransferStatus, summarize
+from paw.bench.report import write_results
+from paw.bench.results import BUILD, SOURCE, merge_results, summarize
 from paw.bench.targets import TARGETS, Workshop
 from paw.bench.tasks import TASKS, build_corpora, common_words, missing_sets
+from paw.device import resolve_device
 from paw.errors import PawError, Refused, Skipped
+from paw.io.atomic import atomic_dir, check_output, work_folder
+from paw.io.checkpoint import open_checkpoint, read_json
 from paw.io.manifest import records_call
+from paw.io.vocab_map import read_vocab_map
 from paw.progress import status
+from paw.transfer import method_names, transfer_lora
+from paw.vocab.pipelines import transplant_tokenizer
+from paw.zoo import build_model, sample_texts, save_model, train_tokenizer
 
-LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
-
-
-@dataclass
-class Base:
-    """One base model under test, its tokenizer and its folder (for ``transfer_lora``)."""
-
-    name: str
-    model: Any
-    tokenizer: Any
-    folder: Path
-    info: dict = field(default_factory=dict)
-    vocab_map: Any = None
-
-
-# ------------------------------------------------------------------------------------ scoring
-
-def score_items(model, tokenizer, items, *, batch_size: int = 64) -> list[int]:
-    """1/0 per item: is the highest-log-likelihood choice the answer? (:func:`paw.evaluate.mc.evaluate`'s rule)."""
-    from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
-    from paw.evaluate.mc import _argmax, score_encoded
-
-    encoded, spans = [], []
-    for item in items:
-        spans.append((len(encoded), len(item.choices)))
-        encoded.extend(encode_pair(tokenizer, c, x, max_length=max_length_of(model)) for c, x in item.pairs())
-    scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
-                           device=next(model.parameters()).device, progress=False)
-    return [int(_argmax([s for s, _ in scores[a:a + k]]) == item.answer) for (a, k), item in zip(spans, items, strict=True)]
-
-
-def adapter_deltas(adapter) -> dict[str, Any]:
-    """``{base weight name: ΔW}`` of a :class:`paw.io.adapter.LoraAdapter` (its factors, merged)."""
-    return {m.base_key: m.delta() for m in adapter.modules().values()}
-
-
-@contextmanager
-def applied(model, deltas: dict[str, Any]):
-    """``model`` with ``W += ΔW`` for each delta inside the block, restored exactly afterwards."""
-    import torch
-
-    params = dict(model.named_parameters())
-    missing = [k for k in deltas if k not in params]
-    if missing:
-        raise PawError(f"the adapter names {missing[0]!r}, which the base model does not have")
-    saved = {k: params[k].detach().clone() for k in deltas}
-    with torch.no_grad():
-        for k, d in deltas.items():
-            params[k].add_(d.to(params[k].device, params[k].dtype))
-    try:
-        yield model
-    finally:
-        with torch.no_grad():
-            for k, w in saved.items():
-                params[k].copy_(w)
-
-
-def random_deltas(norms: dict[str, float], model, *, rank: int, seed: int) -> dict[str, Any]:
-    """Random rank-``rank`` ΔW for every adapted linear module of ``model``, with ``||ΔW||_F`` from ``norms``.
-
-    ``norms`` is keyed by source weight name; a target module absent from the source (other depth)
-    gets the mean norm of its module type (``q_proj``, ...).
-    """
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    by_type: dict[str, list[float]] = {}
-    for name, value in norms.items():
-        by_type.setdefault(name.split(".")[-2], []).append(value)
-    out = {}
-    for name, p in model.named_parameters():
-        kind = name.split(".")[-2] if name.endswith(".weight") else ""
-        if kind not in by_type or p.ndim != 2:
-            continue
-        target = norms.get(name, sum(by_type[kind]) / len(by_type[kind]))
-        delta = torch.randn(p.shape[0], rank, generator=gen) @ torch.randn(rank, p.shape[1], generator=gen)
-        out[name] = delta * (target / float(delta.norm()))
-    return out
-
-
-# ------------------------------------------------------------------------------------ LoRA
-
-def train_adapter(base: Base, task, opts: BenchOptions, seed: int, folder_name: str):
-    """A LoRA trained on ``task.train`` on top of ``base``; returns a :class:`paw.io.adapter.LoraAdapter`."""
-    from peft import get_peft_model_state_dict
-
-    from paw.evaluate.train import train_lora
-    from paw.io.adapter import LoraAdapter, lora_config_dict
-
-    peft_model, metrics = train_lora(copy.deepcopy(base.model), base.tokenizer, task.train, rank=opts.lora_rank,
-                                     alpha=opts.lora_alpha, target_modules=LINEAR, steps=opts.lora_steps,
-                                     batch_size=opts.lora_batch, lr=opts.lora_lr, seed=seed, device=None,
-                                     eval_items=None, tracker=None, progress=False)
-    tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
-    config = lora_config_dict(r=opts.lora_rank, alpha=opts.lora_alpha, target_modules=LINEAR,
-                              base_model=str(base.folder))
-    return LoraAdapter(config=config, tensors=tensors), {
-        "train_loss_start": metrics["train_loss_start"], "train_loss_end": metrics["train_loss_end"]}
-
+__all__ = ["Base", "Transfer", "adapter_deltas", "applied", "benchmark_to_folder", "build_bases", "pool_to_folder",
+           "random_deltas", "run_benchmark", "score_items", "train_adapter", "transfer"]
 
 # ------------------------------------------------------------------------------------ models
 
 def _source_model(opts: BenchOptions, vocab: int):
-    from paw.zoo import build_model
-
     return build_model("llama", seed=opts.model_seed, init_std=0.02, hidden_size=opts.hidden_size,
                        num_layers=opts.num_layers, num_heads=opts.num_heads, num_kv_heads=opts.num_kv_heads,
                        intermediate_size=opts.intermediate_size, vocab_size=vocab,
@@ -154,10 +73,6 @@ def _transplanter(workdir: Path, source_folder: Path, device) -> Callable:
 
     def transplant(model, tokenizer, new_tokenizer):
         from transformers import AutoModelForCausalLM
-
-        from paw.io.atomic import atomic_dir
-        from paw.io.vocab_map import read_vocab_map
-        from paw.vocab.pipelines import transplant_tokenizer
 
         tok_dir, out = workdir / "tokenizer-new", workdir / "models" / "tokenizer-transplanted"
         with atomic_dir(tok_dir, overwrite=True) as tmp:
@@ -174,9 +89,6 @@ def _transplanter(workdir: Path, source_folder: Path, device) -> Callable:
 
 def build_bases(opts: BenchOptions, workdir: Path, *, progress: bool = True) -> tuple[list[Base], dict]:
     """Train the source and build every requested target; returns the bases (source first) and notes."""
-    from paw.device import resolve_device
-    from paw.zoo import sample_texts, save_model, train_tokenizer
-
     device = resolve_device(opts.device)
     t0 = time.perf_counter()
     folder = Path(opts.commonsense) if opts.commonsense else None
@@ -223,8 +135,6 @@ def build_bases(opts: BenchOptions, workdir: Path, *, progress: bool = True) -> 
 # ------------------------------------------------------------------------------------ transfers
 
 def _methods(opts: BenchOptions) -> list[str]:
-    from paw.transfer import method_names
-
     names = list(opts.methods) if opts.methods else method_names()
     unknown = [m for m in names if m not in method_names()]
     if unknown:
@@ -245,23 +155,16 @@ class Transfer:
 def transfer(adapter, source: Base, target: Base, method: str, device) -> Transfer:
     """Move ``adapter`` from ``source`` to ``target`` with ``method``; a refusal or a method that cannot
     apply is an outcome to score, not an error."""
-    from paw.io.checkpoint import open_checkpoint
-    from paw.transfer import transfer_lora
-
     try:
         moved, report = transfer_lora(adapter, open_checkpoint(source.folder), open_checkpoint(target.folder),
                                       method=method, vocab_map=target.vocab_map, device=device)
     except Refused as err:  # auto judged the target unrelated
-        return Transfer(TransferStatus.REFUSED, summary={"message": str(err)}, reason=_first_line(err))
+        return Transfer(TransferStatus.REFUSED, summary={"message": str(err)}, reason=first_line(err))
     except PawError as err:  # NotApplicable, or another reason this method cannot run on this pair
-        return Transfer(TransferStatus.NOT_APPLICABLE, reason=_first_line(err))
+        return Transfer(TransferStatus.NOT_APPLICABLE, reason=first_line(err))
     summary = dict(report.get("summary", {}), layers=report["layers"]["how"], pairs=report["layers"]["pairs"],
                    warnings=report.get("warnings", []))
     return Transfer(TransferStatus.OK, moved, summary)
-
-
-def _first_line(err: Exception) -> str:
-    return str(err).splitlines()[0][:160]
 
 
 def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts: BenchOptions, seed: int,
@@ -286,10 +189,7 @@ def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts
                 out["outcomes"][method] = score_items(base.model, base.tokenizer, items)
         elif moved.status is TransferStatus.REFUSED:  # the user keeps the base: score it as such
             out["outcomes"][method] = list(base_outcome)
-    if opts.distill:  # distillation rows: paw/bench/distill.py
-        from paw.bench import distill
-
-        distill.run(out, base, source, adapter, task, opts, seed, score_items, device)
+    conditions.run(out, base, source, adapter, task, opts, seed, score_items, device)  # e.g. distillation rows
     return out
 
 
@@ -316,11 +216,6 @@ def benchmark_to_folder(opts: BenchOptions, output: str | Path, *, workdir: str 
 
     The models live in ``workdir`` (kept) or in a temporary folder removed afterwards.
     """
-    import tempfile
-
-    from paw.bench.report import write_results
-    from paw.io.atomic import check_output, work_folder
-
     check_output(output, overwrite=overwrite)
     with tempfile.TemporaryDirectory(prefix="paw-bench-") as tmp:
         results = run_benchmark(opts, work_folder(workdir) if workdir else tmp, progress=progress)
@@ -328,14 +223,22 @@ def benchmark_to_folder(opts: BenchOptions, output: str | Path, *, workdir: str 
     return results
 
 
-def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) -> dict:
-    from paw.device import resolve_device
+@records_call
+def pool_to_folder(folders: list[str | Path], output: str | Path, *, overwrite: bool = False,
+                   command: str | None = None) -> dict:
+    """Finished runs (their ``results.json``) pooled by :func:`paw.bench.results.merge_results` into ``output/``."""
+    check_output(output, overwrite=overwrite)
+    results = merge_results([read_json(Path(folder) / "results.json") for folder in folders])
+    write_results(output, results, overwrite=overwrite, command=command)
+    return results
 
+
+def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) -> dict:
     device = resolve_device(opts.device)
     t0 = time.perf_counter()
     bases, notes = build_bases(opts, workdir, progress=progress)
     words = common_words(build_corpora(Path(opts.commonsense) if opts.commonsense else None,
-                                       seed=opts.model_seed, embedded=_embedded())[0])
+                                       seed=opts.model_seed, embedded=sample_texts("en"))[0])
     raw: dict[str, dict[str, dict]] = {}     # task -> base -> per-seed results
     lora_notes: dict[str, Any] = {}
     t_models = time.perf_counter()
@@ -347,7 +250,7 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
             raw.setdefault(task_name, {}).setdefault(base_name, {})[BUILD * opts.model_seed + seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
-    return summarize(raw, asdict(opts) | {"methods": methods + _distill_conditions(opts)}, notes, lora_notes)
+    return summarize(raw, asdict(opts) | {"methods": methods + conditions.chosen(opts)}, notes, lora_notes)
 
 
 @dataclass(frozen=True)
@@ -396,8 +299,6 @@ def _map_units(context: _Context, units: list[tuple[int, str]]):
     Every unit seeds its own work, so the results do not depend on how the units are spread.
     """
     global _CONTEXT
-    import multiprocessing
-
     opts, device = context.opts, context.device
     jobs = min(opts.jobs, len(units))
     if jobs > 1 and (getattr(device, "type", str(device)) != "cpu" or "fork" not in multiprocessing.get_all_start_methods()):
@@ -411,15 +312,3 @@ def _map_units(context: _Context, units: list[tuple[int, str]]):
             return pool.map(_worker, units, chunksize=1)
     finally:
         _CONTEXT = None
-
-
-def _distill_conditions(opts: BenchOptions) -> list[str]:
-    from paw.bench.distill import conditions
-
-    return conditions(opts.distill)
-
-
-def _embedded() -> list[str]:
-    from paw.zoo import sample_texts
-
-    return sample_texts("en")

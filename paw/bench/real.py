@@ -27,10 +27,37 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from paw import arch
+from paw.bench.common import (
+    Base,
+    TransferStatus,
+    adapter_deltas,
+    applied,
+    first_line,
+    random_deltas,
+    score_items,
+    train_adapter,
+)
+from paw.bench.options import BenchOptions
 from paw.bench.real_options import GEMMA, SMOL, RealOptions
+from paw.bench.stats import accuracy, kept, recovered
+from paw.bench.tasks import TASKS, common_words
 from paw.errors import PawError, Refused
+from paw.evaluate.formats import read_items
+from paw.evaluate.mc import evaluate
+from paw.io.checkpoint import open_checkpoint
+from paw.io.lm import load_lm, quiet_transformers
+from paw.io.manifest import write_json
+from paw.io.tokenizer import open_tokenizer
+from paw.io.writer import write_checkpoint
+from paw.merge.options import MergeOptions
+from paw.merge.pipeline import merge
 from paw.progress import status
+from paw.taskvec.pipeline import task_vectors
+from paw.taskvec.report import summary as task_vector_summary
+from paw.transfer import method_names, transfer_lora
+from paw.transfer.distill import LM, distill_lora
+from paw.vocab.pipelines import align_vocab, analyze_tokenizers
+from paw.zoo import sample_texts
 
 # set name -> file stem in <data>/raw (lm-eval's usual splits: test where labelled, else validation)
 EVAL_SETS = {"ARC-Easy": "arc-easy_test", "ARC-Challenge": "arc-challenge_test", "OpenBookQA": "openbookqa_test",
@@ -45,7 +72,6 @@ PUBLISHED: dict[str, dict[str, tuple[float, str, str, str]]] = {
     GEMMA: {"ARC-Easy": (57.7, "acc", "0-shot", _GEMMA_SRC), "PIQA": (67.7, "acc", "0-shot", _GEMMA_SRC),
             "BoolQ": (61.4, "acc", "0-shot", _GEMMA_SRC)},
 }
-LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
 
 
 # ------------------------------------------------------------------------------------ pure helpers
@@ -61,17 +87,12 @@ def seeded_subset(items: list, n: int, seed: int) -> list:
 # ------------------------------------------------------------------------------------ the parts
 
 def _load(folder: Path, device: str):
-    from paw.io.lm import load_lm, quiet_transformers
-
     quiet_transformers()
     return load_lm(folder, device=device, dtype="float32")
 
 
 def part_eval(opts: RealOptions, models: dict[str, Path]) -> dict:
     """Accuracy (raw and length-normalised) with stderr per model and set, and the published figures."""
-    from paw.evaluate.formats import read_items
-    from paw.evaluate.mc import evaluate
-
     sets = {name: seeded_subset(read_items(Path(opts.data) / "raw" / f"{stem}.jsonl"), opts.eval_items, opts.seed)
             for name, stem in EVAL_SETS.items()}
     out: dict[str, Any] = {}
@@ -89,8 +110,6 @@ def part_eval(opts: RealOptions, models: dict[str, Path]) -> dict:
 
 def part_tokenizers(opts: RealOptions, models: dict[str, Path], workdir: Path) -> tuple[dict, Any]:
     """``analyze_tokenizers`` SmolLM2 -> Gemma (its report's headline figures) and the vocabulary map."""
-    from paw.vocab.pipelines import align_vocab, analyze_tokenizers
-
     status("analyze-tokenizers SmolLM2 vs Gemma-3, align-vocab Gemma-3 -> SmolLM2")
     analysis = analyze_tokenizers(models[SMOL], models[GEMMA], workdir / "tokenizers", plots=False, overwrite=True)
     alignment = align_vocab(models[SMOL], models[GEMMA], workdir / "vocab_map.json", overwrite=True)
@@ -98,32 +117,21 @@ def part_tokenizers(opts: RealOptions, models: dict[str, Path], workdir: Path) -
     return {"analysis": report, "alignment_coverage": alignment.coverage}, alignment.mapping
 
 
-def _bench_options(opts: RealOptions):
-    from paw.bench.options import BenchOptions
-
+def _bench_options(opts: RealOptions) -> BenchOptions:
     return replace(BenchOptions(), lora_rank=opts.lora_rank, lora_alpha=opts.lora_alpha, lora_steps=opts.lora_steps,
                    lora_batch=opts.lora_batch, lora_lr=opts.lora_lr, device=opts.device)
 
 
 def _task(name: str, opts: RealOptions, words: list[str]):
-    from paw.bench.tasks import TASKS
-
     return TASKS[name](opts.task_items, seed=opts.seed, words=words)
 
 
 def _words(opts: RealOptions) -> list[str]:
-    from paw.bench.tasks import common_words
-    from paw.zoo import sample_texts
-
     return common_words(sample_texts("en") * 4, n=200)
 
 
 def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source) -> dict:
     """The facts LoRA of SmolLM2 moved to Gemma-3 by every method; outcomes item by item."""
-    from paw.bench.quality import Base, adapter_deltas, applied, random_deltas, score_items, train_adapter
-    from paw.bench.stats import accuracy, kept, recovered
-    from paw.transfer import method_names, transfer_lora
-
     task = _task("facts", opts, _words(opts))
     clusters = [task.clusters]  # facts asks each fact twice: the two questions are resampled together
     bopts = _bench_options(opts)
@@ -152,15 +160,15 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
             moved, report = transfer_lora(adapter, src_ckpt, tgt_ckpt, method=method, vocab_map=vocab_map,
                                           layer_map=opts.layer_map, device=opts.device)
         except Refused as err:  # auto judged Gemma unrelated: the base is what the user keeps
-            rows[method] = {"status": "refused", "reason": str(err).splitlines()[0][:300]}
+            rows[method] = {"status": TransferStatus.REFUSED.value, "reason": first_line(err, 300)}
             outcomes[method] = list(outcomes["base"])
             continue
         except PawError as err:  # this method cannot map this adapter
-            rows[method] = {"status": "n/a", "reason": str(err).splitlines()[0][:300]}
+            rows[method] = {"status": TransferStatus.NOT_APPLICABLE.value, "reason": first_line(err, 300)}
             continue
         with applied(lm, adapter_deltas(moved)):
             outcomes[method] = score_items(lm, tok, task.test)
-        rows[method] = {"status": "ok", "seconds": time.perf_counter() - t0,
+        rows[method] = {"status": TransferStatus.OK.value, "seconds": time.perf_counter() - t0,
                         "summary": {k: v for k, v in (report.get("summary") or {}).items()
                                     if isinstance(v, (int, float, str))}}
     if opts.methods is None or "distill" in opts.methods:
@@ -168,7 +176,7 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
         if outcome is not None:
             outcomes["distill"] = outcome
     for name, outcome in outcomes.items():
-        row = rows.setdefault(name, {"status": "ok"})
+        row = rows.setdefault(name, {"status": TransferStatus.OK.value})
         row["accuracy"] = accuracy([outcome])
         if name not in ("base", "direct"):
             row["recovered"] = recovered([outcome], [outcomes["base"]], [outcomes["direct"]], clusters=clusters,
@@ -182,8 +190,6 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
 
 
 def _checkpoints(models: dict[str, Path]):
-    from paw.io.checkpoint import open_checkpoint
-
     return open_checkpoint(models[SMOL]), open_checkpoint(models[GEMMA])
 
 
@@ -196,13 +202,6 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     defaults with the rank, batch and learning rate of the LoRAs above and
     ``opts.distill_budget`` steps, the rule of ``paw bench transfer``.
     """
-    from paw.bench.quality import adapter_deltas, applied, score_items
-    from paw.io.tokenizer import open_tokenizer
-
-    try:
-        from paw.transfer.distill import LM, distill_lora
-    except ImportError:
-        return {"status": "not run", "reason": "distill not merged yet (paw.transfer.distill is absent)"}, None
     status(f"transfer: distill ({opts.distill_budget} steps on {len(task.train)} label-free prompts)")
     t0 = time.perf_counter()
     try:
@@ -215,27 +214,18 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
                                          steps=opts.distill_budget, batch_size=opts.lora_batch, lr=opts.lora_lr,
                                          seed=opts.seed, device=opts.device, target_name=GEMMA, progress=False)
     except PawError as err:
-        return {"status": "n/a", "reason": str(err).splitlines()[0][:300]}, None
+        return {"status": TransferStatus.NOT_APPLICABLE.value, "reason": first_line(err, 300)}, None
     with applied(target.model, adapter_deltas(moved)):
         outcome = score_items(target.model, target.tokenizer, task.test)
     summary = {k: v for k, v in (report.get("summary") or {}).items() if isinstance(v, (int, float, str))}
     d = report.get("distill") or {}
-    return {"status": "ok", "seconds": time.perf_counter() - t0, "summary": summary,
+    return {"status": TransferStatus.OK.value, "seconds": time.perf_counter() - t0, "summary": summary,
             "losses": d.get("losses"), "loss_tail_drop": d.get("loss_tail_drop"), "vocabulary": d.get("vocabulary"),
             "warnings": report.get("warnings") or []}, outcome
 
 
 def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path) -> dict:
     """Task vectors of SmolLM2's LoRA-merged fine-tunes (facts, facts-b) and their merges, scored on both."""
-    from paw.bench.quality import adapter_deltas, score_items, train_adapter
-    from paw.bench.stats import accuracy, recovered
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.writer import write_checkpoint
-    from paw.merge.options import MergeOptions
-    from paw.merge.pipeline import merge
-    from paw.taskvec.pipeline import task_vectors
-    from paw.taskvec.report import summary
-
     # two sets of invented facts (other people, other seed): SmolLM2-Instruct already repeats words
     # (the 'rule' task) at 100%, so only new facts give both fine-tunes a gain a merge can keep or lose
     words = _words(opts)
@@ -257,7 +247,7 @@ def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path
                       overwrite=True, command="paw bench real")
     tv_rows = {}
     for i, name in enumerate(tasks):
-        s = summary(tv.results, i, top_k=5)
+        s = task_vector_summary(tv.results, i, top_k=5)
         tv_rows[name] = {"global_l2": s["global_l2"], "global_l1": s["global_l1"], "groups": s["groups"]}
     merges = {}
     for method in ("task-arithmetic", "ties"):
@@ -277,8 +267,6 @@ def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path
 
 
 def _score_folder(folder: Path, tasks: dict, opts: RealOptions) -> dict[str, list[int]]:
-    from paw.bench.quality import score_items
-
     lm, tok = _load(folder, opts.device)
     return {n: score_items(lm, tok, t.test) for n, t in tasks.items()}
 
@@ -287,8 +275,6 @@ def _score_folder(folder: Path, tasks: dict, opts: RealOptions) -> dict[str, lis
 
 def run_real(opts: RealOptions, workdir: str | Path) -> dict:
     """Run the requested parts; returns the results dict :func:`paw.bench.real_report.write_real` writes."""
-    from paw.bench.quality import Base
-
     opts.check()
     workdir = Path(workdir)
     models = {SMOL: Path(opts.models) / SMOL, GEMMA: Path(opts.models) / GEMMA}
@@ -329,6 +315,4 @@ def run_real(opts: RealOptions, workdir: str | Path) -> dict:
 
 def _save_partial(workdir: Path, out: dict) -> None:
     """Keep the parts done so far in ``workdir/partial-results.json``: a late failure loses only its part."""
-    from paw.io.manifest import write_json
-
     write_json(workdir / "partial-results.json", out)

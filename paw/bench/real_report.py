@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from paw.bench.real import EVAL_SETS, GEMMA, SMOL
+from paw import __version__
+from paw.bench.real import EVAL_SETS, GEMMA, SMOL, run_real
+from paw.io.atomic import atomic_dir, check_output, work_folder
+from paw.io.manifest import write_json
+from paw.io.reports import save_figure
 from paw.progress import format_duration
 
 _NAMES = {SMOL: "SmolLM2-135M-Instruct (Q4_1)", GEMMA: "Gemma-3-270M (Q4_K_M)"}
@@ -131,11 +136,6 @@ def plot(results: dict):
 
 def write_real(output: str | Path, results: dict, *, overwrite: bool = False, command: str = "") -> Path:
     """Write ``results.json``, ``results.md`` and ``real.png`` into ``output`` atomically."""
-    from paw import __version__
-    from paw.io.atomic import atomic_dir
-    from paw.io.manifest import write_json
-    from paw.io.reports import save_figure
-
     with atomic_dir(output, overwrite=overwrite) as tmp:
         write_json(tmp / "results.json", {"paw_version": __version__, "command": command, **results})
         (tmp / "results.md").write_text(markdown(results), encoding="utf-8")
@@ -146,11 +146,6 @@ def write_real(output: str | Path, results: dict, *, overwrite: bool = False, co
 def real_to_folder(opts, output: str | Path, *, workdir: str | Path | None = None, overwrite: bool = False,
                    command: str = "") -> dict:
     """:func:`paw.bench.real.run_real` into ``output`` (what ``paw bench real`` runs); returns the results."""
-    import tempfile
-
-    from paw.bench.real import run_real
-    from paw.io.atomic import check_output, work_folder
-
     check_output(output, overwrite=overwrite)
     opts.check()
     with tempfile.TemporaryDirectory(prefix="paw-bench-real-") as tmp:

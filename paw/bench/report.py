@@ -7,7 +7,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from paw.bench.results import TransferStatus
+from paw import __version__
+from paw.bench import conditions
+from paw.bench.common import TransferStatus
+from paw.bench.tables import table
+from paw.bench.tasks import TASK_LABELS
+from paw.io.atomic import atomic_dir
+from paw.io.manifest import write_json
+from paw.io.reports import save_figure
 
 FIXED = ("base", "direct", "random")
 
@@ -83,10 +90,8 @@ def markdown(results: dict) -> str:
     """Per task: accuracy (%) ± stderr, recovered and kept fractions ± bootstrap stderr, auto's spreads.
 
     Rows and columns without a number (every cell †, – or n/a) are left out and named in one line;
-    a table left with none is one line (see :func:`table`), so a quick run prints what it measured.
+    a table left with none is one line (see :func:`paw.bench.tables.table`), so a quick run prints what it measured.
     """
-    from paw.bench.tasks import TASK_LABELS
-
     index = _index(results)
     methods = results["settings"]["methods"]
     lines = []
@@ -106,9 +111,7 @@ def markdown(results: dict) -> str:
                            ["kept per seed", "layer pairing", "methods", "related", "ΔW kept share"],
                            {t: [_spread(index.get((task, t, "auto"))), *_decided(index.get((task, t, "auto")))]
                             for t in targets}, empty=lambda cell: not cell.strip("–/ "))  # 'refused' says something
-    from paw.bench.distill import markdown as distill_markdown  # kept fraction and CPU s of the distill rows
-
-    lines.append(distill_markdown(results))
+    lines.append(conditions.markdown(results))  # e.g. kept fraction and CPU s of the distill rows
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
         lines.append(f"Target `{name}`: {why}.")
@@ -122,39 +125,6 @@ FOOTNOTES = {  # a pattern of the tables -> the note that explains it
     r"\d \[-?\d": "[a, b]: the bootstrap's 2.5-97.5% interval, shown where some resamples nearly cancel the "
                   "denominator and the standard error is meaningless.",
 }
-
-
-def _no_number(cell: str) -> bool:
-    """``'†'``, ``'–'``, ``'n/a'`` and ``'refused'`` hold no number; ``'0.42 ± 0.05'`` does."""
-    return not any(ch.isdigit() for ch in cell)
-
-
-def table(title: str, columns: list[str], cells: dict, *, labels: tuple[str, ...] = ("target",),
-          empty=_no_number) -> list[str]:
-    """A markdown table under ``### title`` without the rows and columns whose cells are all ``empty``.
-
-    ``cells`` maps a row's label (a tuple when ``labels`` has several) to its cells. What was left
-    out is named in one line; a table left with nothing is its title and one line.
-
-    >>> table("kept", ["auto", "copy"], {"upgrade": ["0.91", "†"], "pruned": ["†", "n/a"]})[2:]
-    ['| target | auto |', '|---|---|', '| upgrade | 0.91 |', '', 'Left out, no number (†, n/a): target pruned; column copy.', '']
-    >>> table("kept", ["auto"], {"upgrade": ["†"]})
-    ['### kept: no number (†).', '']
-    """
-    keep = [j for j in range(len(columns)) if not all(empty(row[j]) for row in cells.values())]
-    rows = {name: row for name, row in cells.items() if not all(empty(row[j]) for j in keep)}
-    marks = ", ".join(dict.fromkeys(c for row in cells.values() for c in row if empty(c) and 0 < len(c) <= 3))
-    said = f"no number ({marks})" if marks else "no number"
-    if not rows:
-        return [f"### {title}: {said}.", ""]
-    label = (lambda name: " | ".join(name)) if len(labels) > 1 else str
-    out = [f"### {title}", "", "| " + " | ".join([*labels, *(columns[j] for j in keep)]) + " |",
-           "|---" * (len(labels) + len(keep)) + "|"]
-    out += [f"| {label(name)} | " + " | ".join(row[j] for j in keep) + " |" for name, row in rows.items()]
-    gone = {labels[0]: [label(n) for n in cells if n not in rows],
-            "column": [c for j, c in enumerate(columns) if j not in keep]}
-    gone_text = "; ".join(f"{kind}{'s' * (len(names) > 1)} {', '.join(names)}" for kind, names in gone.items() if names)
-    return out + (["", f"Left out, {said}: {gone_text}.", ""] if gone_text else [""])
 
 
 PLOTS = {  # row key -> (figure file, axis label, what a pale † cell means)
@@ -247,11 +217,6 @@ def _plot_cell(row: dict | None, key: str = "recovered") -> tuple[float, float, 
 def write_results(output: str | Path, results: dict, *, overwrite: bool = False, command: str = "") -> Path:
     """``output/`` with ``results.json``, ``results.md``, ``recovered.png`` and ``kept.png``, written atomically."""
     import matplotlib.pyplot as plt
-
-    from paw import __version__
-    from paw.io.atomic import atomic_dir
-    from paw.io.manifest import write_json
-    from paw.io.reports import save_figure
 
     record: dict[str, Any] = {"paw_version": __version__, "command": command, **results}
     with atomic_dir(output, overwrite=overwrite) as tmp:

@@ -9,8 +9,8 @@ as ``'0110…'`` strings) so that runs can be pooled later.
 
 from __future__ import annotations
 
-import enum
-
+from paw.bench import conditions
+from paw.bench.common import TransferStatus
 from paw.bench.stats import accuracy, build_spread, kept, recovered
 from paw.bench.targets import TARGETS
 from paw.bench.tasks import TASKS
@@ -19,14 +19,7 @@ from paw.errors import PawError
 SOURCE = "source"
 BUILD = 1000  # replicate key = model_seed * BUILD + seed, so pooled runs of other model builds stay apart
 FORMAT, VERSION = "paw-transfer-quality", 2   # version 2: statuses are TransferStatus values, reasons apart
-
-
-class TransferStatus(str, enum.Enum):
-    """What became of one transfer method on one base (the value is what ``results.json`` stores)."""
-
-    OK = "ok"                          # transferred and scored
-    REFUSED = "refused"                # ``auto`` judged the target unrelated: scored as the base
-    NOT_APPLICABLE = "n/a"             # the method cannot map this adapter (e.g. copy across shapes)
+__all__ = ["BUILD", "FORMAT", "SOURCE", "VERSION", "TransferStatus", "merge_results", "summarize"]
 
 
 def _ratios(t, b, d, src: dict | None, clusters, settings: dict, seed: int, keys: list[int]) -> dict:
@@ -85,10 +78,7 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
                     if condition in methods:
                         row["transfer_summary"] = {str(s): per_seed[s]["summaries"].get(condition) for s in seeds}
                 rows.append(row)
-    if any(m.startswith("distill[") for m in methods):  # CPU seconds per distillation: paw/bench/distill.py
-        from paw.bench.distill import add_cpu_seconds
-
-        rows = add_cpu_seconds(rows, raw)
+    rows = conditions.add_columns(rows, raw, methods)  # e.g. CPU seconds per distillation
     packed = {task: {base: {str(seed): {**r, "outcomes": {c: "".join(map(str, o)) for c, o in r["outcomes"].items()}}
                             for seed, r in per_seed.items()} for base, per_seed in per_base.items()}
               for task, per_base in raw.items()}

@@ -24,8 +24,11 @@ from typing import Any
 
 from paw import arch
 from paw.bench.lm import Schedule, token_stream, train_lm
+from paw.bench.models import model_from_state_dict
+from paw.bench.surgery import Dims, grow_state_dict, prune_by_importance
 from paw.errors import Skipped
 from paw.registry import Registry
+from paw.zoo import build_model, train_tokenizer
 
 
 @dataclass
@@ -116,8 +119,6 @@ def _sizes(cfg: dict, factor: float, multiple: int) -> int:
 
 @target("pruned")
 def pruned(ws: Workshop) -> Built:
-    from paw.bench.surgery import Dims, prune_by_importance
-
     cfg = _config(ws.source)
     d = Dims.of(cfg)
     sizes = dict(hidden=_sizes(d.hidden, 0.75, 8), heads=max(d.group, d.heads // 2 // d.group * d.group),
@@ -129,8 +130,6 @@ def pruned(ws: Workshop) -> Built:
 
 @target("grown")
 def grown(ws: Workshop) -> Built:
-    from paw.bench.surgery import Dims, grow_state_dict
-
     cfg = _config(ws.source)
     d = Dims.of(cfg)
     sizes = dict(hidden_size=_sizes(d.hidden, 1.25, 8), intermediate_size=_sizes(d.neurons, 1.25, 8),
@@ -143,8 +142,6 @@ def grown(ws: Workshop) -> Built:
 
 def _healed(ws: Workshop, sd: dict, cfg: dict, *, seed: int, description: str):
     """A model cut or grown from the source, trained on for the healing schedule: ``(model, steps)``."""
-    from paw.bench.models import model_from_state_dict
-
     model = model_from_state_dict(sd, cfg)
     schedule = ws.heal()
     train_lm(model, ws.source_stream, schedule, seed=seed, device=ws.device, description=description,
@@ -154,8 +151,6 @@ def _healed(ws: Workshop, sd: dict, cfg: dict, *, seed: int, description: str):
 
 @target("distilled")
 def distilled(ws: Workshop) -> Built:
-    from paw.zoo import build_model
-
     cfg = _config(ws.source)
     hidden = _sizes(cfg["hidden_size"], 0.75, 8)
     dims = dict(hidden_size=hidden, num_layers=max(1, cfg["num_hidden_layers"] - 1), num_heads=3 if hidden % 3 == 0 else 2,
@@ -170,8 +165,6 @@ def distilled(ws: Workshop) -> Built:
 
 @target("tokenizer")
 def new_tokenizer(ws: Workshop) -> Built:
-    from paw.zoo import train_tokenizer
-
     if ws.transplant is None:
         raise Skipped("no tokenizer transplant was given to the workshop")
     other = train_tokenizer(ws.source_texts[::2], max(64, int(len(ws.tokenizer) * 0.75)), kind="sentencepiece-bpe")
@@ -185,8 +178,6 @@ def new_tokenizer(ws: Workshop) -> Built:
 
 @target("unrelated")
 def unrelated(ws: Workshop) -> Built:
-    from paw.zoo import build_model
-
     cfg = _config(ws.source)
     dims = dict(hidden_size=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
                 num_heads=cfg["num_attention_heads"], num_kv_heads=cfg["num_key_value_heads"],

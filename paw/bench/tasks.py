@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from paw.evaluate.formats import read_items
 from paw.evaluate.items import MCItem
 from paw.registry import Registry
 
@@ -83,8 +84,6 @@ def commonsense_corpus(folder: Path | None, names: tuple[str, ...]) -> list[str]
     paths = [Path(folder) / f"{name}_formatted.jsonl" for name in names]
     if not all(p.exists() for p in paths):
         return None
-    from paw.evaluate.formats import read_items
-
     return [_sentence(item) for path in paths for item in read_items(path)]
 
 

@@ -6,27 +6,30 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, command_line
+from paw.cli._options import DEVICE, OVERWRITE, command_line, multi_value_command
 from paw.progress import format_duration
 
 
 def register(app: typer.Typer) -> None:
+    from paw.bench.conditions import CONDITIONS
     from paw.bench.real_options import RealOptions
+    from paw.bench.targets import TARGETS
+    from paw.bench.tasks import TASKS
 
     _REAL = RealOptions(models="")  # the documented run's defaults, stated once
+    budgets = [c.choice for c in CONDITIONS.values() if c.family.option == "distill"]  # --help from the registries
     bench_app = typer.Typer(help="Benchmarks that anyone can rerun on a CPU.", no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
 
-    @bench_app.command("transfer")
+    @bench_app.command("transfer", cls=multi_value_command("--merge"))
     def transfer(
         output: Path = typer.Option(..., "--output", "-o", help="Folder for results.json, results.md, recovered.png, kept.png."),
         seeds: str = typer.Option("0,1", help="Task-data and LoRA seeds, comma-separated."),
-        tasks: str = typer.Option("", help="Tasks (comma list): facts, rule. Default: all."),
-        targets: str = typer.Option("", help="Target kinds (comma list): upgrade, pruned, grown, distilled, "
-                                    "tokenizer, unrelated. Default: all."),
+        tasks: str = typer.Option("", help=f"Tasks (comma list): {', '.join(TASKS)}. Default: all."),
+        targets: str = typer.Option("", help=f"Target kinds (comma list): {', '.join(TARGETS)}. Default: all."),
         methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
-        distill: str = typer.Option("inputs,synth,generic", help="Distillation rows (comma list of input budgets: "
-                                    "inputs, synth, generic), or none."),
+        distill: str = typer.Option(",".join(budgets), help="Distillation rows (comma list of input budgets: "
+                                    f"{', '.join(budgets)}), or none."),
         distill_steps: int = typer.Option(None, help="Steps of each distillation. Default: 3 x --lora-steps."),
         jobs: int = typer.Option(1, help="Worker processes on the CPU: the (seed, task) units run side by side, "
                                  "with the same results as one."),
@@ -40,6 +43,11 @@ def register(app: typer.Typer) -> None:
                                   help="Folder of the commonsense *_formatted.jsonl files (ARC, OpenBookQA, PIQA, "
                                   "Winogrande, BoolQ) for the pretraining corpus. Without it the corpus is embedded "
                                   "fallback text, said loudly in the output and in results.json (notes.corpus_fallback)."),
+        model_seed: int = typer.Option(0, help="Initialisation and corpus-order seed of the models (pool runs of "
+                                       "several with --merge to see the spread between model builds)."),
+        threads: int = typer.Option(1, min=1, help="Torch CPU threads per process (tiny models run best on one)."),
+        merge: list[Path] = typer.Option(None, "--merge", metavar="<folder>...", help="Pool finished result folders of runs with other "
+                                         "--seeds, --tasks or --model-seed into --output instead of running."),
         workdir: Path = typer.Option(None, help="Where models are kept (default: a temporary folder, removed)."),
         quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke configuration (tiny everything)."),
         device: str = DEVICE,
@@ -50,14 +58,19 @@ def register(app: typer.Typer) -> None:
         Example: paw bench transfer --output bench-out --seeds 0,1 --targets upgrade,pruned,unrelated
         """
         from paw.bench.options import options_from
-        from paw.bench.quality import benchmark_to_folder
+        from paw.bench.quality import benchmark_to_folder, pool_to_folder
         from paw.bench.report import markdown
         from paw.bench.tasks import FALLBACK_WARNING
 
+        if merge:
+            typer.echo(markdown(pool_to_folder(merge, output, overwrite=overwrite, command=command_line())))
+            typer.echo(f"wrote {output}/results.json, results.md, recovered.png, kept.png ({len(merge)} runs pooled)")
+            return
         opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
                             lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
-                            distill=distill, distill_steps=distill_steps, jobs=jobs)
+                            distill=distill, distill_steps=distill_steps, jobs=jobs, model_seed=model_seed,
+                            threads=threads)
         if data is None:
             typer.echo(FALLBACK_WARNING, err=True)
         results = benchmark_to_folder(opts, output, workdir=workdir, overwrite=overwrite, command=command_line())

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from paw.bench.distill import KINDS, N_SEEDS, add_cpu_seconds, conditions, inputs_for, markdown
+from paw.bench.conditions import CONDITIONS, DISTILL, DISTILL_BUDGETS, add_columns, chosen, families, markdown
+from paw.bench.distill import N_SEEDS, inputs_for
+from paw.bench.options import BenchOptions
 from paw.bench.tasks import facts_task, rule_task
 from paw.errors import PawError
 
@@ -24,10 +26,16 @@ def test_inputs_never_carry_an_answer_and_synth_gets_five_seeds():
     assert not any(p.text.split()[1].rstrip(".") in test_words for p in inputs_for("inputs", rule, 1)["prompts"])
 
 
-def test_conditions_and_unknown_budget():
-    assert conditions(KINDS) == ["distill[inputs]", "distill[synth]", "distill[generic]"]
+def test_conditions_are_registered_with_a_summary_and_checked():
+    assert CONDITIONS.names() == ["distill[inputs]", "distill[synth]", "distill[generic]"]
+    assert families() == [DISTILL] and all(c.summary and "\n" not in c.summary for c in CONDITIONS.values())
+    assert chosen({"distill": tuple(DISTILL_BUDGETS)}) == CONDITIONS.names()
+    assert chosen({"distill": ("generic", "inputs")}) == ["distill[generic]", "distill[inputs]"]  # the order asked
+    assert chosen({"distill": ()}) == []
+    with pytest.raises(PawError, match="unknown distill input budget 'labels'; choose from inputs, synth, generic"):
+        chosen({"distill": ("inputs", "labels")})
     with pytest.raises(PawError, match="unknown distill input budget 'labels'"):
-        conditions(("inputs", "labels"))
+        BenchOptions(distill=("labels",)).check()  # before any training
 
 
 def test_cpu_seconds_and_table():
@@ -40,17 +48,18 @@ def test_cpu_seconds_and_table():
             {"task": "facts", "target": "unrelated", "condition": "distill[synth]", "status": ["n/a"],
              "reasons": ["the teacher wrote no usable input"]},
             {"task": "facts", "target": "unrelated", "condition": "auto", "status": ["refused"]}]
-    rows = add_cpu_seconds(rows, raw)
+    assert add_columns([dict(r) for r in rows], raw, ["auto"]) == rows  # no distill row asked: untouched
+    rows = add_columns(rows, raw, ["auto", "distill[inputs]"])
     assert rows[0]["cpu_seconds"] == 25.0 and "cpu_seconds" not in rows[2]
     text = markdown({"rows": rows})
     assert "| unrelated | inputs | 90.0 ± 2.0 | 0.95 ± 0.03 | 0.97 ± 0.02 | 25 |" in text
     assert "Not run, inputs `synth` on every target: the teacher wrote no usable input." in text  # not a row
     assert markdown({"rows": rows[2:]}) == ""
+    second = [dict(r, task="rule") for r in rows[:2]]  # a second task after a 'Not run' line
+    assert markdown({"rows": rows + second}).count("Not run, inputs `synth` on every target") == 2
 
 
 def test_distill_steps_default_to_three_lora_budgets_and_are_checked():
-    from paw.bench.options import BenchOptions
-
     assert BenchOptions().distill_budget == 900 and BenchOptions(lora_steps=10).distill_budget == 30
     assert BenchOptions(lora_steps=10, distill_steps=7).distill_budget == 7
     with pytest.raises(PawError, match="--distill-steps 0"):

@@ -1,0 +1,140 @@
+"""What both benchmarks share: the base under test, item scoring, adapter deltas, LoRA training, statuses.
+
+``paw bench transfer`` (:mod:`paw.bench.quality`), its distill rows (:mod:`paw.bench.distill`) and
+``paw bench real`` (:mod:`paw.bench.real`) all score a model item by item (:func:`score_items`), merge
+an adapter into a base for the length of a block (:func:`applied`) and train LoRAs with one recipe
+(:func:`train_adapter`); what became of a transfer is one :class:`TransferStatus`. This module sits
+under all of them and imports none of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paw import arch
+from paw.errors import PawError
+from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
+from paw.evaluate.mc import _argmax, score_encoded
+from paw.evaluate.train import train_lora
+from paw.io.adapter import LoraAdapter, lora_config_dict
+
+LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
+
+
+class TransferStatus(str, enum.Enum):
+    """What became of one transfer (method or distillation) on one base, in both benchmarks.
+
+    The value is what ``results.json`` stores: ``paw bench transfer`` per seed and condition,
+    ``paw bench real`` per row of its transfer part.
+    """
+
+    OK = "ok"                          # transferred and scored
+    REFUSED = "refused"                # ``auto`` judged the target unrelated: scored as the base
+    NOT_APPLICABLE = "n/a"             # the method cannot map this adapter (e.g. copy across shapes)
+
+
+@dataclass
+class Base:
+    """One base model under test, its tokenizer and its folder (for ``transfer_lora``)."""
+
+    name: str
+    model: Any
+    tokenizer: Any
+    folder: Path
+    info: dict = field(default_factory=dict)
+    vocab_map: Any = None
+
+
+def first_line(err: Exception, limit: int = 160) -> str:
+    """The reason a results file keeps for an outcome: the message's first line, at most ``limit`` characters."""
+    return str(err).splitlines()[0][:limit]
+
+
+# ------------------------------------------------------------------------------------ scoring
+
+def score_items(model, tokenizer, items, *, batch_size: int = 64) -> list[int]:
+    """1/0 per item: is the highest-log-likelihood choice the answer? (:func:`paw.evaluate.mc.evaluate`'s rule)."""
+    encoded, spans = [], []
+    for item in items:
+        spans.append((len(encoded), len(item.choices)))
+        encoded.extend(encode_pair(tokenizer, c, x, max_length=max_length_of(model)) for c, x in item.pairs())
+    scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
+                           device=next(model.parameters()).device, progress=False)
+    return [int(_argmax([s for s, _ in scores[a:a + k]]) == item.answer) for (a, k), item in zip(spans, items, strict=True)]
+
+
+# ------------------------------------------------------------------------------------ adapter deltas
+
+def adapter_deltas(adapter) -> dict[str, Any]:
+    """``{base weight name: ΔW}`` of a :class:`paw.io.adapter.LoraAdapter` (its factors, merged)."""
+    return {m.base_key: m.delta() for m in adapter.modules().values()}
+
+
+@contextmanager
+def applied(model, deltas: dict[str, Any]):
+    """``model`` with ``W += ΔW`` for each delta inside the block, restored exactly afterwards."""
+    import torch
+
+    params = dict(model.named_parameters())
+    missing = [k for k in deltas if k not in params]
+    if missing:
+        raise PawError(f"the adapter names {missing[0]!r}, which the base model does not have")
+    saved = {k: params[k].detach().clone() for k in deltas}
+    with torch.no_grad():
+        for k, d in deltas.items():
+            params[k].add_(d.to(params[k].device, params[k].dtype))
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            for k, w in saved.items():
+                params[k].copy_(w)
+
+
+def random_deltas(norms: dict[str, float], model, *, rank: int, seed: int) -> dict[str, Any]:
+    """Random rank-``rank`` ΔW for every adapted linear module of ``model``, with ``||ΔW||_F`` from ``norms``.
+
+    ``norms`` is keyed by source weight name; a target module absent from the source (other depth)
+    gets the mean norm of its module type (``q_proj``, ...).
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    by_type: dict[str, list[float]] = {}
+    for name, value in norms.items():
+        by_type.setdefault(name.split(".")[-2], []).append(value)
+    out = {}
+    for name, p in model.named_parameters():
+        kind = name.split(".")[-2] if name.endswith(".weight") else ""
+        if kind not in by_type or p.ndim != 2:
+            continue
+        target = norms.get(name, sum(by_type[kind]) / len(by_type[kind]))
+        delta = torch.randn(p.shape[0], rank, generator=gen) @ torch.randn(rank, p.shape[1], generator=gen)
+        out[name] = delta * (target / float(delta.norm()))
+    return out
+
+
+# ------------------------------------------------------------------------------------ LoRA
+
+def train_adapter(base: Base, task, opts, seed: int, folder_name: str):
+    """A LoRA trained on ``task.train`` on top of ``base``; returns a :class:`paw.io.adapter.LoraAdapter`.
+
+    ``opts`` gives the recipe: ``lora_rank``, ``lora_alpha``, ``lora_steps``, ``lora_batch`` and
+    ``lora_lr`` (a :class:`paw.bench.options.BenchOptions`).
+    """
+    from peft import get_peft_model_state_dict
+
+    peft_model, metrics = train_lora(copy.deepcopy(base.model), base.tokenizer, task.train, rank=opts.lora_rank,
+                                     alpha=opts.lora_alpha, target_modules=LINEAR, steps=opts.lora_steps,
+                                     batch_size=opts.lora_batch, lr=opts.lora_lr, seed=seed, device=None,
+                                     eval_items=None, tracker=None, progress=False)
+    tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
+    config = lora_config_dict(r=opts.lora_rank, alpha=opts.lora_alpha, target_modules=LINEAR,
+                              base_model=str(base.folder))
+    return LoraAdapter(config=config, tensors=tensors), {
+        "train_loss_start": metrics["train_loss_start"], "train_loss_end": metrics["train_loss_end"]}
