@@ -32,7 +32,7 @@ lines); this module decides what the model is asked.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -337,9 +337,16 @@ def read_items(path: str | Path, format: str = "auto", limit: int | None = None)
         raise PawError(f"unknown data format {format!r}; choose auto or one of {', '.join(READERS)}")
     if not path.is_file():
         raise PawError("no such data file", path=path)
+    return items_from_records(read_records(path), path, format=format, limit=limit)
+
+
+def items_from_records(records: Iterable[tuple[int, Record]], path: str | Path, *, format: str = "auto",
+                       limit: int | None = None) -> list[MCItem]:
+    """Items of ``(line number, record)`` pairs already read; ``path`` names the file in a refusal."""
+    path = Path(path)
     items: list[MCItem] = []
     name = None if format == "auto" else format
-    for number, record in read_records(path):
+    for number, record in records:
         if limit is not None and len(items) >= limit:
             break
         if name is None:

@@ -28,7 +28,12 @@ MAX_LINE_BYTES = 64 << 10
 
 
 def read_prompt_lines(path: str | Path, *, what: str = "prompt file") -> list[str]:
-    """The non-blank lines of a prompt file, each checked before it is kept.
+    """The non-blank lines of a prompt file (:func:`read_prompt_file` without the line numbers)."""
+    return [text for _, text in read_prompt_file(path, what=what)]
+
+
+def read_prompt_file(path: str | Path, *, what: str = "prompt file") -> list[tuple[int, str]]:
+    """``(line number, text)`` of every non-blank line of a prompt file, each checked before it is kept.
 
     A missing, unreadable or empty file is a :class:`PawError` naming it; so is a line longer than
     :data:`MAX_LINE_BYTES`, one holding a NUL byte (a binary file) or one that is not UTF-8, naming
@@ -44,7 +49,7 @@ def read_prompt_lines(path: str | Path, *, what: str = "prompt file") -> list[st
             for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 3), b""), start=1):
                 text = _prompt_line(path, what, number, raw)
                 if text.strip():
-                    lines.append(text)
+                    lines.append((number, text))
     except OSError as err:
         raise PawError(f"cannot read the {what} ({err.strerror or err})", path=path) from None
     if not lines:

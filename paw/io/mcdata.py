@@ -33,13 +33,14 @@ def read_records(path: Path) -> Iterator[tuple[int, Record]]:
         try:
             for number, line in enumerate(handle, start=1):
                 if line.strip():
-                    yield number, _parse_line(line, path, number)
+                    yield number, parse_record(line, path, number)
         except UnicodeDecodeError as err:
             raise PawError(f"line {number + 1}: not UTF-8 text (byte {err.start} of a read block: "
                            f"{err.object[err.start:err.start + 1]!r}); is this a JSON-lines file?", path=path) from None
 
 
-def _parse_line(line: str, path: Path, number: int) -> Record:
+def parse_record(line: str, path: Path, number: int) -> Record:
+    """One line already read -> its record; ``path`` and ``number`` name it in a refusal."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError as err:

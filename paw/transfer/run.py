@@ -1,10 +1,14 @@
 """``transfer_adapter``: move a PEFT adapter folder to another base and write the result with its report.
 
-What ``paw transfer-lora`` runs; the in-memory work is :func:`paw.transfer.transfer_lora`::
+What ``paw transfer-lora`` runs for every method; the in-memory work is :func:`paw.transfer.transfer_lora`
+(training-free, rank-preserving) or, for ``method='distill'``, :func:`paw.transfer.distill.distill_lora`
+(trains a new LoRA; :mod:`paw.transfer.distill.run`)::
 
     from paw.transfer.run import transfer_adapter
     moved = transfer_adapter("./tiny/lora", "./tiny/base", "./tiny/finetune", "./moved")
     moved.summary["methods"]  # {'copy': 14}
+    taught = transfer_adapter("./lora", "./a", "./b", "./taught", method="distill",
+                              distill=DistillOptions(prompts="inputs.jsonl"))  # doctest: +SKIP
 
 Raises :class:`~paw.errors.Refused` when ``auto`` finds the target unrelated (unless ``force``)
 and :class:`~paw.errors.NotApplicable` when the method cannot map the adapter; nothing is written then.
@@ -17,8 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from paw.io.manifest import records_call
+from paw.transfer.distill.options import DISTILL, DistillOptions
+from paw.transfer.distill.run import distill_to_folder
+from paw.transfer.options import TransferOptions
 
 PathLike = str | Path
+DEFAULTS = TransferOptions()
 
 
 @dataclass(frozen=True)
@@ -36,15 +44,50 @@ class TransferredAdapter:
 
 @records_call
 def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: PathLike, output: PathLike, *,
-                     method: str = "auto", subspace_rank: int | None = None, min_similarity: float | None = None,
-                     layer_map: str = "auto", vocab_map: PathLike | None = None, ridge: float = 1e-2,
-                     force: bool = False, device: str = "cpu", overwrite: bool = False,
-                     allow_nonfinite: bool = False, command: str | None = None) -> TransferredAdapter:
-    """Read the adapter and both bases, transfer (training-free, rank-preserving), write ``output`` atomically.
+                     method: str = DEFAULTS.method, subspace_rank: int | None = DEFAULTS.subspace_rank,
+                     min_similarity: float | None = DEFAULTS.min_similarity, layer_map: str = DEFAULTS.layer_map,
+                     vocab_map: PathLike | None = DEFAULTS.vocab_map, ridge: float = DEFAULTS.ridge,
+                     force: bool = DEFAULTS.force, distill: DistillOptions | None = None, device: str = "cpu",
+                     overwrite: bool = False, allow_nonfinite: bool = False, progress: bool = True,
+                     command: str | None = None) -> TransferredAdapter:
+    """Read the adapter and both bases, transfer, write ``output`` atomically; every method, distill included.
 
-    An adapter with NaN/Inf values is never written unless ``allow_nonfinite``; the input holding
-    them is named.
+    The knobs are :class:`~paw.transfer.options.TransferOptions` (``distill``: the
+    :class:`~paw.transfer.distill.options.DistillOptions` of ``method='distill'``), checked before
+    anything is read. An adapter with NaN/Inf values is never written unless ``allow_nonfinite``;
+    the input holding them is named.
     """
+    options = TransferOptions(method=method, subspace_rank=subspace_rank, min_similarity=min_similarity,
+                              layer_map=layer_map, vocab_map=vocab_map, ridge=ridge, force=force,
+                              distill=distill or DistillOptions())
+    options.check()
+    if method == DISTILL:
+        report, inputs = distill_to_folder(adapter, source_base, target_base, output, options.distill, device=device,
+                                           command=command, overwrite=overwrite, allow_nonfinite=allow_nonfinite,
+                                           progress=progress)
+        return TransferredAdapter(Path(output), report, inputs)
+    return _weight_space(adapter, source_base, target_base, output, options, device=device, overwrite=overwrite,
+                         allow_nonfinite=allow_nonfinite, command=command)
+
+
+def run_distill(adapter: PathLike, source_base: PathLike, target_base: PathLike, output: PathLike, *,
+                steps: int = DistillOptions.max_steps, device: str = "cpu", overwrite: bool = False,
+                allow_nonfinite: bool = False, progress: bool = True, command: str | None = None,
+                **knobs) -> TransferredAdapter:
+    """``transfer_adapter(method='distill', distill=DistillOptions(max_steps=steps, **knobs))``, as a shortcut.
+
+    ``knobs`` are the fields of :class:`~paw.transfer.distill.options.DistillOptions` (``prompts``,
+    ``lr``, ``holdout`` ...); the call is recorded as the ``transfer_adapter`` call it makes.
+    """
+    return transfer_adapter(adapter, source_base, target_base, output, method=DISTILL,
+                            distill=DistillOptions(max_steps=steps, **knobs), device=device, overwrite=overwrite,
+                            allow_nonfinite=allow_nonfinite, progress=progress, command=command)
+
+
+def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLike, output: PathLike,
+                  o: TransferOptions, *, device: str, overwrite: bool, allow_nonfinite: bool,
+                  command: str) -> TransferredAdapter:
+    """The training-free transfer (:func:`paw.transfer.transfer_lora`) from folders to ``output``."""
     import torch
 
     from paw.device import resolve_device
@@ -56,10 +99,9 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
     from paw.io.manifest import describe_input
     from paw.io.transfer_report import write_transfer
     from paw.transfer.pipeline import transfer_lora
-    from paw.validate import ALLOW_HINT, NonFinite, finite, refuse_nonfinite_all
+    from paw.validate import ALLOW_HINT, NonFinite, refuse_nonfinite_all
 
-    finite("--ridge", ridge, positive=True)
-    finite("--min-similarity", min_similarity)
+    method, vocab_map = o.method, o.vocab_map
     dev = resolve_device(device)
     lora = read_adapter(adapter)
     source, target = open_checkpoint(source_base), open_checkpoint(target_base)
@@ -70,9 +112,9 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
 
         mapping = read_vocab_map(vocab_map)
     try:
-        moved, report = transfer_lora(lora, source, target, method=method, subspace_rank=subspace_rank,
-                                      min_similarity=min_similarity, layer_map=layer_map, vocab_map=mapping,
-                                      ridge=ridge, force=force, device=dev, target_name=str(target_base))
+        moved, report = transfer_lora(lora, source, target, method=method, subspace_rank=o.subspace_rank,
+                                      min_similarity=o.min_similarity, layer_map=o.layer_map, vocab_map=mapping,
+                                      ridge=o.ridge, force=o.force, device=dev, target_name=str(target_base))
     except torch.linalg.LinAlgError as err:  # an SVD or solve that did not converge (NaN inputs, mostly)
         _name_nonfinite(lora, source, target)
         raise PawError(f"the linear algebra of the transfer failed ({str(err).splitlines()[0][:200]})") from None

@@ -1,8 +1,8 @@
-"""Byte-aligned positions of two tokenizations of one continuation (``paw.transfer.byte_align``)."""
+"""Byte-aligned positions of two tokenizations of one continuation (``paw.transfer.distill.byte_align``)."""
 
 from __future__ import annotations
 
-from paw.transfer.byte_align import aligned_positions, continuation_cuts
+from paw.transfer.distill.byte_align import aligned_positions, continuation_cuts
 
 # student vocabulary: 0 BOS, 1 "Fact:", 2 " is", 3 " red", 4 ".", 5 " r", 6 "ed", 7 " is red"
 STUDENT = [None, b"Fact:", b" is", b" red", b".", b" r", b"ed", b" is red"]

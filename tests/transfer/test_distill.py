@@ -91,7 +91,7 @@ def test_distill_moves_a_lora_across_family_tokenizer_and_width(cli, world, tmp_
     assert _accuracy(w["target"], w["task"], tmp_path / "c") >= base + 0.5
     assert d[1]["vocabulary"].startswith("different tokenizers") and len(d[1]["curve"]["loss"]) == 40
     assert d[1]["agreement"]["after"]["top1_agreement"] > d[1]["agreement"]["before"]["top1_agreement"]
-    from paw.transfer.distill_loss import tail_drop
+    from paw.transfer.distill.loss import tail_drop
 
     drop = tail_drop(d[1]["curve"]["loss"], 0.2)
     assert d[1]["loss_tail_drop"] == pytest.approx(drop, abs=1e-6)
@@ -103,7 +103,7 @@ def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):
     # next-token distributions are matched over the tokens both vocabularies hold
     from paw import zoo
     from paw.evaluate.synthetic import tokenizer_corpus
-    from paw.transfer.distill_run import run_distill
+    from paw.transfer.run import run_distill
 
     w = world
     tok = zoo.train_tokenizer(zoo.sample_texts("multi") + tokenizer_corpus(w["task"]), 200, kind="byte-bpe")
@@ -128,7 +128,7 @@ def test_next_words_are_the_teachers_likeliest_words_first_its_greedy_answer(wor
     import torch
 
     from paw.io.lm import load_lm
-    from paw.transfer.distill_data import Prompt, generate, next_words
+    from paw.transfer.distill.data import Prompt, generate, next_words
 
     w = world
     teacher, tok = load_lm(w["source"], adapter=w["lora"], device="cpu")
@@ -147,13 +147,13 @@ def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world, monkeypatc
     from paw.io.lm import load_lm
     from paw.io.tokenizer import open_tokenizer
     from paw.transfer.distill import LM, distill_lora
-    from paw.transfer.distill_run import read_inputs
+    from paw.transfer.distill.run import read_inputs
 
     w = world
     teacher, tok_s = load_lm(w["source"], adapter=w["lora"], device="cpu")
     student, tok_t = load_lm(w["target"], device="cpu")
     before = {k: v.clone() for k, v in student.state_dict().items()}
-    monkeypatch.setattr("paw.transfer.distill.LARGE_MODEL", 1)  # every model is "large": the estimate is printed
+    monkeypatch.setattr("paw.transfer.distill.lora.LARGE_MODEL", 1)  # every model is "large": the estimate is printed
     moved, report = distill_lora(read_adapter(w["lora"]), LM(teacher, tok_s, "s", tokenizer_info=open_tokenizer(w["source"])),
                                  LM(student, tok_t, "t", tokenizer_info=open_tokenizer(w["target"])),
                                  prompts=read_inputs(w["root"] / "items.jsonl"), steps=3, lr=1e-2, max_new_tokens=2,
@@ -171,7 +171,7 @@ def test_shared_tokenizer_uses_token_kl_and_starts_from_the_auto_transfer(src, s
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
     from paw.transfer.distill import distill_lora
-    from paw.transfer.distill_run import _side
+    from paw.transfer.distill.run import _side
 
     adapter = read_adapter(src_lora)
     teacher = _side(src, open_tokenizer(src), "cpu", adapter=src_lora)
@@ -191,10 +191,10 @@ def test_the_teacher_works_only_on_the_inputs_the_steps_reach(src, src_lora, ind
     from paw.evaluate.train import batches_in_order
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
-    from paw.transfer import distill_train
-    from paw.transfer.distill import _visited, distill_lora
-    from paw.transfer.distill_data import Prompt
-    from paw.transfer.distill_run import _side
+    from paw.transfer.distill import train as distill_train
+    from paw.transfer.distill.lora import _visited, distill_lora
+    from paw.transfer.distill.data import Prompt
+    from paw.transfer.distill.run import _side
 
     prompts = [Prompt(f"input {i}") for i in range(100)]
     kept = _visited(prompts, 3, 8, 0)
@@ -216,7 +216,7 @@ def test_the_teacher_works_only_on_the_inputs_the_steps_reach(src, src_lora, ind
 
 def test_batched_generation_equals_one_by_one(world):
     from paw.io.lm import load_lm
-    from paw.transfer.distill_data import generate
+    from paw.transfer.distill.data import generate
 
     teacher, tok = load_lm(world["source"], adapter=world["lora"], device="cpu")
     texts = ["Fact: the colour of", "Fact: the colour of " + world["task"][3].question.split()[-2] + " is", "A"]
@@ -227,7 +227,7 @@ def test_batched_generation_equals_one_by_one(world):
 
 def test_synthesis_from_seed_examples_with_the_discriminator(world):
     from paw.io.lm import load_lm
-    from paw.transfer.distill_data import Prompt, synthesize
+    from paw.transfer.distill.data import Prompt, synthesize
 
     w = world
     teacher, tok = load_lm(w["source"], adapter=w["lora"], device="cpu")
@@ -271,7 +271,7 @@ def test_bad_inputs_exit_2_with_one_line_and_write_nothing(cli, world, tmp_path)
 
 def test_synthesis_counts_blank_and_off_template_candidates(monkeypatch):
     """A blank sample, an off-template one, one cut after the shared ending, and its repeat."""
-    from paw.transfer import distill_data as data
+    from paw.transfer.distill import data
 
     lines = ["", "   ", "no ending here", "Ann Bo likes the colour red. More text", "Ann Bo likes the colour blue"]
     monkeypatch.setattr(data, "generate", lambda *a, **k: list(lines))

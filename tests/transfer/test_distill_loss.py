@@ -9,8 +9,8 @@ import torch
 
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
-from paw.transfer import distill_loss as L
-from paw.transfer.distill_data import (
+from paw.transfer.distill import loss as L
+from paw.transfer.distill.data import (
     MAX_SEEDS,
     Prompt,
     check_seeds,
@@ -106,7 +106,7 @@ def test_synthesis_template_end_and_few_shot_layout():
 
 
 def test_cost_estimate_arithmetic():
-    from paw.transfer.distill import estimate_cost
+    from paw.transfer.distill.lora import estimate_cost
 
     # 300 steps x 16 sequences x 80 tokens x (4 + 2) x 7e9, plus 1,000 continuations x 80 tokens x 2 x 7e9
     cost = estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16, prompt_tokens=64)
@@ -130,7 +130,7 @@ def test_aligned_kl_renormalises_over_shared_tokens_only():
 
 
 def test_tail_drop_compares_the_last_fraction_with_the_one_before():
-    from paw.transfer.distill_loss import tail_drop
+    from paw.transfer.distill.loss import tail_drop
 
     assert tail_drop([4.0, 4.0, 2.0, 2.0], 0.5) == 0.5
     assert tail_drop([1.0] * 30, 0.2) == 0.0

@@ -9,7 +9,7 @@ Which loss applies depends on what the two models share:
   student's id order by :func:`to_student_vocab`;
 - different tokenizers: :func:`sequence_nll`, the student's cross-entropy on the teacher's
   continuation, re-tokenised (sequence-level distillation, Kim & Rush 2016), and :func:`aligned_kl`
-  at the cuts both tokenizations share (:mod:`paw.transfer.byte_align`), over the tokens both
+  at the cuts both tokenizations share (:mod:`paw.transfer.distill.byte_align`), over the tokens both
   vocabularies hold;
 - inputs with answer choices, whatever the tokenizers: :func:`choice_kl` between the teacher's and
   the student's distributions over the choices, each choice scored by the summed log-likelihood

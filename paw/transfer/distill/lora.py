@@ -4,7 +4,7 @@ Every weight-space map keeps nothing across a tokenizer change or an unrelated m
 benchmark); what survives is the behaviour. So, as in Trans-LoRA (Wang et al. 2024, arXiv
 2405.17258): the **teacher** is the source base with its LoRA, the **student** the target base with
 a new LoRA of the same rank, alpha and module types, trained on label-free task inputs
-(:mod:`paw.transfer.distill_data`) to match the teacher (:mod:`paw.transfer.distill_loss`):
+(:mod:`paw.transfer.distill.data`) to match the teacher (:mod:`paw.transfer.distill.loss`):
 
 1. the teacher continues every input greedily (up to a line break);
 2. the student learns that continuation as text (sequence-level distillation, Kim & Rush 2016);
@@ -28,17 +28,15 @@ from typing import Any
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
 from paw.progress import format_duration, status
-from paw.transfer import distill_data as data
-from paw.transfer import distill_loss as L
-from paw.transfer import distill_train as T
-from paw.transfer.distill_data import Prompt
-from paw.validate import finite, lora_alpha, lora_rank
+from paw.transfer.distill import data
+from paw.transfer.distill import loss as L
+from paw.transfer.distill import train as T
+from paw.transfer.distill.data import Prompt
+from paw.transfer.distill.options import DISTILL, GENERIC, DistillOptions
+from paw.validate import lora_rank
 
-DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
-INITS = ("auto", "none")
 LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
 STILL_FALLING = 0.05        # relative loss fall over the last fifth of the steps above which the report warns
-GENERIC = "generic"
 
 
 @dataclass
@@ -108,10 +106,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     """
     from paw.device import resolve_device
 
-    _check_knobs(init, steps, batch_size, lr, max_new_tokens, holdout, synthesize)
-    if next_words < 0 or next_words == 1:
-        raise PawError(f"--next-words {next_words}: 0 (off) or at least 2")
-    lora_alpha("--alpha", alpha)
+    DistillOptions(synthesize=synthesize, init=init, alpha=alpha, max_steps=steps, batch_size=batch_size, lr=lr,
+                   max_new_tokens=max_new_tokens, holdout=holdout, next_words=next_words).check_knobs()
     if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
         lora_rank("--rank", rank, student.model, _target_modules(adapter, student.model, target_modules))
     device = resolve_device(device) if isinstance(device, str) else device
@@ -163,21 +159,6 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
 
 
 # ---------------------------------------------------------------------------------- checks, inputs
-
-def _check_knobs(init, steps, batch_size, lr, max_new_tokens, holdout, synthesize) -> None:
-    """Name the one flag out of range (``--holdout 1: must be in [0, 1)``), not every constraint."""
-    if init not in INITS:
-        raise PawError(f"unknown --init {init!r}; choose one of {', '.join(INITS)}")
-    for flag, value in (("--max-steps", steps), ("--batch-size", batch_size), ("--max-new-tokens", max_new_tokens)):
-        if value < 1:
-            raise PawError(f"{flag} {value}: must be at least 1")
-    finite("--lr", lr, positive=True)
-    finite("--holdout", holdout)
-    if not 0 <= holdout < 1:
-        raise PawError(f"--holdout {holdout}: must be in [0, 1) (the fraction of inputs kept for agreement)")
-    if synthesize < 0:
-        raise PawError(f"--synthesize {synthesize}: must not be negative")
-
 
 def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device):
     """``(training prompts, held-out prompts, report section)`` from whichever source was given."""

@@ -1,4 +1,4 @@
-"""The training loop of :func:`paw.transfer.distill.distill_lora`: inputs made into examples, losses, agreement.
+"""The training loop of :func:`paw.transfer.distill.lora.distill_lora`: inputs made into examples, losses, agreement.
 
 Teacher outputs that do not change during training (its continuations, its choice scores) are
 computed once per input; its next-token distributions (token KL with a shared vocabulary, the
@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from paw.progress import track
-from paw.transfer import byte_align
-from paw.transfer import distill_data as data
-from paw.transfer import distill_loss as L
-from paw.transfer.distill_data import START, Prompt
+from paw.transfer.distill import byte_align
+from paw.transfer.distill import data
+from paw.transfer.distill import loss as L
+from paw.transfer.distill.data import START, Prompt
 
 if TYPE_CHECKING:
-    from paw.transfer.distill import LM
+    from paw.transfer.distill.lora import LM
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
 TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
