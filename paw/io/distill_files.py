@@ -1,7 +1,9 @@
 """Files of ``paw transfer-lora --method distill``: input prompts in, adapter + report + curve out.
 
-Prompt files are read as lines here; :func:`paw.transfer.distill_run.read_inputs` decides what they
-hold (a multiple-choice file ``paw eval`` reads, JSON records with a text field, or plain lines).
+Prompt files are read here, once, as numbered lines (:func:`read_prompt_file`), each checked for
+length, NUL bytes and UTF-8; :func:`paw.transfer.distill.run.read_inputs` decides what they hold (a
+multiple-choice file ``paw eval`` reads, JSON records with a text field, or plain lines): io knows
+no layout.
 The output folder holds the PEFT adapter (``adapter_model.safetensors``, ``adapter_config.json``
 naming the target), ``transfer_report.json`` with its ``distill`` section and ``distill_curve.png``;
 no clock time, so equal inputs give equal bytes.
