@@ -9,9 +9,10 @@ True
 
 from paw.bpe.compare import Compression, compression
 from paw.bpe.encoder import BpeEncoder
-from paw.bpe.patterns import PATTERNS, register_pattern, resolve_pattern
+from paw.bpe.patterns import resolve_pattern
 from paw.bpe.tokenizer import TrainedBpe, train_tokenizer
 from paw.bpe.train import train_bpe
+from paw.bytelevel.patterns import PATTERNS, register_pattern
 
 __all__ = ["PATTERNS", "BpeEncoder", "Compression", "TrainedBpe", "compression", "register_pattern",
            "resolve_pattern", "train_bpe", "train_tokenizer"]

@@ -15,7 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from paw.bpe.parallel import map_chunks
-from paw.bpe.patterns import PATTERNS, compile_pattern
+from paw.bpe.patterns import compile_pattern
+from paw.bytelevel.patterns import PATTERNS
 
 _CHUNK_CHARS = 1 << 20
 

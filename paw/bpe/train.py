@@ -15,7 +15,7 @@ O(merges x corpus). Here, as in Hugging Face's ``BpeTrainer`` and Sennrich et al
 
 Ties: the heap order ``(-count, a, b)`` picks, among pairs of equal count, the one with the
 smallest left id and then the smallest right id. Ids are ranks: single bytes in GPT-2 order
-(:func:`paw.bpe.bytelevel.byte_order`), then tokens in the order learned. That is exactly
+(:func:`paw.bytelevel.alphabet.byte_order`), then tokens in the order learned. That is exactly
 ``BpeTrainer``'s order (its ``Merge`` compares count, then the reversed pair; its alphabet ids are
 sorted by the GPT-2 character's code point), so on the same pre-tokens the merges are the same.
 ``tests/bpe/test_train.py`` checks it against ``tokenizers`` directly.
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from paw.bpe.bytelevel import byte_order
+from paw.bytelevel.alphabet import byte_order
 
 
 @dataclass

@@ -22,9 +22,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paw.bpe.bytelevel import str_to_token, token_to_str
-from paw.bpe.patterns import PATTERNS, to_oniguruma
-from paw.bpe.ranks import all_merges, merges_from_ranks, ranks_from_merges
+from paw.bytelevel.alphabet import str_to_token, token_to_str
+from paw.bytelevel.patterns import PATTERNS, to_oniguruma
+from paw.bytelevel.ranks import all_merges, merges_from_ranks, ranks_from_merges
 from paw.errors import PawError
 from paw.io.atomic import atomic_file, atomic_outputs
 
@@ -405,7 +405,7 @@ def _hf_merges(path: Path, merges, ranks: dict[bytes, int]) -> list[tuple[bytes,
 def pretokenizer_pattern(pre: dict | None, path: str | Path = "tokenizer.json") -> str | None:
     """The regex of a ``Split`` pre-tokenizer, or GPT-2's for ``ByteLevel(use_regex=True)``.
 
-    A regex PAW wrote for Oniguruma (:func:`paw.bpe.patterns.to_oniguruma`) comes back in its
+    A regex PAW wrote for Oniguruma (:func:`paw.bytelevel.patterns.to_oniguruma`) comes back in its
     registered spelling, so cl100k's ``\\p{N}{1,3}+`` survives a round trip through ``tokenizer.json``.
     """
     if not isinstance(pre, dict):
@@ -437,7 +437,7 @@ def tokenizer_json_doc(mergeable_ranks: dict[bytes, int], pattern: str | None, s
     """A byte-level BPE ``tokenizer.json`` document that encodes exactly like tiktoken with the same ranks.
 
     The merge list holds every split of every token whose halves are tokens
-    (:func:`paw.bpe.ranks.all_merges`, as transformers' TikTokenConverter does), not only the one
+    (:func:`paw.bytelevel.ranks.all_merges`, as transformers' TikTokenConverter does), not only the one
     merge that built each token: tiktoken merges any adjacent pair whose join is a token, so with
     ranks ``ca, ac, acac, cac`` it encodes ``aacac`` as ``a|acac`` through ``(a, cac)``, a split that
     never builds ``acac`` from its bytes. ``ignore_merges`` is on, so a piece that is itself a token

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from paw.bpe.bytelevel import str_to_token
+from paw.bytelevel.alphabet import str_to_token
 from paw.errors import PawError
 from paw.io.bpe_files import read_bpe
 from paw.io.checkpoint import read_json

@@ -35,7 +35,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from paw.bpe.patterns import PATTERNS
+from paw.bytelevel.patterns import PATTERNS
 from paw.errors import PawError
 from paw.io.bpe_files import BpeFile, read_bpe, sniff_format
 from paw.io.checkpoint import folder_hint

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from paw.bpe.bytelevel import str_to_token
+from paw.bytelevel.alphabet import str_to_token
 from paw.errors import PawError
 from paw.io.bpe_files import pretokenizer_pattern
 from paw.io.tokenizer_info import SpecialToken, TokenizerInfo

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paw.bpe.bytelevel import str_to_token, token_to_str
+from paw.bytelevel.alphabet import str_to_token, token_to_str
 from paw.io.hf_tokenizer_edit import HfTokenizerJson, added_entry
 from paw.vocab.extend import bpe_pieces, plan_bpe_merges
 

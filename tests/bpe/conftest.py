@@ -34,7 +34,7 @@ def quicktok_ranks(name: str) -> tuple[dict[bytes, int], dict[str, int]]:
 @pytest.fixture(scope="session")
 def real_tables():
     """``{'llama3': (ranks, specials, pattern), ...}`` parsed lazily, once per session."""
-    from paw.bpe.patterns import PATTERNS
+    from paw.bytelevel.patterns import PATTERNS
 
     cache = {}
 

@@ -10,7 +10,7 @@ import pytest
 
 from paw import zoo
 from paw.bpe import PATTERNS, BpeEncoder
-from paw.bpe.bytelevel import base_ranks
+from paw.bytelevel.alphabet import base_ranks
 from paw.io.bpe_files import (
     TIKTOKEN_PATTERNS,
     TIKTOKEN_SPECIALS,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paw.bpe import PATTERNS, train_bpe, train_tokenizer
-from paw.bpe.bytelevel import byte_order, token_to_str
+from paw.bytelevel.alphabet import byte_order, token_to_str
 from paw.bpe.patterns import compile_pattern
 from paw.bpe.pretokenize import count_pretokens, cut_text
 from paw.errors import PawError

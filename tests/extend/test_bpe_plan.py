@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paw.bpe.bytelevel import bytes_to_unicode, str_to_token, token_to_str
+from paw.bytelevel.alphabet import bytes_to_unicode, str_to_token, token_to_str
 from paw.vocab.extend import bpe_pieces, plan_bpe_merges
 
 

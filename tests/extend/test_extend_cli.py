@@ -159,7 +159,7 @@ def test_number_strings_are_skipped_unless_kept(tmp_path):
 
 
 def test_from_paw_bpe_model_file(cli, tiny_llama, tmp_path):
-    from paw.bpe.bytelevel import token_to_str
+    from paw.bytelevel.alphabet import token_to_str
     from paw.io import bpe_files
 
     ranks = {bytes([b]): i for i, b in enumerate(range(256))}

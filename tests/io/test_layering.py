@@ -1,4 +1,9 @@
-"""``paw.io`` reads and writes; it imports no package that computes (vocab, evaluate, zoo, merge, ...)."""
+"""``paw.io`` reads and writes; it imports no package that computes (vocab, evaluate, zoo, merge, bpe, ...).
+
+What ``paw.io`` and ``paw.bpe`` share (the byte alphabet, the pattern table, ranks <-> merges) lives
+on the ground floor, ``paw.bytelevel``, which imports nothing of ``paw`` and nothing outside the
+standard library.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,9 @@ from pathlib import Path
 import paw.io
 
 ROOT = Path(__file__).resolve().parents[2]
-# packages that hold algorithms, pipelines or the CLI; pure paw.bpe and paw.lora may be used
+# packages that hold algorithms, pipelines or the CLI; the pure paw.lora and paw.bytelevel may be used
 FORBIDDEN = ("paw.vocab", "paw.evaluate", "paw.zoo", "paw.merge", "paw.taskvec", "paw.transfer", "paw.bench",
-             "paw.cli", "paw.adaptercheck", "paw.demo")
+             "paw.cli", "paw.adaptercheck", "paw.demo", "paw.bpe")
 
 
 def _loaded_after(*modules: str) -> list[str]:
@@ -59,3 +64,27 @@ def test_no_io_module_imports_an_algorithm_package_even_lazily():
     bad = {path.name: m for path in Path(paw.io.__path__[0]).glob("*.py")
            for m in _imports(ast.parse(path.read_text(encoding="utf-8"))) if m.startswith(FORBIDDEN)}
     assert bad == {}
+
+
+def test_bytelevel_imports_only_itself_and_the_standard_library():
+    import ast
+
+    import paw.bytelevel
+
+    files = sorted(Path(paw.bytelevel.__path__[0]).glob("*.py"))
+    assert {f.name for f in files} >= {"__init__.py", "alphabet.py", "patterns.py", "ranks.py"}
+    bad = {}
+    for path in files:
+        for m in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            top = m.split(".")[0]
+            own = m == "paw.bytelevel" or m.startswith(("paw.bytelevel.", "paw.errors"))
+            if (top == "paw" and not own) or (top != "paw" and top not in sys.stdlib_module_names):
+                bad.setdefault(path.name, []).append(m)
+    assert bad == {}
+
+
+def test_bpe_and_io_read_one_pattern_table():
+    from paw.bpe import PATTERNS
+    from paw.bytelevel import patterns
+
+    assert PATTERNS is patterns.PATTERNS and PATTERNS["gpt2"].startswith("'s|'t")

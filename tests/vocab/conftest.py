@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from paw.bpe.bytelevel import token_to_str
+from paw.bytelevel.alphabet import token_to_str
 
 SP_SPECIALS = ["<unk>", "<s>", "</s>"]
 

@@ -25,7 +25,7 @@ def _hf(ranks: dict[bytes, int], pattern: str | None):
 
 
 def test_gpt2_byte_alphabet():
-    from paw.bpe.bytelevel import unicode_to_bytes
+    from paw.bytelevel.alphabet import unicode_to_bytes
 
     dec = unicode_to_bytes()
     assert len(dec) == 256 and sorted(dec.values()) == list(range(256))
