@@ -93,7 +93,7 @@ def gemma_file(packages_dir: Path, out_dir: Path) -> tuple[Path, str]:
 
 
 def convert(step: int, spec: dict, gguf: Path, digest: str, out_dir: Path, overwrite: bool) -> Path:
-    from paw.io.gguf import write_hf_folder
+    from paw.io.writer import write_hf_folder
 
     out = out_dir / spec["folder"]
     done = out / "paw_source.json"

@@ -15,11 +15,13 @@ from typing import Any
 
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir
-from paw.io.checkpoint import _load_pickle, read_json
 from paw.io.finite import nonfinite_policy
 from paw.io.hub import resolve_path
+from paw.io.json_file import read_json
+from paw.io.lazy_checkpoint import SafetensorsFile, load_pickle
 from paw.io.manifest import write_json
 from paw.lora import lora_delta, lora_scaling
+from paw.validate import NonFinite, nonfinite
 
 PEFT_PREFIX = "base_model.model."
 CONFIG_NAME = "adapter_config.json"
@@ -164,12 +166,10 @@ def read_adapter(spec: str | Path) -> LoraAdapter:
     folder, config = read_adapter_config(spec)
     st, binf = folder / WEIGHTS_NAME, folder / "adapter_model.bin"
     if st.exists():
-        from paw.io.checkpoint import _SafetensorsFile
-
-        source = _SafetensorsFile(st)
+        source = SafetensorsFile(st)
         tensors = {k: source.get(k) for k in source.keys()}
     elif binf.exists():
-        tensors = _load_pickle(binf)
+        tensors = load_pickle(binf)
     else:
         raise PawError(f"no adapter weights ({WEIGHTS_NAME} or adapter_model.bin)", path=folder)
     check_adapter(config, {k: tuple(v.shape) for k, v in tensors.items()}, path=folder)
@@ -183,8 +183,6 @@ def refuse_nonfinite_adapter(adapter: LoraAdapter, *, why: str) -> None:
 
     ``why`` says what cannot be done with it (``"the source adapter cannot teach"``).
     """
-    from paw.validate import NonFinite, nonfinite
-
     folder = adapter.path or Path(".")
     weights = folder / WEIGHTS_NAME if (folder / WEIGHTS_NAME).exists() or not (folder / "adapter_model.bin").exists() \
         else folder / "adapter_model.bin"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from paw.errors import PawError
 from paw.io.adapter import WEIGHTS_NAME, check_adapter, read_adapter_config
-from paw.io.checkpoint import _load_pickle, open_checkpoint
+from paw.io.checkpoint import open_checkpoint
+from paw.io.lazy_checkpoint import load_pickle
 from paw.io.safetensors_header import read_header
 
 
@@ -41,7 +42,7 @@ def read_adapter_header(spec: str | Path) -> AdapterHeader:
     if st.exists():
         shapes = {k: e.shape for k, e in read_header(st).entries.items()}
     elif binf.exists():
-        shapes = {k: tuple(v.shape) for k, v in _load_pickle(binf).items()}
+        shapes = {k: tuple(v.shape) for k, v in load_pickle(binf).items()}
     else:
         raise PawError(f"no adapter weights ({WEIGHTS_NAME} or adapter_model.bin)", path=folder)
     check_adapter(config, shapes, path=folder)

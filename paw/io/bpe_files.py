@@ -27,6 +27,7 @@ from paw.bytelevel.patterns import PATTERNS, to_oniguruma
 from paw.bytelevel.ranks import all_merges, merges_from_ranks, ranks_from_merges
 from paw.errors import PawError
 from paw.io.atomic import atomic_file, atomic_outputs
+from paw.io.reports import save_figure
 
 MODEL_VERSION = "paw-bpe v1"
 MAX_TOKEN_ID = 2**32 - 1  # tiktoken's ranks and tokenizers' ids are u32
@@ -512,8 +513,6 @@ def write_bar_chart(path: str | Path, values: dict[str, dict[str, float]], *, yl
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from paw.io.reports import save_figure
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path, dpi=fig.dpi)

@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from paw.io.lazy_checkpoint import SafetensorsFile
 from paw.validate import refuse_nonfinite
 
 _allow: list[bool] = []     # the --allow-nonfinite of the runs in progress, innermost last
@@ -72,12 +73,10 @@ def check_staged_tensors(new: Path, parent: Path) -> None:
     refuse NaN/Inf, naming it by where it would have appeared (under ``parent``)."""
     if nonfinite_allowed():
         return
-    from paw.io.checkpoint import _SafetensorsFile
-
     for file in sorted(new.rglob("*.safetensors")):
         if file.is_symlink() or not file.is_file() or os.path.realpath(file) in _checked:
             continue
-        source = _SafetensorsFile(file)
+        source = SafetensorsFile(file)
         shown = parent / file.relative_to(new)
         for key in source.keys():
             refuse_nonfinite_tensor(shown, key, source.get(key))

@@ -37,9 +37,12 @@ from typing import Any
 from paw import arch
 from paw.errors import PawError
 from paw.io.gguf_header import GgufHeader, TensorEntry, read_gguf_header
+from paw.io.hub import quiet_transformers
+from paw.io.lazy_checkpoint import Checkpoint
+from paw.io.manifest import write_json
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "GgufHeader", "read_gguf_header", "open_gguf", "gguf_config",
-           "gguf_side_folder", "load_gguf_model", "is_gguf", "write_hf_folder"]
+           "gguf_side_folder", "load_gguf_model", "is_gguf", "causal_lm_class"]
 
 # GGUF ``general.architecture`` values PAW reads: transformers maps their names and undoes their
 # llama.cpp transforms, and PAW's transfer/merge code knows the Hugging Face family they become.
@@ -171,7 +174,7 @@ def _check_shapes(path: Path, header: GgufHeader, hf_to_gguf: dict[str, str], pa
 
 
 class _GgufTensors:
-    """The tensor source behind a GGUF :class:`~paw.io.checkpoint.Checkpoint` (one file)."""
+    """The tensor source behind a GGUF :class:`~paw.io.lazy_checkpoint.Checkpoint` (one file)."""
 
     def __init__(self, path: Path, header: GgufHeader, hf_to_gguf: dict[str, str], config: dict[str, Any]):
         from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
@@ -238,13 +241,11 @@ def _dequantize(path: Path, entry: TensorEntry):
 
 
 def open_gguf(path: str | Path):
-    """A lazy :class:`~paw.io.checkpoint.Checkpoint` of a GGUF file, under Hugging Face names.
+    """A lazy :class:`~paw.io.lazy_checkpoint.Checkpoint` of a GGUF file, under Hugging Face names.
 
     Raises a one-line :class:`PawError` for an architecture PAW does not read or a block type the
     ``gguf`` package cannot dequantize, before any tensor is read.
     """
-    from paw.io.checkpoint import Checkpoint
-
     path = Path(path).resolve()
     try:
         import gguf  # noqa: F401
@@ -277,9 +278,6 @@ def gguf_side_folder(path: str | Path) -> Path:
     them here. The tokenizer is transformers' conversion of the GGUF vocabulary (for Gemma-3's
     262k pieces this takes about a minute, once per process).
     """
-    from paw.io.lm import quiet_transformers
-    from paw.io.manifest import write_json
-
     path = Path(path).resolve()
     config = gguf_config(path)
     if not _SIDE_ROOT:
@@ -291,7 +289,7 @@ def gguf_side_folder(path: str | Path) -> Path:
     tokenizer = _gguf_tokenizer(path)
     tokenizer.save_pretrained(folder)
     config_dict = config.to_dict()
-    config_dict["architectures"] = [_causal_lm_class(config)]
+    config_dict["architectures"] = [causal_lm_class(config)]
     write_json(folder / "config.json", config_dict)
     return folder
 
@@ -306,7 +304,8 @@ def _gguf_tokenizer(path: Path):
                        path=path) from None
 
 
-def _causal_lm_class(config) -> str:
+def causal_lm_class(config) -> str:
+    """The ``transformers`` class name of a causal LM of this config's model type (``'LlamaForCausalLM'``)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]
@@ -331,25 +330,3 @@ def load_gguf_model(path: str | Path, *, dtype=None):
                 params[name].copy_(ckpt[name])
     model.tie_weights()
     return model.eval()
-
-
-def write_hf_folder(path: str | Path, output: str | Path, *, dtype: str = "bfloat16", overwrite: bool = False,
-                    extra_files: dict[str, Any] | None = None) -> Path:
-    """Write a GGUF file as a plain Hugging Face folder: safetensors in ``dtype``, config, tokenizer.
-
-    Streamed: one dequantized tensor at a time goes to the sharded writer. The folder loads with
-    ``AutoModelForCausalLM.from_pretrained`` and every PAW command, without the ``gguf`` package.
-    """
-    import torch
-
-    from paw.io.writer import write_checkpoint
-
-    ckpt = open_gguf(path)
-    config = gguf_config(path).to_dict()
-    config["architectures"] = [_causal_lm_class(gguf_config(path))]
-    config["dtype"] = dtype
-    side = gguf_side_folder(path)
-    target = getattr(torch, dtype)
-    tensors = ((name, ckpt[name].to(target)) for name in ckpt)
-    return write_checkpoint(output, tensors, config=config, tokenizer_from=side, overwrite=overwrite,
-                            extra_files=extra_files)

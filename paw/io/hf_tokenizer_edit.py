@@ -18,8 +18,8 @@ from typing import Any
 from paw.bytelevel.alphabet import str_to_token
 from paw.errors import PawError
 from paw.io.bpe_files import read_bpe
-from paw.io.checkpoint import read_json
 from paw.io.hub import resolve_path
+from paw.io.json_file import read_json
 from paw.io.manifest import write_json
 
 TOKENIZER_JSON = "tokenizer.json"

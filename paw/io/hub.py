@@ -1,6 +1,7 @@
 """Resolve a user's model argument: a local path, or a Hugging Face model ID from the local cache.
 
-No network: a model ID that is not in the cache is a clear error, never a download.
+No network: a model ID that is not in the cache is a clear error, never a download. Also here:
+:func:`quiet_transformers`, which every reader that goes through ``transformers`` calls first.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 from pathlib import Path
 
 from paw.errors import PawError
+from paw.io.atomic import note_input
 
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -21,8 +23,6 @@ def looks_like_model_id(spec: str) -> bool:
 
 def resolve_path(spec: str | os.PathLike, *, what: str = "model") -> Path:
     """Return an existing local path for ``spec``: the path itself or the cached snapshot folder."""
-    from paw.io.atomic import note_input
-
     path = Path(spec).expanduser()
     if path.exists():
         note_input(path)  # read-only for the rest of this run (paw.io.atomic.input_scope)
@@ -47,3 +47,15 @@ def _cached_snapshot(repo_id: str, what: str) -> Path:
             f"({HF_HUB_CACHE}); PAW never downloads: fetch it on a machine with network "
             f"(huggingface-cli download {repo_id}) or pass a local folder ({type(err).__name__})"
         ) from None
+
+
+def quiet_transformers() -> None:
+    """No per-file "Loading weights" / "Writing model shards" bars or deprecation chatter from
+    transformers and peft: PAW draws its own progress (``paw.progress``)."""
+    import warnings
+
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers|peft")

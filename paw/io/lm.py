@@ -10,8 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paw import __version__
 from paw.errors import PawError
-from paw.io.hub import resolve_path
+from paw.io.adapter_check import read_adapter_header
+from paw.io.atomic import atomic_dir, atomic_file
+from paw.io.checkpoint import open_checkpoint
+from paw.io.gguf import gguf_side_folder, load_gguf_model
+from paw.io.hub import quiet_transformers, resolve_path
+from paw.io.json_file import read_json_if_exists
+from paw.io.manifest import dumps, write_json
+
+__all__ = ["DTYPES", "load_lm", "load_tokenizer", "quiet_transformers", "save_adapter", "sort_target_modules",
+           "write_adapter_into", "write_results"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -37,8 +47,6 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     if path.is_file():
         raise PawError("a file, not a model: pass the model folder (config.json, weights, tokenizer) "
                        "or a .gguf file", path=path)
-    from paw.io.checkpoint import open_checkpoint, read_json_if_exists
-
     open_checkpoint(path)  # first: headers checked, pickles refused, a wrong folder named (x.gguf/, an adapter)
     for name in _SIDE_JSON:  # transformers reads them with .items(): a list would fail naming no file
         read_json_if_exists(path / name)
@@ -94,8 +102,6 @@ def _load_gguf_lm(path: Path, *, adapter, device, dtype):
     import torch
     from transformers import AutoTokenizer
 
-    from paw.io.gguf import gguf_side_folder, load_gguf_model
-
     model_dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
     lm = load_gguf_model(path, dtype=model_dtype)
     tokenizer = AutoTokenizer.from_pretrained(gguf_side_folder(path))
@@ -106,8 +112,6 @@ def _load_gguf_lm(path: Path, *, adapter, device, dtype):
 
 def _apply_adapter(lm, adapter: str | Path):
     from peft import PeftModel
-
-    from paw.io.adapter_check import read_adapter_header
 
     folder = resolve_path(adapter, what="adapter")
     if not (folder / "adapter_config.json").is_file():
@@ -135,8 +139,6 @@ def _first_line(err: Exception) -> str:
 def save_adapter(peft_model, output: str | Path, *, overwrite: bool = False, extra_files: dict[str, Any] | None = None,
                  base: str | Path | None = None) -> Path:
     """Write a PEFT adapter folder atomically (+ JSON side files such as ``metrics.json``)."""
-    from paw.io.atomic import atomic_dir
-
     with atomic_dir(output, overwrite=overwrite) as tmp:
         write_adapter_into(peft_model, tmp, extra_files=extra_files, base=base)
     return Path(output)
@@ -145,8 +147,6 @@ def save_adapter(peft_model, output: str | Path, *, overwrite: bool = False, ext
 def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str, Any] | None = None,
                        base: str | Path | None = None) -> None:
     """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model."""
-    from paw.io.manifest import write_json
-
     for config in peft_model.peft_config.values():
         if base is not None:
             config.base_model_name_or_path = str(base)
@@ -167,22 +167,6 @@ def sort_target_modules(config) -> None:
 
 def write_results(path: str | Path, *, command: str, inputs: dict[str, Any], **fields: Any) -> Path:
     """Write an evaluation's JSON (PAW version, command line, inputs, ``fields``) atomically."""
-    from paw import __version__
-    from paw.io.atomic import atomic_file
-    from paw.io.manifest import dumps
-
     with atomic_file(path, encoding="utf-8") as handle:
         handle.write(dumps({"paw_version": __version__, "command": command, "inputs": inputs, **fields}))
     return Path(path)
-
-
-def quiet_transformers() -> None:
-    """No per-file "Loading weights" / "Writing model shards" bars or deprecation chatter from
-    transformers and peft: PAW draws its own progress (``paw.progress``)."""
-    import warnings
-
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers|peft")

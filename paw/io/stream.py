@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from paw.io.checkpoint import Checkpoint
+from paw.io.lazy_checkpoint import Checkpoint
 
 
 def iter_aligned(checkpoints: Sequence[Checkpoint], names: Sequence[str], *, device=None,

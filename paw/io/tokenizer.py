@@ -39,6 +39,8 @@ from paw.bytelevel.patterns import PATTERNS
 from paw.errors import PawError
 from paw.io.bpe_files import BpeFile, read_bpe, sniff_format
 from paw.io.checkpoint import folder_hint
+from paw.io.gguf import gguf_side_folder
+from paw.io.hub import resolve_path
 from paw.io.tokenizer_info import SpecialToken, TokenizerInfo
 from paw.io.tokenizer_json import embedding_rows, read_json_object_or_none, read_tokenizer_json
 
@@ -60,12 +62,8 @@ def open_tokenizer(spec: str | Path, *, pattern: str | None = None, fast: bool =
     is encoded by tiktoken once a parity check on the embedded samples passes (on first use);
     otherwise the ``tokenizers`` library encodes.
     """
-    from paw.io.hub import resolve_path
-
     path = resolve_path(spec, what="tokenizer")
     if path.is_file() and path.suffix.lower() == ".gguf":  # transformers' conversion of its vocabulary
-        from paw.io.gguf import gguf_side_folder
-
         path = gguf_side_folder(path)
     if path.is_dir():
         if (path / "tokenizer.json").is_file():

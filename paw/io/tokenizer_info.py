@@ -8,12 +8,14 @@ same object.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from paw.errors import PawError
+from paw.io.bpe_files import tokenizer_json_doc
 
 RANK_KINDS = ("tiktoken", "paw-bpe")  # kinds encoded by a tiktoken Encoding built from a rank table
 
@@ -138,10 +140,6 @@ class TokenizerInfo:
     def tokenizer_json(self) -> str:
         """The tokenizer as ``tokenizer.json`` text (rank tables are converted to byte-level BPE)."""
         if self.kind in RANK_KINDS:
-            import json
-
-            from paw.io.bpe_files import tokenizer_json_doc
-
             ranks = {b: i for i, b in enumerate(self.vocab) if b is not None and i not in self.specials}
             specials = {s.content: i for i, s in self.specials.items()}
             return json.dumps(tokenizer_json_doc(ranks, self.pattern, specials, path=self.spec), ensure_ascii=False)

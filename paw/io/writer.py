@@ -18,6 +18,7 @@ from typing import Any
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir
 from paw.io.finite import mark_checked, nonfinite_policy, refuse_nonfinite_tensor
+from paw.io.gguf import causal_lm_class, gguf_config, gguf_side_folder, open_gguf
 from paw.io.manifest import write_json
 from paw.io.safetensors_header import DTYPES
 
@@ -169,8 +170,6 @@ def copy_side_files(source: str | Path | None, dest: Path, names: Iterable[str])
         return []
     source = Path(source)
     if source.is_file() and source.suffix.lower() == ".gguf":  # its config and tokenizer, as files
-        from paw.io.gguf import gguf_side_folder
-
         source = gguf_side_folder(source)
     if source.is_file():
         source = source.parent
@@ -219,3 +218,23 @@ def write_checkpoint(
         for fname, obj in (extra_files or {}).items():
             write_json(tmp / fname, obj() if callable(obj) else obj)
     return Path(output)
+
+
+def write_hf_folder(path: str | Path, output: str | Path, *, dtype: str = "bfloat16", overwrite: bool = False,
+                    extra_files: dict[str, Any] | None = None) -> Path:
+    """Write a GGUF file as a plain Hugging Face folder: safetensors in ``dtype``, config, tokenizer.
+
+    Streamed: one dequantized tensor at a time goes to the sharded writer. The folder loads with
+    ``AutoModelForCausalLM.from_pretrained`` and every PAW command, without the ``gguf`` package.
+    """
+    import torch
+
+    ckpt = open_gguf(path)
+    config = gguf_config(path).to_dict()
+    config["architectures"] = [causal_lm_class(gguf_config(path))]
+    config["dtype"] = dtype
+    side = gguf_side_folder(path)
+    target = getattr(torch, dtype)
+    tensors = ((name, ckpt[name].to(target)) for name in ckpt)
+    return write_checkpoint(output, tensors, config=config, tokenizer_from=side, overwrite=overwrite,
+                            extra_files=extra_files)

@@ -61,10 +61,10 @@ def test_the_policy_nests_and_an_inner_false_does_not_undo_the_users_flag():
 
 def test_a_checked_file_is_not_read_back(tmp_path, monkeypatch):
     """The sharded writer checked each tensor as it came: the commit does not read the model again."""
-    from paw.io import checkpoint
+    from paw.io import finite
 
     opened = []
-    real = checkpoint._SafetensorsFile
-    monkeypatch.setattr(checkpoint, "_SafetensorsFile", lambda p: opened.append(p) or real(p))
+    real = finite.SafetensorsFile
+    monkeypatch.setattr(finite, "SafetensorsFile", lambda p: opened.append(p) or real(p))
     write_checkpoint(tmp_path / "out", _tensors(), max_shard_size=40)
     assert opened == []

@@ -270,7 +270,7 @@ def _find(obj, key):
 def test_write_hf_folder_is_a_plain_bf16_model_folder(tiny_llama, llama_gguf, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from paw.io.gguf import write_hf_folder
+    from paw.io.writer import write_hf_folder
 
     out = write_hf_folder(llama_gguf, tmp_path / "hf", extra_files={"paw_source.json": {"sha256": "x"}})
     ref = _reference(tiny_llama)

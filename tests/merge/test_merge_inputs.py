@@ -150,7 +150,7 @@ def test_non_float_tensors_are_copied_from_the_base(cli, tmp_path):
 
 def test_planning_reads_headers_only(family, monkeypatch):
     """``name in checkpoint`` and the merge plan must not read tensor data (that doubled the I/O)."""
-    from paw.io import checkpoint as ck
+    from paw.io import lazy_checkpoint as ck
     from paw.merge.plan import plan_merge
 
     base, models = open_checkpoint(family.base), [open_checkpoint(m) for m in family.models]
@@ -158,7 +158,7 @@ def test_planning_reads_headers_only(family, monkeypatch):
     def no_read(self, name):
         raise AssertionError(f"tensor {name} read while planning")
 
-    monkeypatch.setattr(ck._SafetensorsFile, "get", no_read)
+    monkeypatch.setattr(ck.SafetensorsFile, "get", no_read)
     assert "model.norm.weight" in base and "nope" not in base
     plan = plan_merge(base, models)
     assert len(plan.merge) == len(base) and not plan.copy
