@@ -312,17 +312,27 @@ def write_adapter(output: str | Path, adapter: LoraAdapter, *, overwrite: bool =
     NaN/Inf factors are refused, naming the tensor (:mod:`paw.io.finite`, when the staged folder
     is committed), unless ``allow_nonfinite`` or an enclosing ``nonfinite_policy`` allows them.
     """
-    from safetensors.torch import save_file
-
     # what PAW writes must load in PEFT: the same cross-check as on reading
     check_adapter(adapter.config, {k: tuple(v.shape) for k, v in adapter.tensors.items()}, path=output)
     with nonfinite_policy(allow_nonfinite), atomic_dir(output, overwrite=overwrite, inputs=[adapter.path]) as tmp:
-        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
-        save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        write_json(tmp / CONFIG_NAME, adapter.config)
+        write_adapter_files(tmp, adapter)
         for name, obj in (extra_files or {}).items():
             write_json(tmp / name, obj)
     return Path(output)
+
+
+def write_adapter_files(folder: Path, adapter: LoraAdapter) -> None:
+    """The one writer of a PEFT adapter's two files, into an existing (staging) folder:
+    ``adapter_model.safetensors`` (tensors on the CPU, sorted by key) and ``adapter_config.json``.
+
+    Callers own the folder: :func:`write_adapter` and the transfer and distill writers stage it with
+    :func:`paw.io.atomic.atomic_dir` and add their reports beside the adapter.
+    """
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
+    save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    write_json(folder / CONFIG_NAME, adapter.config)
 
 
 def lora_config_dict(*, r: int, alpha: float, target_modules: list[str], base_model: str | None,

@@ -16,9 +16,9 @@ from typing import Any
 
 from paw import __version__
 from paw.errors import PawError
-from paw.io.adapter import CONFIG_NAME, WEIGHTS_NAME
+from paw.io.adapter import write_adapter_files
 from paw.io.atomic import atomic_dir
-from paw.io.manifest import dumps, write_json
+from paw.io.manifest import dumps
 from paw.io.reports import save_figure
 
 REPORT_JSON = "transfer_report.json"
@@ -102,12 +102,8 @@ def curve_figure(report: dict):
 def write_distill(output: str | Path, adapter, report: dict, *, command: str, inputs: dict[str, Any],
                   overwrite: bool = False) -> Path:
     """Write the adapter, ``transfer_report.json`` and ``distill_curve.png`` into ``output`` atomically."""
-    from safetensors.torch import save_file
-
     with atomic_dir(output, overwrite=overwrite) as tmp:
-        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
-        save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        write_json(tmp / CONFIG_NAME, adapter.config)
+        write_adapter_files(tmp, adapter)
         full = {"paw_version": __version__, "command": command, "inputs": inputs, **report}
         (tmp / REPORT_JSON).write_text(dumps(full), encoding="utf-8")
         fig = curve_figure(report)
