@@ -31,6 +31,7 @@ from paw.io.checkpoint import open_checkpoint
 from paw.io.tokenizer import open_tokenizer
 from paw.transfer.distill import LM, distill_lora
 from paw.transfer.distill.data import Prompt, prompts_from
+from paw.transfer.summary import DistillSummary
 
 N_SEEDS = 5
 N_EVAL = 32   # held-out items on which the report's teacher-student agreement is measured
@@ -78,14 +79,12 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
             out["status"][name], out["summaries"][name] = TransferStatus.NOT_APPLICABLE.value, {}
             out["reasons"][name] = str(err)[:160]
             continue
-        d = report["distill"]
+        d = DistillSummary.from_report(report)
         out["status"][name] = TransferStatus.OK.value
         out["summaries"][name] = {
             "cpu_seconds": round(time.process_time() - cpu, 2), "wall_seconds": round(time.perf_counter() - wall, 2),
-            "inputs": d["inputs"]["train"], "losses": d["losses"], "init": d["init"]["how"],
-            "loss_start": d["loss_start"], "loss_end": d["loss_end"], "loss_tail_drop": d["loss_tail_drop"],
-            "agreement": d["agreement"]["after"],
-            "agreement_before": d["agreement"]["before"],
-            **({"synthesis": d["inputs"]["synthesis"]} if "synthesis" in d["inputs"] else {})}
+            "inputs": d.train, "losses": d.losses, "init": d.init, "loss_start": d.loss_start,
+            "loss_end": d.loss_end, "loss_tail_drop": d.loss_tail_drop, "agreement": d.agreement_after,
+            "agreement_before": d.agreement_before, **({"synthesis": d.synthesis} if d.synthesis is not None else {})}
         with applied(base.model, adapter_deltas(moved)):
             out["outcomes"][name] = score(base.model, base.tokenizer, task.test)

@@ -53,6 +53,7 @@ from paw.io.manifest import records_call
 from paw.io.vocab_map import read_vocab_map
 from paw.progress import status
 from paw.transfer import method_names, transfer_lora
+from paw.transfer.summary import LayerPairing, TransferSummary
 from paw.vocab.pipelines import transplant_tokenizer
 from paw.zoo import build_model, sample_texts, save_model, train_tokenizer
 
@@ -148,8 +149,17 @@ class Transfer:
 
     status: TransferStatus
     adapter: Any = None
-    summary: dict = field(default_factory=dict)   # the transfer report's summary (or the refusal)
+    summary: TransferSummary | None = None        # the transfer report's summary (OK only)
+    layers: LayerPairing | None = None            # its layer pairing (OK only)
+    warnings: list[str] = field(default_factory=list)
     reason: str = ""
+    refusal: str = ""                             # the whole refusal message (REFUSED only)
+
+    def row(self) -> dict[str, Any]:
+        """What ``results.json`` keeps: the summary with the pairing and warnings, or the refusal."""
+        if self.summary is None:
+            return {"message": self.refusal} if self.status is TransferStatus.REFUSED else {}
+        return dict(asdict(self.summary), layers=self.layers.how, pairs=self.layers.pairs, warnings=self.warnings)
 
 
 def transfer(adapter, source: Base, target: Base, method: str, device) -> Transfer:
@@ -159,12 +169,11 @@ def transfer(adapter, source: Base, target: Base, method: str, device) -> Transf
         moved, report = transfer_lora(adapter, open_checkpoint(source.folder), open_checkpoint(target.folder),
                                       method=method, vocab_map=target.vocab_map, device=device)
     except Refused as err:  # auto judged the target unrelated
-        return Transfer(TransferStatus.REFUSED, summary={"message": str(err)}, reason=first_line(err))
+        return Transfer(TransferStatus.REFUSED, refusal=str(err), reason=first_line(err))
     except PawError as err:  # NotApplicable, or another reason this method cannot run on this pair
         return Transfer(TransferStatus.NOT_APPLICABLE, reason=first_line(err))
-    summary = dict(report.get("summary", {}), layers=report["layers"]["how"], pairs=report["layers"]["pairs"],
-                   warnings=report.get("warnings", []))
-    return Transfer(TransferStatus.OK, moved, summary)
+    return Transfer(TransferStatus.OK, moved, TransferSummary.from_report(report), LayerPairing.from_report(report),
+                    report["warnings"])
 
 
 def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts: BenchOptions, seed: int,
@@ -181,7 +190,7 @@ def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts
     for method in methods:
         moved = transfer(adapter, source, base, method, device)
         out["status"][method] = moved.status.value
-        out["summaries"][method] = moved.summary
+        out["summaries"][method] = moved.row()
         if moved.reason:
             out["reasons"][method] = moved.reason
         if moved.status is TransferStatus.OK:

@@ -56,6 +56,7 @@ from paw.taskvec.pipeline import task_vectors
 from paw.taskvec.report import summary as task_vector_summary
 from paw.transfer import method_names, transfer_lora
 from paw.transfer.distill import LM, distill_lora
+from paw.transfer.summary import DistillSummary, TransferSummary
 from paw.vocab.pipelines import align_vocab, analyze_tokenizers
 from paw.zoo import sample_texts
 
@@ -169,8 +170,7 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
         with applied(lm, adapter_deltas(moved)):
             outcomes[method] = score_items(lm, tok, task.test)
         rows[method] = {"status": TransferStatus.OK.value, "seconds": time.perf_counter() - t0,
-                        "summary": {k: v for k, v in (report.get("summary") or {}).items()
-                                    if isinstance(v, (int, float, str))}}
+                        "summary": TransferSummary.from_report(report).scalars()}
     if opts.methods is None or "distill" in opts.methods:
         rows["distill"], outcome = _distill(adapter, source, target, task, opts)
         if outcome is not None:
@@ -217,11 +217,10 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
         return {"status": TransferStatus.NOT_APPLICABLE.value, "reason": first_line(err, 300)}, None
     with applied(target.model, adapter_deltas(moved)):
         outcome = score_items(target.model, target.tokenizer, task.test)
-    summary = {k: v for k, v in (report.get("summary") or {}).items() if isinstance(v, (int, float, str))}
-    d = report.get("distill") or {}
-    return {"status": TransferStatus.OK.value, "seconds": time.perf_counter() - t0, "summary": summary,
-            "losses": d.get("losses"), "loss_tail_drop": d.get("loss_tail_drop"), "vocabulary": d.get("vocabulary"),
-            "warnings": report.get("warnings") or []}, outcome
+    d = DistillSummary.from_report(report)
+    return {"status": TransferStatus.OK.value, "seconds": time.perf_counter() - t0,
+            "summary": TransferSummary.from_report(report).scalars(), "losses": d.losses,
+            "loss_tail_drop": d.loss_tail_drop, "vocabulary": d.vocabulary, "warnings": report["warnings"]}, outcome
 
 
 def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path) -> dict:

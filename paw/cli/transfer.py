@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -27,42 +28,40 @@ def _modules(text: str | None) -> tuple[str, ...] | None:
 def _echo_transfer(result) -> None:
     from paw.io.transfer_report import REPORT_JSON
 
-    report, output = result.report, result.output
-    s = report["summary"]
-    typer.echo(f"transferred {s['transferred']}/{report['adapter']['modules']} modules "
-               f"({', '.join(f'{k}: {v}' for k, v in s['methods'].items())}) -> {output}")
-    typer.echo(f"related {s['related']}/{s['judged']}: median subspace similarity {s['median_similarity']} "
-               f"vs {s['median_similarity_null']} for the other target layers (chance {s['median_chance']}); "
-               f"kept share {s['kept_share']}, norm ratio {s['norm_ratio_total']}")
-    lay = report["layers"]
-    typer.echo(f"layers paired by {lay['how']}: {lay['why']}")
-    if lay["source_without_partner"] or lay["target_without_partner"]:
-        typer.echo(f"layers without partner: source {lay['source_without_partner']}, "
-                   f"target {lay['target_without_partner']}")
-    if s["not_transferred"]:
-        typer.echo(f"{s['not_transferred']} module(s) not transferred; reasons in {output / REPORT_JSON}")
+    s, lay, output = result.transfer, result.layers, result.output
+    typer.echo(f"transferred {s.transferred}/{s.modules} modules "
+               f"({', '.join(f'{k}: {v}' for k, v in s.methods.items())}) -> {output}")
+    typer.echo(f"related {s.related}/{s.judged}: median subspace similarity {s.median_similarity} "
+               f"vs {s.median_similarity_null} for the other target layers (chance {s.median_chance}); "
+               f"kept share {s.kept_share}, norm ratio {s.norm_ratio_total}")
+    typer.echo(f"layers paired by {lay.how}: {lay.why}")
+    if lay.source_without_partner or lay.target_without_partner:
+        typer.echo(f"layers without partner: source {lay.source_without_partner}, "
+                   f"target {lay.target_without_partner}")
+    if s.not_transferred:
+        typer.echo(f"{s.not_transferred} module(s) not transferred; reasons in {output / REPORT_JSON}")
 
 
 def _echo_distill(result) -> None:
-    d = result.report["distill"]
-    typer.echo(f"distilled {d['student']['modules']} LoRA modules on {d['inputs']['train_used']} inputs ({d['inputs']['source']}), "
-               f"{d['steps']} steps ({' + '.join(d['losses'])}; init: {d['init']['how']}) -> {result.output}")
-    before, after = d["agreement"]["before"], d["agreement"]["after"]
+    d = result.distill
+    typer.echo(f"distilled {d.student_modules} LoRA modules on {d.train_used} inputs ({d.inputs_source}), "
+               f"{d.steps} steps ({' + '.join(d.losses)}; init: {d.init}) -> {result.output}")
+    before, after = d.agreement_before, d.agreement_after
     for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
         if after[key] is not None:
-            typer.echo(f"{label} with the teacher on {d['agreement']['measured_on']}: {before[key]} -> {after[key]}")
+            typer.echo(f"{label} with the teacher on {d.measured_on}: {before[key]} -> {after[key]}")
 
 
 def _figures(result, method: str) -> dict:
     """What ``--track`` logs: the transfer summary, or the distillation's loss and agreement."""
     if method != DISTILL:
-        return {"transfer": result.summary}
-    d = result.report["distill"]
-    return {"distill": {k: d[k] for k in ("loss_start", "loss_end")} | {"agreement": d["agreement"]["after"]}}
+        return {"transfer": asdict(result.transfer)}
+    d = result.distill
+    return {"distill": {"loss_start": d.loss_start, "loss_end": d.loss_end, "agreement": d.agreement_after}}
 
 
-def _echo_warnings(report: dict) -> None:
-    for warning in report.get("warnings", []):
+def _echo_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
 
 
@@ -146,7 +145,7 @@ def register(app: typer.Typer) -> None:
                                   layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
                                   distill=distill, device=device, overwrite=overwrite,
                                   allow_nonfinite=allow_nonfinite, command=command_line())
-        (_echo_distill if method.value == DISTILL else _echo_transfer)(result)
-        _echo_warnings(result.report)
+        (_echo_transfer if result.distill is None else _echo_distill)(result)
+        _echo_warnings(result.warnings)
         track_once(track, output, {"command": command_line(), "method": method.value, **result.inputs},
                    _figures(result, method.value))

@@ -11,6 +11,7 @@ layer pairing when the target looks unrelated under one, and refuses only when a
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 from typing import Any
 
 from paw import arch
@@ -29,6 +30,7 @@ from paw.transfer.relatedness import (
     SIMILARITY_LIFT,
     judge,
 )
+from paw.transfer.summary import TransferSummary
 from paw.transfer.vocab import DISTILL_HINT, VocabIndex
 
 AUTO = "auto"
@@ -83,12 +85,12 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
             records, tensors, extras = _run(ctx, adapter, modules, placed, method, min_similarity, force)
             report = _report(ctx, adapter, records, method, candidate, min_similarity, force, extras)
             attempts.append(_attempt(candidate, report))
-            if method != AUTO or force or not report["summary"]["unrelated"]:
+            if method != AUTO or force or not TransferSummary.from_report(report).unrelated:
                 break
     report["layers"]["tried"] = attempts
     if vocab_map is not None:
         report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE]
-    if method == AUTO and report["summary"]["unrelated"] and not force:
+    if method == AUTO and TransferSummary.from_report(report).unrelated and not force:
         raise Refused(_refusal(report, attempts))
     done = [r for r in records if r["transferred"]]
     if not done:
@@ -399,17 +401,16 @@ def _report(ctx, adapter, records, method, chosen: pairing.Pairing, min_similari
                    "target_without_partner": [j for j in range(n_t) if j not in set(matched.values())]},
         "vocab": ctx.vocab.describe(),
         **{k: v for k, v in sorted(ctx.facts.items())},
-        "summary": {"transferred": len(done), "not_transferred": len(records) - len(done),
-                    "methods": dict(sorted(counts.items())),
-                    "related": len(related) if judged else None, "judged": len(judged) if judged else None,
-                    "median_similarity": _median(records, "similarity"),
-                    "median_similarity_null": _median(records, "similarity_null"),
-                    "median_similarity_lift": _median(records, "similarity_lift"),
-                    "median_chance": _median(records, "similarity_chance"),
-                    "median_remix_residual": _median(records, "remix_residual"),
-                    "median_residual_lift": _median(records, "residual_lift"),
-                    "max_norm_ratio": _r(max((r["norm_ratio"] for r in done), default=0.0)),
-                    **kept, "unrelated": unrelated},
+        "summary": asdict(TransferSummary(
+            transferred=len(done), not_transferred=len(records) - len(done), methods=dict(sorted(counts.items())),
+            related=len(related) if judged else None, judged=len(judged) if judged else None,
+            median_similarity=_median(records, "similarity"),
+            median_similarity_null=_median(records, "similarity_null"),
+            median_similarity_lift=_median(records, "similarity_lift"),
+            median_chance=_median(records, "similarity_chance"),
+            median_remix_residual=_median(records, "remix_residual"),
+            median_residual_lift=_median(records, "residual_lift"),
+            max_norm_ratio=_r(max((r["norm_ratio"] for r in done), default=0.0)), **kept, unrelated=unrelated)),
         "warnings": warnings,
         "extras": extras["notes"],
         "modules": records,
@@ -417,17 +418,17 @@ def _report(ctx, adapter, records, method, chosen: pairing.Pairing, min_similari
 
 
 def _attempt(candidate: pairing.Pairing, report: dict) -> dict:
-    s = report["summary"]
+    s = TransferSummary.from_report(report)
     return {"how": candidate.how, "pairs": [[a, b] for a, b in sorted(candidate.pairs.items())],
-            "why": candidate.why, "related": s["related"], "judged": s["judged"], "refused": s["unrelated"]}
+            "why": candidate.why, "related": s.related, "judged": s.judged, "refused": s.unrelated}
 
 
 def _refusal(report: dict, attempts: list[dict]) -> str:
-    s = report["summary"]
+    s = TransferSummary.from_report(report)
     tried = "; ".join(f"{a['how']} {a['pairs']}: {a['related'] or 0}/{a['judged'] or 0} related" for a in attempts)
     return (f"target looks unrelated to the source under every layer pairing tried ({tried}): a module is "
             "related when it matches its partner clearly better than the other target layers (similarity "
             f"lift >= {SIMILARITY_LIFT} or residual lift >= {RESIDUAL_LIFT}); last pairing: median subspace "
-            f"similarity {s['median_similarity']} vs {s['median_similarity_null']} for the other layers "
-            f"(chance {s['median_chance']}), median lift {s['median_similarity_lift']}; no data-free map would "
+            f"similarity {s.median_similarity} vs {s.median_similarity_null} for the other layers "
+            f"(chance {s.median_chance}), median lift {s.median_similarity_lift}; no data-free map would "
             "transfer anything useful. Pass --force to write the adapter anyway, or " + DISTILL_HINT)

@@ -6,7 +6,7 @@ What ``paw transfer-lora`` runs for every method; the in-memory work is :func:`p
 
     from paw.transfer.run import transfer_adapter
     moved = transfer_adapter("./tiny/lora", "./tiny/base", "./tiny/finetune", "./moved")
-    moved.summary["methods"]  # {'copy': 14}
+    moved.transfer.methods  # {'copy': 14}
     taught = transfer_adapter("./lora", "./a", "./b", "./taught", method="distill",
                               distill=DistillOptions(prompts="inputs.jsonl"))  # doctest: +SKIP
 
@@ -24,6 +24,7 @@ from paw.io.manifest import records_call
 from paw.transfer.distill.options import DISTILL, DistillOptions
 from paw.transfer.distill.run import distill_to_folder
 from paw.transfer.options import TransferOptions
+from paw.transfer.summary import DistillSummary, LayerPairing, TransferSummary
 
 PathLike = str | Path
 DEFAULTS = TransferOptions()
@@ -31,15 +32,33 @@ DEFAULTS = TransferOptions()
 
 @dataclass(frozen=True)
 class TransferredAdapter:
-    """What ``transfer_adapter`` wrote: the adapter folder and its report (``transfer_report.json``)."""
+    """What ``transfer_adapter`` wrote: the adapter folder, its report (``transfer_report.json``) and
+    the report's figures, typed (:mod:`paw.transfer.summary`)."""
 
     output: Path
     report: dict[str, Any]
     inputs: dict[str, Any]
+    transfer: TransferSummary                       # the report's summary block
+    layers: LayerPairing | None = None              # how layers were paired (weight-space methods)
+    distill: DistillSummary | None = None           # the distillation's figures (method='distill')
+
+    @classmethod
+    def of(cls, output: PathLike, report: dict[str, Any], inputs: dict[str, Any]) -> TransferredAdapter:
+        """The result of a run that wrote ``report`` into ``output``."""
+        distilled = report["method"] == DISTILL
+        return cls(Path(output), report, inputs, TransferSummary.from_report(report),
+                   layers=None if distilled else LayerPairing.from_report(report),
+                   distill=DistillSummary.from_report(report) if distilled else None)
 
     @property
     def summary(self) -> dict[str, Any]:
+        """The summary block as JSON-ready data (what ``--track`` logs); :attr:`transfer` is it typed."""
         return self.report["summary"]
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should know about the result, one sentence each (also in the report)."""
+        return self.report.get("warnings", [])
 
 
 @records_call
@@ -65,7 +84,7 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
         report, inputs = distill_to_folder(adapter, source_base, target_base, output, options.distill, device=device,
                                            command=command, overwrite=overwrite, allow_nonfinite=allow_nonfinite,
                                            progress=progress)
-        return TransferredAdapter(Path(output), report, inputs)
+        return TransferredAdapter.of(output, report, inputs)
     return _weight_space(adapter, source_base, target_base, output, options, device=device, overwrite=overwrite,
                          allow_nonfinite=allow_nonfinite, command=command)
 
@@ -131,7 +150,7 @@ def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLik
         inputs["vocab_map"] = describe_input(vocab_map)
     with nonfinite_policy(allow_nonfinite):  # the writer's own guard honours the same flag
         write_transfer(output, moved, report, command=command, inputs=inputs, overwrite=overwrite)
-    return TransferredAdapter(Path(output), report, inputs)
+    return TransferredAdapter.of(output, report, inputs)
 
 
 def _name_nonfinite(lora, source, target) -> None:
