@@ -10,6 +10,28 @@ from paw.errors import PawError
 DEVICE_HELP = "auto (CUDA when available, else CPU), cpu, cuda, or cuda:N"
 
 
+def check_device(spec: str | None = "auto") -> str:
+    """The normalised ``--device`` string, refused when it is none of ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
+
+    Reads the string only (no torch, no GPU), so an options ``check()`` can call it before any work.
+
+    >>> check_device(" CUDA:1 ")
+    'cuda:1'
+    >>> check_device("gpu")
+    Traceback (most recent call last):
+    paw.errors.PawError: --device 'gpu': expected auto (CUDA when available, else CPU), cpu, cuda, or cuda:N
+    """
+    spec = (spec or "auto").strip().lower()
+    if spec in ("auto", "cpu", "cuda"):
+        return spec
+    if spec.startswith("cuda:"):
+        index = spec.partition(":")[2]
+        if index and not index.isdigit():   # 'cuda:' alone means the current GPU, as torch reads it
+            raise PawError(f"--device {spec}: expected cuda:N with N a GPU index")
+        return spec
+    raise PawError(f"--device {spec!r}: expected {DEVICE_HELP}")
+
+
 def resolve_device(spec: str | None = "auto"):
     """``'auto' | 'cpu' | 'cuda' | 'cuda:N'`` -> ``torch.device``.
 
@@ -18,7 +40,7 @@ def resolve_device(spec: str | None = "auto"):
     """
     import torch
 
-    spec = (spec or "auto").strip().lower()
+    spec = check_device(spec)
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if spec == "cpu":
@@ -29,13 +51,11 @@ def resolve_device(spec: str | None = "auto"):
                            "no GPU visible); use --device cpu or auto")
         index = spec.partition(":")[2]
         if index:
-            if not index.isdigit():
-                raise PawError(f"--device {spec}: expected cuda:N with N a GPU index")
             if int(index) >= torch.cuda.device_count():
                 raise PawError(f"--device {spec}: only {torch.cuda.device_count()} GPU(s) visible")
             return torch.device("cuda", int(index))
         return torch.device("cuda")
-    raise PawError(f"--device {spec!r}: expected {DEVICE_HELP}")
+    raise AssertionError(spec)  # check_device let through a spec it does not know
 
 
 def visible_devices(primary) -> list:

@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from paw.device import check_device
 from paw.errors import PawError
+from paw.io.writer import parse_size
+from paw.merge.methods import METHODS
+from paw.merge.weights import WEIGHT_MODES
+from paw.validate import FLOAT32_MAX, finite, finite_all
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 VOCAB_POLICIES = ("refuse", "base")
@@ -44,7 +49,16 @@ class MergeOptions:
     allow_nonfinite: bool = False        # write NaN/Inf values the merge produces instead of refusing
 
     def check(self) -> None:
-        """Refuse values no merge can use, before any file is opened."""
+        """Refuse values no merge can use, before any file is opened: each message names its key.
+
+        Everything that can be judged from the options alone is judged here (names in the registries,
+        ranges, list lengths, the device string), so a bad config fails at once, not after a pass
+        over the models.
+        """
+        method = METHODS.lookup(self.method)
+        WEIGHT_MODES.lookup(self.mode, what="--mode")
+        if self.base is None and method.needs_base:
+            raise PawError(f"--base is required for method {method.name} (only 'linear' works without one)")
         if not self.models:
             raise PawError("no models to merge: pass --models M1 [M2 ...] (or 'models:' in the config)")
         if not self.output:
@@ -53,13 +67,13 @@ class MergeOptions:
             if values is not None and len(values) != len(self.models):
                 raise PawError(f"{key} has {len(values)} value(s) but there are {len(self.models)} "
                                f"model(s); give one per model, in the same order")
-        from paw.io.writer import parse_size
-        from paw.validate import FLOAT32_MAX, finite, finite_all
-
         for flag in ("beta", "alpha", "scale", "density", "drop_rate", "gamma"):
             finite(f"--{flag.replace('_', '-')}", getattr(self, flag), limit=FLOAT32_MAX)
         finite_all("--weights", self.weights, limit=FLOAT32_MAX)
         finite_all("--l2-norms", self.l2_norms)
+        if self.l2_norms is not None and any(n < 0 for n in self.l2_norms):
+            raise PawError(f"--l2-norms {self.l2_norms}: an L2 norm is never negative")
+        check_device(self.device)
         parse_size(self.max_shard_size)
         _in_range("--density", self.density, 0.0, 1.0, low_open=True)
         _in_range("--drop-rate", self.drop_rate, 0.0, 1.0, high_open=True)

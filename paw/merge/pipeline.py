@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from paw import __version__
+from paw.device import resolve_device
 from paw.errors import PawError
 from paw.io.atomic import check_output, input_scope
 from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint, read_json
-from paw.io.manifest import describe_input
+from paw.io.manifest import call_text, describe_input
 from paw.io.writer import write_checkpoint
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
 from paw.merge.blocks import TopK, find_thresholds, row_blocks
@@ -59,12 +60,8 @@ class MergeJob:
 
 def prepare(options: MergeOptions) -> MergeJob:
     """Validate options and inputs, plan the tensors, find norms and weights. Raises PawError."""
-    from paw.device import resolve_device
-
-    options.check()
+    options.check()   # every key judged before a file is opened
     method = get_method(options.method)
-    if options.base is None and method.needs_base:
-        raise PawError(f"--base is required for method {method.name} (only 'linear' works without one)")
     inputs = [*options.models, *([options.base] if options.base else []), options.stats_dir]
     check_output(options.output, overwrite=options.overwrite, inputs=inputs)
     device = resolve_device(options.device)
@@ -233,8 +230,6 @@ def execute(job: MergeJob, *, command: str | None = None) -> Path:
 
     Without ``command`` the manifest records the library call ``paw.merge.pipeline.merge(options=...)``.
     """
-    from paw.io.manifest import call_text
-
     opts = job.options
     command = command or call_text(merge, {"options": opts})
     config = None

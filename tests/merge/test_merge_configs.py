@@ -40,3 +40,29 @@ def test_example_runs_on_zoo_models(cli, family, tmp_path, path):
     assert r.exit_code == 0, r.stderr
     record = json.loads((tmp_path / "out" / "paw_merge.json").read_text())
     assert record["method"] == data["method"] and len(record["weights"]) == n
+
+
+@pytest.mark.parametrize(("key", "value", "named"), [
+    ("mode", "exponential", "--mode 'exponential'"),
+    ("method", "tie", "merge method 'tie'"),
+    ("device", "gpu", "--device 'gpu'"),
+    ("dtype", "fp8", "--dtype 'fp8'"),
+    ("vocab_policy", "pad", "--vocab-policy 'pad'"),
+    ("l2_norms", [1.0, -2.0, 3.0], "--l2-norms"),
+    ("max_shard_size", "lots", "lots"),
+])
+def test_a_bad_key_is_refused_before_any_model_is_read(cli, family, tmp_path, monkeypatch, key, value, named):
+    import paw.merge.pipeline
+
+    def never(*args, **kwargs):
+        raise AssertionError("a model was opened before the options were checked")
+
+    monkeypatch.setattr(paw.merge.pipeline, "open_checkpoint", never)
+    data = {"models": [str(m) for m in family.models], "base": str(family.base),
+            "output": str(tmp_path / "out"), key: value}
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    r = cli("merge", "--config", cfg)
+    assert r.exit_code == 2, r.stdout + r.stderr
+    assert named in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out").exists()
