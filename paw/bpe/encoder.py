@@ -22,7 +22,9 @@ from collections.abc import Collection, Iterable, Sequence
 from itertools import chain, repeat
 from typing import Literal
 
+from paw.bpe.parallel import map_processes
 from paw.bpe.patterns import compile_pattern
+from paw.bpe.pretokenize import cut_text
 from paw.errors import PawError
 
 _SHORT = 48  # pieces up to this many bytes use the simple O(n^2) scan, longer ones the heap
@@ -161,8 +163,6 @@ class BpeEncoder:
 
     def encode_batch(self, texts: Sequence[str], *, processes: int | None = None, **encode_kwargs) -> list[list[int]]:
         """``encode`` each text, spread over ``processes`` worker processes (default: every core)."""
-        from paw.bpe.parallel import map_processes
-
         return map_processes(_encode_worker, texts, state=(self, encode_kwargs), processes=processes)
 
 
@@ -171,8 +171,6 @@ class BpeEncoder:
         """``encode`` one long text on every core: cut it where no piece can cross
         (:func:`paw.bpe.pretokenize.cut_text`), encode the chunks in parallel, join the ids.
         The ids are exactly those of ``encode(text)``."""
-        from paw.bpe.pretokenize import cut_text
-
         if any("\n" in t for t in self.special_tokens):  # such a token could straddle a cut
             return self.encode(text, **encode_kwargs)
         chunks = cut_text(text, self.pattern, size=chunk_chars)

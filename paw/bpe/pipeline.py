@@ -13,17 +13,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from paw.bpe import BpeEncoder, compression, resolve_pattern, train_tokenizer
+from paw.bpe.plots import compression_chart
+from paw.bpe.tokenizer import check_vocab_size
 from paw.errors import PawError
-from paw.io.manifest import records_call
+from paw.io.atomic import atomic_dir, check_output
+from paw.io.bpe_files import read_bpe, read_text_files, save_chart, write_hf_tokenizer_json, write_paw_model
+from paw.io.manifest import describe_input, records_call, write_manifest
+from paw.progress import status
 
 PathLike = str | Path
 
 
 def open_encoder(spec: PathLike, pattern: str | None = None):
     """A :class:`~paw.bpe.BpeEncoder` for a tokenizer file; ``pattern`` fills in a rank file's missing one."""
-    from paw.bpe import BpeEncoder, resolve_pattern
-    from paw.io.bpe_files import read_bpe
-
     bpe = read_bpe(spec)
     if pattern is not None:
         bpe.pattern = resolve_pattern(pattern)
@@ -42,12 +45,6 @@ def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *,
 
     ``track(steps, n)`` wraps the merge loop (a progress bar); ``processes=0`` counts on every core.
     """
-    from paw.bpe import resolve_pattern, train_tokenizer
-    from paw.bpe.tokenizer import check_vocab_size
-    from paw.io.atomic import check_output
-    from paw.io.bpe_files import read_text_files
-    from paw.progress import status
-
     regex = resolve_pattern(pattern)
     check_vocab_size(vocab_size, list(special_tokens))
     for out in (f"{output}.model", f"{output}.vocab", *([export_hf] if export_hf is not None else [])):
@@ -64,10 +61,6 @@ def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *,
 
 def _write_trained(bpe, output: Path, export_hf: PathLike | None, *, overwrite: bool, inputs, command) -> None:
     """``OUTPUT.model`` + ``OUTPUT.vocab`` (+ the export folder when it sits beside them) as one set."""
-    from paw.io.atomic import atomic_dir
-    from paw.io.bpe_files import write_hf_tokenizer_json, write_paw_model
-    from paw.io.manifest import describe_input, write_manifest
-
     def export(folder: Path) -> None:
         write_hf_tokenizer_json(folder / "tokenizer.json", mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
                                 special_tokens=bpe.special_tokens)
@@ -92,9 +85,6 @@ def compare_files(tokenizers: Sequence[PathLike], files: Sequence[PathLike], *, 
     Arguments in ``files`` that name tokenizer files (``*.model``, ``*.tiktoken``, ``tokenizer.json``,
     a folder with one) join the tokenizers, so ``--tokenizers T1 T2 FILES...`` reads naturally.
     """
-    from paw.bpe import compression
-    from paw.io.bpe_files import read_text_files, write_bar_chart
-
     specs, texts_files = split_specs([Path(t) for t in tokenizers], [Path(f) for f in files])
     texts = dict(zip([f.name for f in texts_files], read_text_files(texts_files), strict=True))
     names = short_names(specs)
@@ -105,8 +95,8 @@ def compare_files(tokenizers: Sequence[PathLike], files: Sequence[PathLike], *, 
             table[(name, file)] = compression(encoder.encode_ordinary(text), text)
     if plot is not None:
         chart = {file: {name: table[(name, file)].bytes_per_token for name in names} for file in texts}
-        write_bar_chart(plot, chart, ylabel="bytes per token (higher = better compression)",
-                        title="Compression by tokenizer and file")
+        save_chart(plot, compression_chart(chart, ylabel="bytes per token (higher = better compression)",
+                                           title="Compression by tokenizer and file"))
     return table
 
 

@@ -492,29 +492,9 @@ def read_text_files(paths: list[str | Path]) -> list[str]:
     return texts
 
 
-def write_bar_chart(path: str | Path, values: dict[str, dict[str, float]], *, ylabel: str, title: str) -> Path:
-    """Grouped bars: ``values[group][series]`` (groups on the x axis, one colour per series)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = list(values)
-    series = list(dict.fromkeys(s for g in groups for s in values[g]))
-    width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(groups) * max(1, len(series)) ** 0.5, 4), dpi=120)
-    for k, name in enumerate(series):
-        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
-        ys = [values[g].get(name, 0.0) for g in groups]
-        bars = ax.bar(xs, ys, width, label=name)
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
-    ax.set_xticks(range(len(groups)), groups)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+def save_chart(path: str | Path, fig) -> Path:
+    """Save a figure (a :mod:`paw.bpe.plots` chart) at ``path``, making its folder if missing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path, dpi=fig.dpi)
-    plt.close(fig)
     return path
