@@ -11,15 +11,22 @@ import ast
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from paw.errors import PawError
 from paw.io.atomic import atomic_file
 
-if TYPE_CHECKING:
-    from paw.evaluate.items import MCItem
-
 Record = dict[str, Any]
+
+
+class FlatItem(Protocol):
+    """What :func:`write_items` reads of an item (:class:`paw.evaluate.items.MCItem` has it all)."""
+
+    question: str
+    choices: tuple[str, ...]
+    answer: int
+    id: str
+    fill_blank: bool
 
 
 def read_records(path: Path) -> Iterator[tuple[int, Record]]:
@@ -54,7 +61,7 @@ def parse_record(line: str, path: Path, number: int) -> Record:
     return record
 
 
-def write_items(path: str | Path, items: Sequence[MCItem]) -> Path:
+def write_items(path: str | Path, items: Sequence[FlatItem]) -> Path:
     """Write items in the flat ``mc`` layout (``question``, ``choices`` without the leading space,
     ``answer`` index, ``id``), one JSON object per line; :func:`paw.evaluate.formats.read_items`
     reads them back equal."""

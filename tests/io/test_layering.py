@@ -66,6 +66,26 @@ def test_no_io_module_imports_an_algorithm_package_even_lazily():
     assert bad == {}
 
 
+# issue 25: io is sorted by format and sits below these, even for a type hint
+ABOVE_IO = ("paw.bpe", "paw.transfer", "paw.bench", "paw.vocab", "paw.evaluate", "paw.merge")
+
+
+def test_no_io_module_names_a_package_above_it_anywhere():
+    """Module top, function body or ``if TYPE_CHECKING:``: no import in ``paw/io`` reaches up."""
+    import ast
+
+    def names(tree):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                yield node.module or ""
+            elif isinstance(node, ast.Import):
+                yield from (alias.name for alias in node.names)
+
+    bad = {path.name: m for path in Path(paw.io.__path__[0]).glob("*.py")
+           for m in names(ast.parse(path.read_text(encoding="utf-8")))
+           if m in ABOVE_IO or m.startswith(tuple(f"{p}." for p in ABOVE_IO))}
+    assert bad == {}
+
 def test_bytelevel_imports_only_itself_and_the_standard_library():
     import ast
 
