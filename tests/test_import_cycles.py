@@ -3,7 +3,7 @@
 A function-local import still ties two modules together; placed to dodge a cycle, it only hides it
 until the function runs. The walker reads the source (nothing is imported), so it also sees imports
 under ``if TYPE_CHECKING:`` and in functions no test calls. :func:`cycles` takes any package root,
-so the check can grow from ``paw/bench`` to all of ``paw/``.
+so the check covers all of ``paw/`` and, to name the room at fault, each package alone.
 """
 
 from __future__ import annotations
@@ -130,8 +130,22 @@ def test_names_start_at_the_top_package():
     assert "paw.bench.common" in import_graph(PAW / "bench")["paw.bench.quality"]
 
 
-@pytest.mark.parametrize("package", ["bench"])
-def test_no_import_circle(package):
+# Circles known and owned elsewhere, each as the set of its modules. Keep this list empty but for
+# entries with a reason and an issue; a new circle, or a known one that grows, fails the test.
+ALLOWED = [
+    # paw/io's loop around format dispatch (issue 25, "io/ by format": the checkpoint dispatcher moves
+    # apart from the Checkpoint class); paw/io is restructured in its own change, not here.
+    {"paw.io.adapter", "paw.io.checkpoint", "paw.io.gguf", "paw.io.lm", "paw.io.adapter_check"},
+]
+
+
+def test_no_import_circle():
+    found = [c for c in cycles(PAW) if set(c) not in ALLOWED]
+    assert found == [], "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("package", ["bench", "transfer", "merge", "vocab", "evaluate", "taskvec", "cli"])
+def test_no_import_circle_in_a_package(package):
     found = cycles(PAW / package)
     assert found == [], "import circles: " + "; ".join(" -> ".join(c) for c in found)
 

@@ -6,13 +6,14 @@ The wing of ``paw transfer-lora --method distill`` (``docs/distill.md``), one ro
 - :mod:`~paw.transfer.distill.data`: label-free inputs (prompt files, generic text, synthesis);
 - :mod:`~paw.transfer.distill.loss`: the losses and agreement figures (token, byte-aligned, choice KL; sequence NLL);
 - :mod:`~paw.transfer.distill.byte_align`: the cuts two tokenizations of one text share;
-- :mod:`~paw.transfer.distill.train`: examples from the teacher, the training loop;
+- :mod:`~paw.transfer.distill.train`: :class:`LM` (one side: model and tokenizer), examples from the teacher, the training loop;
 - :mod:`~paw.transfer.distill.lora`: :func:`distill_lora`, the in-memory algorithm;
 - :mod:`~paw.transfer.distill.run`: folders and files in, an adapter folder out (what
   :func:`paw.transfer.run.transfer_adapter` runs for ``method='distill'``).
 """
 
-from paw.transfer.distill.lora import LM, distill_lora
+from paw.transfer.distill.lora import distill_lora
 from paw.transfer.distill.options import DISTILL, GENERIC, INITS, DistillOptions
+from paw.transfer.distill.train import LM
 
 __all__ = ["DISTILL", "GENERIC", "INITS", "LM", "DistillOptions", "distill_lora"]

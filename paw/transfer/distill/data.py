@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from paw.errors import PawError
+from paw.evaluate.encode import _prefix, encode_pair, own_start, pad_id_of
 from paw.evaluate.items import MCItem
+from paw.evaluate.mc import score_encoded
 
 START = "own"  # sequences start with the tokenizer's own special tokens (paw.evaluate.encode.encode_pair)
 MAX_SEEDS = 5          # Trans-LoRA's budget of real examples
@@ -114,8 +116,6 @@ def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sam
     """
     import torch
 
-    from paw.evaluate.encode import _prefix, own_start, pad_id_of
-
     device = device or next(model.parameters()).device
     own, pad, eos = own_start(tokenizer), pad_id_of(tokenizer), tokenizer.eos_token_id
     out: list[str] = []
@@ -194,8 +194,6 @@ def next_words(model, tokenizer, prompts: Sequence[Prompt], k: int, *, batch_siz
     ``(prompts, how many got at least two candidates)``.
     """
     import torch
-
-    from paw.evaluate.encode import _prefix, pad_id_of
 
     device = device or next(model.parameters()).device
     prefix, pad, eos = _prefix(tokenizer), pad_id_of(tokenizer), tokenizer.eos_token_id
@@ -337,9 +335,6 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
 def task_likeness(model, tokenizer, texts: Sequence[str], seeds: Sequence[Prompt], generic: Sequence[str], *,
                   device=None) -> list[float]:
     """Per text: mean log p(text | seeds, one per line) - mean log p(text | generic lines), per token."""
-    from paw.evaluate.encode import encode_pair, pad_id_of
-    from paw.evaluate.mc import score_encoded
-
     rng = random.Random(0)
     task_ctx = few_shot_context(seeds, rng) if seeds else ""
     sep = separator(seeds) if seeds else "\n"

@@ -22,44 +22,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from paw.device import resolve_device
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
+from paw.evaluate.train import batches_in_order
+from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.progress import format_duration, status
 from paw.transfer.distill import data
 from paw.transfer.distill import loss as L
 from paw.transfer.distill import train as T
 from paw.transfer.distill.data import Prompt
 from paw.transfer.distill.options import DISTILL, GENERIC, DistillOptions
+from paw.transfer.distill.train import LM
+from paw.transfer.pipeline import transfer_lora
 from paw.validate import lora_rank
+from paw.vocab.align import AlignContext, exact, match_specials
+from paw.zoo import sample_texts
 
 LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
 STILL_FALLING = 0.05        # relative loss fall over the last fifth of the steps above which the report warns
-
-
-@dataclass
-class LM:
-    """One side of the distillation: a loaded model, its tokenizer, and (optional) lazy views for ``init='auto'``.
-
-    ``checkpoint``: :func:`paw.io.checkpoint.open_checkpoint` of the base folder (for the weight-space
-    transfer); ``tokenizer_info``: :func:`paw.io.tokenizer.open_tokenizer` of it (for the vocabulary test).
-    """
-
-    model: Any
-    tokenizer: Any
-    name: str = ""
-    checkpoint: Any = None
-    tokenizer_info: Any = None
 
 
 def token_columns(teacher_info, student_info, rows: int) -> Any:
     """Student id -> teacher id of the same canonical bytes (``exact`` alignment, special tokens by
     role): a LongTensor of ``rows``, -1 where the teacher has no such token."""
     import torch
-
-    from paw.vocab.align import AlignContext, exact, match_specials
 
     mapping = dict(match_specials(teacher_info, student_info))
     todo = [i for i in range(student_info.size) if student_info.vocab[i] is not None and i not in mapping]
@@ -73,8 +62,6 @@ def token_columns(teacher_info, student_info, rows: int) -> Any:
 def shared_vocabulary(teacher_info, student_info, columns) -> bool:
     """Whether the teacher can read the student's ids: every student token (``columns``) has a teacher
     token of the same bytes, and both tokenizers encode the embedded sample text to the same ids."""
-    from paw.zoo import sample_texts
-
     needed = [i for i in range(min(student_info.size, len(columns)))
               if student_info.vocab[i] is not None or i in student_info.specials]
     if any(int(columns[i]) < 0 for i in needed):
@@ -104,8 +91,6 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     choices get the teacher's ``next_words`` likeliest next words as choices (0: none). Returns ``(LoraAdapter for the
     target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
     """
-    from paw.device import resolve_device
-
     DistillOptions(synthesize=synthesize, init=init, alpha=alpha, max_steps=steps, batch_size=batch_size, lr=lr,
                    max_new_tokens=max_new_tokens, holdout=holdout, next_words=next_words).check_knobs()
     if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
@@ -162,8 +147,6 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
 
 def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device):
     """``(training prompts, held-out prompts, report section)`` from whichever source was given."""
-    from paw.zoo import sample_texts
-
     given = [prompts is not None, synthesize > 0]
     if sum(given) != 1:
         raise PawError("give exactly one input source: --prompts FILE, --prompts generic, or "
@@ -200,8 +183,6 @@ def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int) -> li
     With more inputs than ``steps * batch_size`` the rest would cost a continuation each and never
     be trained on.
     """
-    from paw.evaluate.train import batches_in_order
-
     reached = {i for batch in batches_in_order(len(inputs), batch_size, steps, seed) for i in batch}
     return inputs if len(reached) == len(inputs) else [p for i, p in enumerate(inputs) if i in reached]
 
@@ -302,7 +283,6 @@ def _init_adapter(adapter, teacher, student, init, columns, rank, alpha, target_
         return None, {"how": "none", "why": "rank, alpha or target modules differ from the source adapter's"}
     if teacher.checkpoint is None or student.checkpoint is None:
         return None, {"how": "none", "why": "no checkpoints given for the weight-space transfer"}
-    from paw.transfer.pipeline import transfer_lora
 
     try:
         moved, report = transfer_lora(adapter, teacher.checkpoint, student.checkpoint, method="auto", device=device)
@@ -344,8 +324,6 @@ def _student(adapter, model, init_adapter, rank, alpha, target_modules, seed, de
 
 def _adapter_of(peft_model, adapter, base_name: str):
     from peft import get_peft_model_state_dict
-
-    from paw.io.adapter import LoraAdapter, lora_config_dict
 
     cfg = peft_model.peft_config["default"]
     tensors = {k: v.detach().to("cpu").float().clone().contiguous() for k, v in

@@ -14,13 +14,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+from paw.device import resolve_device
 from paw.errors import PawError
 from paw.evaluate.formats import detect_format, items_from_records
-from paw.io.distill_files import read_prompt_file
+from paw.io.adapter import WEIGHTS_NAME, read_adapter, refuse_nonfinite_adapter
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.distill_files import read_prompt_file, write_distill
+from paw.io.finite import nonfinite_policy, refuse_nonfinite_tensor
+from paw.io.lm import load_lm
+from paw.io.manifest import describe_input
 from paw.io.mcdata import parse_record
+from paw.io.tokenizer import open_tokenizer
 from paw.transfer.distill.data import MAX_SEEDS
-from paw.transfer.distill.lora import LM, distill_lora
+from paw.transfer.distill.lora import distill_lora
 from paw.transfer.distill.options import GENERIC, DistillOptions
+from paw.transfer.distill.train import LM
 
 TEXT_KEYS = ("text", "prompt")
 
@@ -33,14 +42,6 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
     A source adapter holding NaN/Inf is refused (it cannot teach, whatever ``allow_nonfinite``); a
     student that diverged is written only with ``allow_nonfinite`` (``nonfinite_written`` in the report).
     """
-    from paw.device import resolve_device
-    from paw.io.adapter import read_adapter, refuse_nonfinite_adapter
-    from paw.io.atomic import check_output
-    from paw.io.distill_files import write_distill
-    from paw.io.finite import nonfinite_policy
-    from paw.io.manifest import describe_input
-    from paw.io.tokenizer import open_tokenizer
-
     o = options
     check_output(output, overwrite=overwrite)
     inputs = {"adapter": describe_input(adapter), "source_base": describe_input(source_base),
@@ -78,9 +79,6 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
 def _refuse_diverged(output: str | Path, moved, report: dict, lr: float) -> dict:
     """Refuse a student adapter with NaN/Inf factors (the training diverged) before anything is written,
     naming the tensor; where ``--allow-nonfinite`` lets it through, the report records it."""
-    from paw.io.adapter import WEIGHTS_NAME
-    from paw.io.finite import refuse_nonfinite_tensor
-
     counts: dict[str, int] = {}
     why = f"the distillation diverged (try a lower --lr than {lr:g})"
     for key, tensor in sorted(moved.tensors.items()):
@@ -90,9 +88,6 @@ def _refuse_diverged(output: str | Path, moved, report: dict, lr: float) -> dict
 
 def _side(base: str | Path, info, device, *, adapter: str | Path | None = None) -> LM:
     """A base folder (with ``adapter`` merged in, for the teacher) opened for distillation."""
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.lm import load_lm
-
     model, tokenizer = load_lm(base, adapter=adapter, device=device)
     if adapter is not None:
         model = model.merge_and_unload()  # the teacher only runs forward: merged weights are faster

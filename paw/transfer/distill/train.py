@@ -12,21 +12,35 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.mc import continuation_logprobs, forward_logits, score_encoded
+from paw.evaluate.train import batches_in_order
 from paw.progress import track
-from paw.transfer.distill import byte_align
-from paw.transfer.distill import data
+from paw.transfer.distill import byte_align, data
 from paw.transfer.distill import loss as L
 from paw.transfer.distill.data import START, Prompt
-
-if TYPE_CHECKING:
-    from paw.transfer.distill.lora import LM
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
 TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
 ALIGNED_KL = "aligned-kl"
 LOSSES = (TOKEN_KL, ALIGNED_KL, SEQUENCE, CHOICE)
+
+
+@dataclass
+class LM:
+    """One side of the distillation: a loaded model, its tokenizer, and (optional) lazy views for ``init='auto'``.
+
+    ``checkpoint``: :func:`paw.io.checkpoint.open_checkpoint` of the base folder (for the weight-space
+    transfer); ``tokenizer_info``: :func:`paw.io.tokenizer.open_tokenizer` of it (for the vocabulary test).
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str = ""
+    checkpoint: Any = None
+    tokenizer_info: Any = None
 
 
 @dataclass(frozen=True)
@@ -66,9 +80,6 @@ class Example:
 def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device,
              vocab: Vocab = Vocab()) -> list[Example]:
     """Teacher continuations, student encodings and the teacher's choice scores, once per input."""
-    from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
-    from paw.evaluate.mc import score_encoded
-
     texts = data.generate(teacher.model, teacher.tokenizer, [p.text for p in prompts],
                           max_new_tokens=max_new_tokens, device=device)
     limit = max_length_of(student.model)
@@ -95,8 +106,6 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
 
 def _align(ex: Example, teacher: LM, vocab: Vocab) -> None:
     """The teacher's encoding of the same text and the positions where both have read the same bytes."""
-    from paw.evaluate.encode import encode_pair, max_length_of
-
     seq = encode_pair(teacher.tokenizer, ex.prompt.text, ex.continuation, max_length=max_length_of(teacher.model),
                       start=START)
     pairs = byte_align.aligned_positions(
@@ -122,9 +131,6 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
     soft and hard targets together, the hard one being the teacher's own output, not a label.
     """
     import torch
-
-    from paw.evaluate.encode import make_batch
-    from paw.evaluate.mc import forward_logits
 
     # left padding: the continuations end every row, and only their positions go through the LM head
     batch = make_batch([e.sequence for e in examples], pad_id=pad_id, padding_side="left")
@@ -164,9 +170,6 @@ def _choice_loss(peft_model, examples, pad_id, device):
     """``(choice KL, student (B, C) log-likelihoods, teacher's, valid mask)`` for inputs with choices."""
     import torch
 
-    from paw.evaluate.encode import make_batch
-    from paw.evaluate.mc import continuation_logprobs, forward_logits
-
     flat = [enc for e in examples for enc in e.choices]
     # left padding puts every choice at the end of its row: only those positions go through the LM
     # head, which is most of the cost with a 150k-262k vocabulary (paw eval scores the same way)
@@ -190,8 +193,6 @@ def _choice_loss(peft_model, examples, pad_id, device):
 
 def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress) -> dict:
     import torch
-
-    from paw.evaluate.train import batches_in_order
 
     pad_id = PAD_ID
     params = [p for p in peft_model.parameters() if p.requires_grad]
