@@ -34,9 +34,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from paw import zoo
 from paw.errors import PawError
+from paw.evaluate.mc import evaluate
+from paw.evaluate.synthetic import fact_task, tokenizer_corpus
+from paw.evaluate.train import train_lora
+from paw.io.atomic import check_output
+from paw.io.lm import load_lm, quiet_transformers, save_adapter
 from paw.io.manifest import write_manifest
+from paw.io.mcdata import write_items
+from paw.io.reports import save_figure, write_json
+from paw.merge import MergeOptions, execute, prepare
 from paw.registry import Registry
+from paw.taskvec.pipeline import task_vectors
+from paw.transfer.run import transfer_adapter
+from paw.vocab.pipelines import analyze_tokenizers
 
 R = TypeVar("R")
 
@@ -154,9 +166,6 @@ def log_lines(demo: Demo, log_name: str, lines: list[str]) -> None:
 
 def evaluate_model(demo: Demo, label: str, model: Path, adapter: Path | None = None) -> None:
     """Evaluate a model folder (+ adapter) on every task; store under ``label``."""
-    from paw.evaluate.mc import evaluate
-    from paw.io.lm import load_lm
-
     lm, tokenizer = load_lm(model, adapter=adapter, device="cpu")
     demo.evals[label] = {task: evaluate(lm, tokenizer, items, batch_size=16, progress=False)
                          for task, items in demo.tasks.items()}
@@ -167,9 +176,6 @@ def _accuracy(demo: Demo, label: str, task: str = "colour") -> str:
 
 
 def _train(demo: Demo, task: str):
-    from paw.evaluate.train import train_lora
-    from paw.io.lm import load_lm
-
     s = demo.settings
     lm, tokenizer = load_lm(demo.paths["base"], device="cpu")
     peft_model, metrics = train_lora(lm, tokenizer, demo.tasks[task], rank=s.rank, alpha=s.alpha, steps=s.steps,
@@ -182,9 +188,6 @@ def _train(demo: Demo, task: str):
 
 @step("models", "Build tiny models and tokenizers (paw.zoo)")
 def _models(demo: Demo) -> str:
-    from paw import zoo
-    from paw.evaluate.synthetic import fact_task, tokenizer_corpus
-
     s = demo.settings
     demo.tasks = {"colour": fact_task("colour", n=s.n_facts, seed=s.seed),
                   "home": fact_task("home", n=s.n_facts, seed=s.seed + 1)}
@@ -203,16 +206,12 @@ def _models(demo: Demo) -> str:
 
 def _save_tasks(demo: Demo) -> None:
     """The tasks as flat ``mc`` JSON lines, so ``paw eval --data`` / ``paw train-lora --data`` can replay them."""
-    from paw.io.mcdata import write_items
-
     for task, items in demo.tasks.items():
         write_items(demo.path(f"data-{task}", f"data/{task}.jsonl"), items)
 
 
 @step("train-lora", "Train a LoRA on the colour facts", needs=("models",))
 def _train_colour(demo: Demo) -> str:
-    from paw.io.lm import save_adapter
-
     peft_model, metrics = _train(demo, "colour")
     save_adapter(peft_model, demo.path("lora", "adapters/colour-lora"), overwrite=True, base=demo.paths["base"],
                  extra_files={"metrics.json": metrics})
@@ -223,8 +222,6 @@ def _train_colour(demo: Demo) -> str:
 
 @step("tokenizers", "Compare two tokenizers", needs=("models",))
 def _tokenizers(demo: Demo) -> str:
-    from paw.vocab.pipelines import analyze_tokenizers
-
     out = demo.path("tokenizers", "reports/tokenizers")
     result = run_logged(demo, "analyze-tokenizers", analyze_tokenizers, demo.paths["base"], demo.paths["other"], out,
                         overwrite=True)
@@ -236,8 +233,6 @@ def _tokenizers(demo: Demo) -> str:
 
 @step("transfer", "Transfer the LoRA to the successor base", needs=("train-lora",))
 def _transfer(demo: Demo) -> str:
-    from paw.transfer.run import transfer_adapter
-
     out = demo.path("transferred", "adapters/colour-lora-on-successor")
     moved = run_logged(demo, "transfer-lora", transfer_adapter, demo.paths["lora"], demo.paths["base"],
                        demo.paths["successor"], out, method="auto", device="cpu", overwrite=True)
@@ -258,9 +253,6 @@ def _transfer_methods(summary: dict) -> str:
 
 @step("fine-tunes", "Train a second LoRA (home facts); fold both into full fine-tunes", needs=("train-lora",))
 def _fine_tunes(demo: Demo) -> str:
-    from paw import zoo
-    from paw.io.lm import load_lm, save_adapter
-
     peft_model, metrics = _train(demo, "home")
     save_adapter(peft_model, demo.path("lora-home", "adapters/home-lora"), overwrite=True, base=demo.paths["base"],
                  extra_files={"metrics.json": metrics})
@@ -273,8 +265,6 @@ def _fine_tunes(demo: Demo) -> str:
 
 @step("task-vectors", "Task vectors of the two fine-tunes", needs=("fine-tunes",))
 def _task_vectors(demo: Demo) -> str:
-    from paw.taskvec.pipeline import task_vectors
-
     out = demo.path("task-vectors", "reports/task-vectors")
     run = run_logged(demo, "task-vectors", task_vectors, demo.paths["base"],
                      [demo.paths["ft-colour"], demo.paths["ft-home"]], out, device="cpu", overwrite=True)
@@ -287,8 +277,6 @@ def _task_vectors(demo: Demo) -> str:
 
 @step("merge", "Merge the two fine-tunes (exp L2 weights)", needs=("fine-tunes",))
 def _merge(demo: Demo) -> str:
-    from paw.merge import MergeOptions, execute, prepare
-
     out = demo.path("merged", "models/merged")
     options = MergeOptions(base=str(demo.paths["base"]), models=[str(demo.paths["ft-colour"]),
                            str(demo.paths["ft-home"])], output=str(out), mode="exp", device="cpu", overwrite=True)
@@ -304,8 +292,6 @@ def _merge(demo: Demo) -> str:
 @step("plots", "Training curves", needs=("train-lora",))
 def _plots(demo: Demo) -> str:
     from matplotlib.figure import Figure
-
-    from paw.io.reports import save_figure
 
     fig = Figure(figsize=(6, 3.5))
     ax = fig.add_subplot()
@@ -339,9 +325,6 @@ def run_demo(outdir: str | Path, *, quick: bool = False, overwrite: bool = False
     Any other non-empty folder needs ``overwrite``.
     """
     import torch
-
-    from paw.io.atomic import check_output
-    from paw.io.lm import quiet_transformers
 
     outdir = Path(outdir)
     if is_previous_demo(outdir):
@@ -414,8 +397,6 @@ def _run_step(demo: Demo, entry: Step, done: set[str]) -> StepResult:
 
 
 def _write_summary(demo: Demo, results: list[StepResult]) -> Path:
-    from paw.io.reports import write_json
-
     data = {
         "settings": asdict(demo.settings),
         "steps": [{"name": r.name, "title": r.title, "status": r.label, "detail": r.detail} for r in results],

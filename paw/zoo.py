@@ -17,7 +17,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from paw.errors import PawError
 from paw.io.atomic import atomic_dir
+from paw.io.checkpoint import open_checkpoint
+from paw.io.lm import load_tokenizer, quiet_transformers, sort_target_modules
 
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -48,8 +51,6 @@ def tiny_config(arch: str = "llama", *, vocab_size: int = 256, hidden_size: int 
     import transformers
 
     if arch not in ARCHS:
-        from paw.errors import PawError
-
         raise PawError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
     spec = ARCHS[arch]
     fields = dict(
@@ -141,8 +142,6 @@ TOKENIZER_KINDS: dict[str, Callable] = {
 
 def save_model(model, folder: str | Path, *, tokenizer=None, overwrite: bool = True) -> Path:
     """Save as a Hugging Face folder (safetensors + config [+ tokenizer]), atomically."""
-    from paw.io.lm import quiet_transformers
-
     quiet_transformers()  # PAW draws its own progress; no per-shard bars in its output
     with atomic_dir(folder, overwrite=overwrite) as tmp:
         model.save_pretrained(tmp)
@@ -165,8 +164,6 @@ def tiny_model(folder: str | Path, arch: str = "llama", *, seed: int = 0, vocab_
 def check_dims(*, vocab_size: int = 300, hidden_size: int = 32, num_layers: int = 2, num_heads: int = 4,
                **_: Any) -> None:
     """Refuse sizes no tiny model can have (the tokenizer trainer would abort the process on some)."""
-    from paw.errors import PawError
-
     if not 260 <= vocab_size <= 100_000:
         raise PawError(f"--vocab-size {vocab_size}: a zoo tokenizer needs 260 to 100,000 ids (256 bytes + specials)")
     if hidden_size <= 0 or hidden_size % num_heads or hidden_size > 8192:
@@ -196,10 +193,6 @@ def fine_tune(base: str | Path, folder: str | Path, *, seed: int, scale: float =
     """Save a 'fine-tune' of the model in ``base``: base plus :func:`perturb`; returns the task vector."""
     from transformers import AutoModelForCausalLM
 
-    from paw.errors import PawError
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.lm import load_tokenizer
-
     try:
         re.compile(include)
     except re.error as err:
@@ -223,8 +216,6 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-
-    from paw.io.lm import sort_target_modules
 
     model = AutoModelForCausalLM.from_pretrained(base)
     targets = ALL_LINEAR if target_modules == "all-linear" else list(target_modules)

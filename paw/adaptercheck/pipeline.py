@@ -14,17 +14,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from paw import __version__
+from paw.adaptercheck.fit import check_fit
+from paw.adaptercheck.rebase import rebase_tensors, vocab_sources
+from paw.device import resolve_device
 from paw.errors import PawError
-from paw.io.manifest import records_call
+from paw.io.adapter import read_adapter
+from paw.io.adapter_check import read_adapter_header, read_base_header
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.hf_tokenizer_edit import TOKENIZER_JSON, open_tokenizer_json
+from paw.io.manifest import describe_input, records_call
+from paw.io.writer import TOKENIZER_FILES, write_checkpoint
+from paw.vocab.extend import find_vocab_tensors, with_vocab_size
 
 PathLike = str | Path
 
 
 def check_adapter(adapter: PathLike, base: PathLike):
     """A :class:`~paw.adaptercheck.fit.FitReport`: does ``adapter`` load on ``base``, and if not, why."""
-    from paw.adaptercheck.fit import check_fit
-    from paw.io.adapter_check import read_adapter_header, read_base_header
-
     header = read_adapter_header(adapter)
     base_header = read_base_header(base)
     return check_fit(header.config, header.shapes, base_header.shapes, tied=base_header.tied)
@@ -64,18 +72,6 @@ def resize_base(adapter: PathLike, base: PathLike, output: PathLike, *, tokenize
                 command: str | None = None) -> ResizedBase:
     """Write ``base`` grown to the adapter's vocabulary (rows the adapter saved are reused), so that
     ``PeftModel.from_pretrained(output, adapter)`` loads."""
-    from paw import __version__
-    from paw.adaptercheck.fit import check_fit
-    from paw.adaptercheck.rebase import rebase_tensors, vocab_sources
-    from paw.device import resolve_device
-    from paw.io.adapter import read_adapter
-    from paw.io.adapter_check import read_adapter_header
-    from paw.io.atomic import check_output
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.manifest import describe_input
-    from paw.io.writer import TOKENIZER_FILES, write_checkpoint
-    from paw.vocab.extend import find_vocab_tensors, with_vocab_size
-
     check_output(output, overwrite=overwrite)
     header = read_adapter_header(adapter)
     ckpt = open_checkpoint(base)
@@ -104,8 +100,6 @@ def resize_base(adapter: PathLike, base: PathLike, output: PathLike, *, tokenize
 
 
 def _tokenizer_size(folder: PathLike) -> int | None:
-    from paw.io.hf_tokenizer_edit import TOKENIZER_JSON, open_tokenizer_json
-
     path = Path(folder)
     if (path / TOKENIZER_JSON).exists() or path.suffix == ".json":
         return open_tokenizer_json(path).size()

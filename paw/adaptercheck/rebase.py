@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator, Mapping
 
 from paw.adaptercheck.fit import TRAINABLE_TOKENS, token_indices
+from paw.errors import PawError
 from paw.io.adapter import split_adapter_key, strip_prefix
 from paw.vocab.resize import grow_rows, new_rows
 
@@ -60,8 +61,6 @@ def rebase_tensors(base: Mapping[str, object], *, rows: int, keys: tuple[str, ..
             weight = tensor if device is None else tensor.to(device)
             old = weight.shape[0]
             if rows < old:
-                from paw.errors import PawError
-
                 raise PawError(f"{name} has {old} rows, more than the {rows} the adapter expects; "
                                "use the base the adapter was trained on")
             values = _new_values(weight, sources.get(name), range(old, rows))

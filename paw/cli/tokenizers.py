@@ -15,8 +15,8 @@ from paw.cli._options import (
     console,
     multi_value_command,
 )
+from paw.vocab.align import methods_help  # light: the alignment registry, no torch or numpy
 from paw.vocab.embed import FALLBACKS  # light: torch is imported inside the functions
-from paw.vocab.pipelines import methods_help  # light: the alignment registry, no torch
 from paw.vocab.transplant import HEAD_POLICIES
 
 Init = choices("Init", FALLBACKS)

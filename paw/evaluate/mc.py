@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem
 from paw.progress import track
@@ -107,8 +108,6 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
     >>> evaluate(model, tok, [MCItem("2 + 2 =", (" 3", " 4"), 1)])  # doctest: +SKIP
     {'accuracy': 1.0, 'accuracy_norm': 1.0, 'stderr': 0.0, ..., 'n': 1}
     """
-    from paw.errors import PawError
-
     if not items:
         raise PawError("no items to evaluate")
     if device is not None:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paw.io.manifest import records_call
+from paw.device import resolve_device
+from paw.evaluate.formats import read_items
+from paw.evaluate.mc import evaluate
+from paw.evaluate.train import train_lora
+from paw.io.atomic import atomic_dir, atomic_outputs, check_output
+from paw.io.lm import load_lm, quiet_transformers, write_adapter_into, write_results
+from paw.io.manifest import describe_input, records_call, write_manifest
+from paw.io.tracking import check_kind, log_once, make_tracker
+from paw.validate import finite
 
 PathLike = str | Path
 
@@ -37,13 +45,6 @@ def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None 
 
     ``track`` (none, csv, swanlab) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
     """
-    from paw.device import resolve_device
-    from paw.evaluate.formats import read_items
-    from paw.evaluate.mc import evaluate
-    from paw.io.atomic import atomic_outputs, check_output
-    from paw.io.lm import load_lm, quiet_transformers, write_results
-    from paw.io.tracking import check_kind, log_once
-
     quiet_transformers()
     check_kind(track)  # before any heavy work
     output = None if output is None else Path(output)
@@ -92,15 +93,6 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     With ``eval_data`` the metrics hold the test scores before and after training; ``save_every``
     also writes ``OUTPUT/checkpoint-STEP`` adapters. The folder appears atomically.
     """
-    from paw.device import resolve_device
-    from paw.evaluate.formats import read_items
-    from paw.evaluate.train import train_lora
-    from paw.io.atomic import atomic_dir, check_output
-    from paw.io.lm import load_lm, quiet_transformers, write_adapter_into
-    from paw.io.manifest import write_manifest
-    from paw.io.tracking import make_tracker
-    from paw.validate import finite
-
     quiet_transformers()
     output = Path(output)
     check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
@@ -132,6 +124,4 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
 
 def describe_inputs(**paths) -> dict:
     """``{name: {'path': ..., 'bytes': ...}}`` for the paths given (None skipped), for provenance JSON."""
-    from paw.io.manifest import describe_input
-
     return {name: describe_input(path) for name, path in paths.items() if path is not None}

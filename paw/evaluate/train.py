@@ -18,6 +18,7 @@ from paw import arch
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem
+from paw.evaluate.mc import evaluate
 from paw.progress import track
 from paw.validate import lora_alpha, lora_rank
 
@@ -146,8 +147,6 @@ def _encode_answer(tokenizer, item: MCItem, max_length: int | None) -> Encoded:
 
 
 def _evaluate(model, tokenizer, items, batch_size, progress) -> dict:
-    from paw.evaluate.mc import evaluate
-
     return evaluate(model, tokenizer, items, batch_size=max(batch_size, 8), progress=progress)
 
 

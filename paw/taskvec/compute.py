@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from paw import arch
-from paw.device import single_threaded_cpu
+from paw.device import resolve_device, single_threaded_cpu
 from paw.errors import PawError
 from paw.io.checkpoint import Checkpoint
 from paw.io.stream import iter_aligned
@@ -27,7 +27,7 @@ from paw.progress import track
 from paw.taskvec.align import align
 from paw.taskvec.groups import aggregate, module_group
 from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
-from paw.validate import refuse_nonfinite
+from paw.validate import clamp_cosine, refuse_nonfinite
 
 
 @dataclass
@@ -67,8 +67,6 @@ class TaskVectorResults:
 
         NaN next to a Δ whose cosine is undefined: all zero, or holding NaN/Inf (never 1.0).
         """
-        from paw.validate import clamp_cosine
-
         norms = [math.sqrt(self.gram[i][i]) for i in range(len(self.models))]
         defined = [0 < n < math.inf for n in norms]  # False for 0, inf and nan
         out = []
@@ -98,8 +96,6 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
     ``allow_nonfinite`` (its statistics and cosines are then ``nan``).
     """
     import torch
-
-    from paw.device import resolve_device
 
     if not models:
         raise PawError("no fine-tuned model given (--models)")

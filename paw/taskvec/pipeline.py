@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paw.device import resolve_device, visible_devices
 from paw.errors import PawError
-from paw.io.manifest import records_call
+from paw.io.checkpoint import distinct_names, open_checkpoint
+from paw.io.manifest import describe_input, records_call
+from paw.progress import status
+from paw.taskvec.compute import compute_task_vectors, cpu_workers, unique_names
+from paw.taskvec.report import check_report_outputs, write_report
 
 PathLike = str | Path
 
@@ -41,12 +46,6 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
     A model (or the base) holding NaN/Inf is refused, naming it and the tensor, unless
     ``allow_nonfinite``: then its statistics are ``nan`` in the report.
     """
-    from paw.device import resolve_device
-    from paw.io.checkpoint import distinct_names, open_checkpoint
-    from paw.io.manifest import describe_input
-    from paw.taskvec.compute import compute_task_vectors, unique_names
-    from paw.taskvec.report import check_report_outputs, write_report
-
     specs = [str(m) for m in models]
     base_ckpt = open_checkpoint(base)
     model_ckpts = [open_checkpoint(m) for m in specs]
@@ -67,10 +66,6 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
 
 def _devices(primary, multi_gpu: bool, workers: int) -> list:
     """One entry per parallel worker: CPU threads, or every visible GPU with ``multi_gpu``."""
-    from paw.device import visible_devices
-    from paw.progress import status
-    from paw.taskvec.compute import cpu_workers
-
     single = [primary] * (cpu_workers(workers) if primary.type == "cpu" else 1)
     if not multi_gpu:
         return single

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from paw.device import single_threaded_cpu
+
 QUANTILES = (0, 1, 5, 10, 25, 50, 75, 90, 95, 99, 100)
 """Report quantiles in percent: columns ``q0 .. q100`` of ``per_param_stats.csv``."""
 
@@ -213,7 +215,6 @@ def exact_quantiles(x, percents: Sequence[float] = QUANTILES, *, chunk_size: int
         raise ValueError("quantiles of an empty tensor")
     if bool(torch.isnan(flat).any()):
         return [math.nan] * len(percents)
-    from paw.device import single_threaded_cpu
 
     chunks = flat.split(chunk_size or (1 << 24 if flat.device.type == "cuda" else 1 << 18))
     sel = order_statistics_selector(n, wanted_ranks(n, percents), device=flat.device)

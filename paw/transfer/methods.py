@@ -16,6 +16,7 @@ from typing import Any
 from paw import arch
 from paw.registry import Registry
 from paw.transfer import linalg
+from paw.transfer import structural as st
 from paw.transfer.layers import Role
 
 
@@ -237,8 +238,6 @@ def structural_map(ctx, job: Job) -> Mapped:
     the result is exactly the source update restricted to the kept units; units a grown target adds
     get zero rows or columns. Factors are sliced, never rescaled.
     """
-    from paw.transfer import structural as st
-
     role = _role(job, "structural")
     hidden = ctx.hidden_map().index
     if role.other == "vocab":

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from paw.errors import PawError
 from paw.transfer.layers import LAYER_MAPS
+from paw.transfer.methods import Unavailable
 
 AUTO = "auto"
 WHY = {"name": "layer i to layer i", "relative-depth": "layers at the same relative depth",
@@ -30,8 +31,6 @@ class Pairing:
 
 def _similarity(ctx) -> list[list[float]] | str:
     """The (n_source, n_target) layer-fingerprint correlations, or the reason they cannot be had."""
-    from paw.transfer.methods import Unavailable
-
     if "layer_similarity" in ctx.facts:
         return ctx.facts["layer_similarity"]
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paw.errors import PawError
+
 MAX_FIT_TOKENS = 8192  # tokens used to fit residual-stream maps (a seeded sample of the shared ones)
 
 
@@ -32,8 +34,6 @@ class VocabIndex:
     def from_mapping(cls, mapping, source_rows: int, target_rows: int) -> VocabIndex:
         """From a :class:`paw.io.vocab_map.VocabMapping` (or None: identity, sizes must agree)."""
         import torch
-
-        from paw.errors import PawError
 
         if mapping is None:
             if source_rows != target_rows:

@@ -33,6 +33,8 @@ from paw.errors import PawError
 from paw.io.tokenizer import TokenizerInfo
 from paw.io.vocab_map import VocabMapping
 from paw.registry import Registry
+from paw.vocab.embed import omp_affine
+from paw.vocab.ngram import NgramIndex
 from paw.vocab.roles import role_id, role_of
 
 if TYPE_CHECKING:  # numpy only annotates here; the CLI reads the method names without importing it
@@ -64,6 +66,13 @@ class AlignContext:
     source_counts: np.ndarray | None = None
     k: int = 8  # anchors per token for ``semantic``
     _cache: dict = field(default_factory=dict)
+
+
+def methods_help() -> str:
+    """``--method`` help built from the alignment registry (so a new method shows up by itself)."""
+    needs = {"embeddings": "needs the source model", "counts": "needs --corpus"}
+    names = [f"{m} ({needs[NEEDS[m]]})" if m in NEEDS else m for m in METHODS]
+    return f"Alignment methods, chained in order (repeat or comma-separate): {', '.join(names)}."
 
 
 def check_methods(methods: list[str], *, have_embeddings: bool, have_counts: bool) -> None:
@@ -186,8 +195,6 @@ def frequency(ctx: AlignContext, target_ids: list[int]) -> dict[int, Entry]:
 # ----- nearest string ----------------------------------------------------------------------------
 @register("nearest-string")
 def nearest_string(ctx: AlignContext, target_ids: list[int]) -> dict[int, Entry]:
-    from paw.vocab.ngram import NgramIndex
-
     src_ids = [i for i in range(ctx.source.size) if ctx.source.vocab[i] is not None]
     index = ctx._cache.get("ngram")
     if index is None:
@@ -200,8 +207,6 @@ def nearest_string(ctx: AlignContext, target_ids: list[int]) -> dict[int, Entry]
 @register("semantic", needs="embeddings")
 def semantic(ctx: AlignContext, target_ids: list[int]) -> dict[int, Entry]:
     import torch
-
-    from paw.vocab.embed import omp_affine
 
     E = ctx.source_embeddings
     shared = exact(ctx, [i for i in range(ctx.target.size) if ctx.target.vocab[i] is not None])

@@ -12,6 +12,7 @@ from typing import Any
 
 from paw.io.tokenizer import TokenizerInfo
 from paw.vocab import compare
+from paw.vocab import plots as P
 from paw.vocab.scripts import script_of
 
 
@@ -26,8 +27,6 @@ class Analysis:
 
 def analyze(source: TokenizerInfo, target: TokenizerInfo, texts: list[str], *, plots: bool = True) -> Analysis:
     """Compare ``source`` and ``target`` on their vocabularies and on ``texts`` (non-empty lines)."""
-    from paw.vocab import plots as P
-
     diff = compare.vocab_diff(source, target)
     scripts = [script_of(t) for t in texts]
     rows = compare.encoding_rows(texts, scripts, source, target,

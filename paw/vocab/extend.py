@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from paw import arch
+from paw.errors import PawError
 from paw.vocab.resize import grow_rows, new_rows
 
 
@@ -126,13 +128,9 @@ def with_vocab_size(config: Mapping | None, rows: int) -> dict | None:
 
 def find_vocab_tensors(names: Sequence[str]) -> tuple[str, str | None]:
     """``(embedding key, output head key or None)`` among checkpoint tensor names (:mod:`paw.arch` aliases)."""
-    from paw import arch
-
     weights = [n for n in names if n.endswith(".weight")]
     embeds = [n for n in weights if arch.is_embedding(n)]
     if len(embeds) != 1:
-        from paw.errors import PawError
-
         found = ", ".join(embeds) or "none"
         raise PawError(f"expected exactly one input embedding tensor ({', '.join(arch.EMBED_ALIASES)}), "
                        f"found {found}")

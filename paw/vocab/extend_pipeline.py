@@ -20,8 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paw import __version__
+from paw.device import resolve_device
 from paw.errors import PawError
-from paw.io.manifest import records_call
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.hf_tokenizer_edit import (
+    open_tokenizer_json,
+    read_token_list,
+    read_tokens_file,
+    save_tokenizer_folder,
+)
+from paw.io.manifest import describe_input, records_call
+from paw.io.writer import write_checkpoint
+from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
+from paw.vocab.resize import INITS
+from paw.vocab.resize import pad_to_multiple as padded
+from paw.vocab.tokenizer_edit import extend_tokenizer_json
 
 PathLike = str | Path
 
@@ -38,7 +53,6 @@ def tokens_from(*, tokens: Sequence[str] | None = None, tokens_file: PathLike | 
         raise PawError("give exactly one of --tokens, --tokens-file, --from-tokenizer")
     if tokens:
         return list(tokens)
-    from paw.io.hf_tokenizer_edit import read_token_list, read_tokens_file
 
     if tokens_file:
         return read_tokens_file(tokens_file)
@@ -115,18 +129,6 @@ def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, spe
                      init: str = "interpolate", pad_to_multiple: int = 0, max_intermediates: int | None = None,
                      device: str = "cpu", overwrite: bool = False, command: str | None = None) -> Extension:
     """Read model and tokenizer, plan the new tokens, grow the tensors, write ``output`` atomically."""
-    from paw import __version__
-    from paw.device import resolve_device
-    from paw.io.atomic import check_output
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.hf_tokenizer_edit import open_tokenizer_json, save_tokenizer_folder
-    from paw.io.manifest import describe_input
-    from paw.io.writer import write_checkpoint
-    from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
-    from paw.vocab.resize import INITS
-    from paw.vocab.resize import pad_to_multiple as padded
-    from paw.vocab.tokenizer_edit import extend_tokenizer_json
-
     check_output(output, overwrite=overwrite)
     if init not in INITS:
         raise PawError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")

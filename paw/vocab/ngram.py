@@ -9,8 +9,6 @@ the number of pairs that share a rare n-gram. Frequent n-grams still count in th
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def ngrams(token: bytes, n: int = 3) -> set[str]:
     """``b'the'`` -> ``{'\\x02th', 'the', 'he\\x03'}`` (short tokens give one padded gram)."""
@@ -24,6 +22,7 @@ class NgramIndex:
     """Index the source tokens once; :meth:`nearest` answers many target tokens in sparse chunks."""
 
     def __init__(self, tokens: list[bytes], *, n: int = 3, max_df: int = 1000):
+        import numpy as np  # deferred with scipy: paw.vocab.align names its methods for paw --help
         import scipy.sparse as sp
 
         self.n = n
@@ -42,6 +41,7 @@ class NgramIndex:
 
     def nearest(self, tokens: list[bytes], *, chunk: int = 2048) -> list[tuple[int, float]]:
         """For each token, ``(source row, Dice score)``; ``(-1, 0.0)`` when no informative gram is shared."""
+        import numpy as np  # deferred with scipy: paw.vocab.align names its methods for paw --help
         import scipy.sparse as sp
 
         out: list[tuple[int, float]] = []

@@ -21,19 +21,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paw import arch
+from paw import __version__, arch, zoo
+from paw.bpe.patterns import resolve_pattern
+from paw.device import resolve_device
 from paw.errors import PawError
-from paw.io.manifest import records_call
-from paw.vocab.align import DEFAULT_METHODS, METHODS, NEEDS
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.manifest import describe_input, records_call, write_json
+from paw.io.tokenizer import open_tokenizer, read_corpus
+from paw.io.vocab_map import mapping_to_json, read_vocab_map, write_analysis, write_vocab_map
+from paw.io.writer import write_checkpoint
+from paw.vocab import transplant as T
+from paw.vocab.align import DEFAULT_METHODS, AlignContext, align, check_methods
+from paw.vocab.analyze import analyze
+from paw.vocab.compare import token_counts
+from paw.vocab.embed import FALLBACKS
+from paw.vocab.roles import role_id
+from paw.vocab.transplant import embedding_names, semantic_check, vocab_rows
 
 PathLike = str | Path
-
-
-def methods_help() -> str:
-    """``--method`` help built from the alignment registry (so a new method shows up by itself)."""
-    needs = {"embeddings": "needs the source model", "counts": "needs --corpus"}
-    names = [f"{m} ({needs[NEEDS[m]]})" if m in NEEDS else m for m in METHODS]
-    return f"Alignment methods, chained in order (repeat or comma-separate): {', '.join(names)}."
 
 
 def parse_methods(values: Sequence[str] | None) -> list[str]:
@@ -44,20 +50,14 @@ def parse_methods(values: Sequence[str] | None) -> list[str]:
 
 def open_tokenizer_spec(spec: PathLike, rank_pattern: str | None = None):
     """Any tokenizer PAW reads; ``rank_pattern`` (a name or regex) fills in a rank file's missing pattern."""
-    from paw.io.tokenizer import open_tokenizer
-
     if rank_pattern is None:
         return open_tokenizer(spec)
-    from paw.bpe.patterns import resolve_pattern
 
     return open_tokenizer(spec, pattern=resolve_pattern(rank_pattern))
 
 
 def corpus_texts(corpus: Sequence[PathLike] | None) -> list[str]:
     """The texts of ``corpus`` files, or the embedded multilingual sample when none are given."""
-    from paw import zoo
-    from paw.io.tokenizer import read_corpus
-
     return read_corpus(corpus) if corpus else zoo.sample_texts("multi")
 
 
@@ -78,12 +78,6 @@ def analyze_tokenizers(source: PathLike, target: PathLike, outdir: PathLike, *,
                        rank_pattern: str | None = None, overwrite: bool = False,
                        command: str | None = None) -> TokenizerAnalysis:
     """Compare two tokenizers on ``corpus`` and write ``outdir/`` (report.json, encoding.csv, ...)."""
-    from paw import __version__
-    from paw.io.atomic import check_output
-    from paw.io.manifest import describe_input
-    from paw.io.vocab_map import write_analysis
-    from paw.vocab.analyze import analyze
-
     check_output(outdir, overwrite=overwrite)
     src, tgt = open_tokenizer_spec(source, rank_pattern), open_tokenizer_spec(target, rank_pattern)
     result = analyze(src, tgt, corpus_texts(corpus), plots=plots)
@@ -101,9 +95,6 @@ def analyze_tokenizers(source: PathLike, target: PathLike, outdir: PathLike, *,
 def align_context(source, target, methods: Sequence[str], *, embeddings=None,
                   corpus: Sequence[PathLike] | None = None, anchors: int = 8):
     """The :class:`~paw.vocab.align.AlignContext` ``methods`` need; refuses a method whose input is missing."""
-    from paw.vocab.align import AlignContext, check_methods
-    from paw.vocab.compare import token_counts
-
     need_counts = "frequency" in methods
     check_methods(list(methods), have_embeddings=embeddings is not None, have_counts=not need_counts or bool(corpus))
     counts = token_counts(source.encode_batch(corpus_texts(corpus)), source.size) if need_counts else None
@@ -112,10 +103,6 @@ def align_context(source, target, methods: Sequence[str], *, embeddings=None,
 
 def input_embeddings(model: PathLike, device: str = "cpu"):
     """The model's input embedding matrix (Ns, d), float32 on ``device``."""
-    from paw.device import resolve_device
-    from paw.io.checkpoint import open_checkpoint
-    from paw.vocab.transplant import embedding_names, vocab_rows
-
     ckpt = open_checkpoint(model)
     names = embedding_names({n: ckpt.shape(n) for n in ckpt}, vocab_rows(ckpt.config or {}))
     pick = [n for n in names if not arch.is_head(n)] or names
@@ -141,10 +128,6 @@ def align_vocab(source: PathLike, target: PathLike, output: PathLike, *, methods
                 source_model: PathLike | None = None, corpus: Sequence[PathLike] | None = None, anchors: int = 8,
                 rank_pattern: str | None = None, device: str = "cpu", overwrite: bool = False) -> Alignment:
     """Map every target token to source tokens with the chained ``methods``; write ``output`` (paw-vocab-map v1)."""
-    from paw.io.atomic import check_output
-    from paw.io.vocab_map import write_vocab_map
-    from paw.vocab.align import align
-
     check_output(output, overwrite=overwrite)
     src, tgt = open_tokenizer_spec(source, rank_pattern), open_tokenizer_spec(target, rank_pattern)
     emb = input_embeddings(source_model, device) if source_model else None
@@ -188,16 +171,6 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike,
     with ``paw_vocab_map.json`` and ``paw_transplant.json``, then (``check``) compares hidden states
     of the old and new model on ``check_texts`` texts.
     """
-    from paw import __version__
-    from paw.device import resolve_device
-    from paw.io.atomic import check_output
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.manifest import describe_input, write_json
-    from paw.io.vocab_map import mapping_to_json
-    from paw.io.writer import write_checkpoint
-    from paw.vocab import transplant as T
-    from paw.vocab.embed import FALLBACKS
-
     check_output(output, overwrite=overwrite)
     if init not in FALLBACKS:
         raise PawError(f"unknown --init {init!r}; choose from {', '.join(FALLBACKS)}")
@@ -243,9 +216,6 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike,
 
 def _mapping(ckpt, names, src, tgt, rows, methods, vocab_map, corpus, anchors, dev):
     """``(mapping, methods as recorded)``: read from ``vocab_map``, else aligned with ``methods``."""
-    from paw.io.vocab_map import read_vocab_map
-    from paw.vocab.align import align
-
     if vocab_map is not None:
         mapping = read_vocab_map(vocab_map)
         if mapping.source_size > rows or mapping.target_size != tgt.size:
@@ -258,8 +228,6 @@ def _mapping(ckpt, names, src, tgt, rows, methods, vocab_map, corpus, anchors, d
 
 
 def _minimal_tokenizer_config(tgt) -> dict:
-    from paw.vocab.roles import role_id
-
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
     for role in ("bos", "eos", "pad", "unk"):
         i = role_id(tgt, role)
@@ -279,8 +247,6 @@ def _generation_config(path: Path, config: dict) -> dict:
 def _semantic_check(model, output, src, tgt, texts, dev) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
-
-    from paw.vocab.transplant import semantic_check
 
     original = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).to(dev).eval()
     new = AutoModelForCausalLM.from_pretrained(output, dtype=torch.float32).to(dev).eval()

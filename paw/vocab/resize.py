@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from paw.errors import PawError
+
 UNTRAINED_REL_NORM = 1e-3  # a row whose norm is below this x the median row norm counts as never trained
 
 
@@ -97,8 +99,6 @@ INITS: dict[str, Callable] = {
 def new_rows(weight, pieces: Sequence[Sequence[int]], *, init: str = "interpolate"):
     """(N, d) rows for N new tokens, in ``weight``'s dtype and device; ``pieces[i]`` = old ids of token i."""
     if init not in INITS:
-        from paw.errors import PawError
-
         raise PawError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
     return INITS[init](weight, pieces, trained_rows(weight)).to(weight.dtype)
 
