@@ -75,37 +75,13 @@ def _prompt_line(path: Path, what: str, number: int, raw: bytes) -> str:
                        path=path) from None
 
 
-def curve_figure(report: dict):
-    """The distillation loss per step: the total and, when there are several, each of its parts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    section = report["distill"]
-    fig = Figure(figsize=(7, 4), dpi=100)
-    ax = fig.add_subplot(1, 1, 1)
-    curve = section["curve"]
-    parts = [k for k in curve if k != "loss" and any(v is not None for v in curve[k])]
-    for key in (["loss"] + (parts if len(parts) > 1 else [])):
-        values = [float("nan") if v is None else v for v in curve[key]]
-        ax.plot(range(1, len(values) + 1), values, lw=1.2 if key == "loss" else 0.8, label=key)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(f"distill: {' + '.join(section['losses'])} ({section['inputs']['source']}, "
-                 f"{section['inputs']['train']} inputs)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def write_distill(output: str | Path, adapter, report: dict, *, command: str, inputs: dict[str, Any],
+def write_distill(output: str | Path, adapter, report: dict, *, curve, command: str, inputs: dict[str, Any],
                   overwrite: bool = False) -> Path:
-    """Write the adapter, ``transfer_report.json`` and ``distill_curve.png`` into ``output`` atomically."""
+    """Write the adapter, ``transfer_report.json`` and ``curve`` (a matplotlib figure, built by
+    :func:`paw.transfer.distill.plots.curve_figure`) as ``distill_curve.png`` into ``output`` atomically."""
     with atomic_dir(output, overwrite=overwrite) as tmp:
         write_adapter_files(tmp, adapter)
         full = {"paw_version": __version__, "command": command, "inputs": inputs, **report}
         (tmp / REPORT_JSON).write_text(dumps(full), encoding="utf-8")
-        fig = curve_figure(report)
-        save_figure(fig, tmp / CURVE_PNG, dpi=fig.dpi)
+        save_figure(curve, tmp / CURVE_PNG, dpi=curve.dpi)
     return Path(output)

@@ -29,6 +29,7 @@ from paw.io.tokenizer import open_tokenizer
 from paw.transfer.distill.data import MAX_SEEDS
 from paw.transfer.distill.lora import distill_lora
 from paw.transfer.distill.options import GENERIC, DistillOptions
+from paw.transfer.distill.plots import curve_figure
 from paw.transfer.distill.train import LM
 
 TEXT_KEYS = ("text", "prompt")
@@ -72,7 +73,8 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
                                  seed=o.seed, device=dev, target_name=str(target_base), progress=progress)
     with nonfinite_policy(allow_nonfinite):
         report = _refuse_diverged(output, moved, report, o.lr)
-        write_distill(output, moved, report, command=command, inputs=inputs, overwrite=overwrite)
+        write_distill(output, moved, report, curve=curve_figure(report), command=command, inputs=inputs,
+                      overwrite=overwrite)
     return report, inputs
 
 
