@@ -40,7 +40,8 @@ from paw.evaluate.mc import evaluate
 from paw.evaluate.synthetic import fact_task, tokenizer_corpus
 from paw.evaluate.train import train_lora
 from paw.io.atomic import check_output
-from paw.io.lm import load_lm, quiet_transformers, save_adapter
+from paw.io.hub import quiet_transformers
+from paw.io.lm import load_lm, save_adapter
 from paw.io.manifest import write_manifest
 from paw.io.mcdata import write_items
 from paw.io.reports import save_figure, write_json

@@ -20,7 +20,8 @@ from typing import Any
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir
 from paw.io.checkpoint import open_checkpoint
-from paw.io.lm import load_tokenizer, quiet_transformers, sort_target_modules
+from paw.io.hub import quiet_transformers
+from paw.io.lm import load_tokenizer, sort_target_modules
 
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

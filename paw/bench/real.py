@@ -45,7 +45,8 @@ from paw.errors import PawError, Refused
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
 from paw.io.checkpoint import open_checkpoint
-from paw.io.lm import load_lm, quiet_transformers
+from paw.io.hub import quiet_transformers
+from paw.io.lm import load_lm
 from paw.io.manifest import write_json
 from paw.io.tokenizer import open_tokenizer
 from paw.io.writer import write_checkpoint

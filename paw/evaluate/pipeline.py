@@ -19,7 +19,8 @@ from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
 from paw.evaluate.train import train_lora
 from paw.io.atomic import atomic_dir, atomic_outputs, check_output
-from paw.io.lm import load_lm, quiet_transformers, write_adapter_into, write_results
+from paw.io.hub import quiet_transformers
+from paw.io.lm import load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.validate import finite

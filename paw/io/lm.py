@@ -16,12 +16,9 @@ from paw.io.adapter_check import read_adapter_header
 from paw.io.atomic import atomic_dir, atomic_file
 from paw.io.checkpoint import open_checkpoint
 from paw.io.gguf import gguf_side_folder, load_gguf_model
-from paw.io.hub import quiet_transformers, resolve_path
+from paw.io.hub import resolve_path
 from paw.io.json_file import read_json_if_exists
 from paw.io.manifest import dumps, write_json
-
-__all__ = ["DTYPES", "load_lm", "load_tokenizer", "quiet_transformers", "save_adapter", "sort_target_modules",
-           "write_adapter_into", "write_results"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
