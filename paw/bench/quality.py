@@ -48,7 +48,8 @@ from paw.bench.tasks import TASKS, build_corpora, common_words, missing_sets
 from paw.device import resolve_device
 from paw.errors import PawError, Refused, Skipped
 from paw.io.atomic import atomic_dir, check_output, work_folder
-from paw.io.checkpoint import open_checkpoint, read_json
+from paw.io.checkpoint import open_checkpoint
+from paw.io.json_file import read_json
 from paw.io.manifest import records_call
 from paw.io.vocab_map import read_vocab_map
 from paw.progress import status

@@ -24,7 +24,7 @@ from paw.io.json_file import read_json, read_json_if_exists
 from paw.io.lazy_checkpoint import Checkpoint, SafetensorsFile, TorchFile
 from paw.io.safetensors_header import shard_path
 
-__all__ = ["Checkpoint", "distinct_names", "folder_hint", "open_checkpoint", "read_json", "read_json_if_exists"]
+__all__ = ["Checkpoint", "distinct_names", "folder_hint", "open_checkpoint"]
 
 
 def open_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:

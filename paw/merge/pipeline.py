@@ -20,7 +20,8 @@ from paw import __version__
 from paw.device import resolve_device
 from paw.errors import PawError
 from paw.io.atomic import check_output, input_scope
-from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint, read_json
+from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint
+from paw.io.json_file import read_json
 from paw.io.manifest import call_text, describe_input
 from paw.io.writer import write_checkpoint
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
