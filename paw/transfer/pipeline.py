@@ -16,12 +16,13 @@ from typing import Any
 
 from paw import arch
 from paw.errors import NotApplicable, PawError, Refused
+from paw.io.adapter import PEFT_PREFIX, LoraAdapter, adapter_key, lora_config_dict
 from paw.progress import track
-from paw.transfer import pairing
+from paw.transfer import linalg, pairing, structural
 from paw.transfer.context import Context, family_of
 from paw.transfer.evidence import measure
 from paw.transfer.layers import LAYER_MAPS, rename_layer, role_of, split_layer
-from paw.transfer.methods import METHODS, Job, Mapped, Unavailable
+from paw.transfer.methods import METHODS, Job, Mapped, Unavailable, _safe_inverse
 from paw.transfer.relatedness import (
     KEPT_WARNING,
     MIN_RELATED_FRACTION,
@@ -101,7 +102,6 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
 
 def _run(ctx: Context, adapter, modules: dict, placed: dict, method: str, min_similarity, force):
     """Every module under the current layer pairing: ``(records, tensors, extras)``."""
-    from paw.io.adapter import adapter_key
 
     records, tensors = [], {}
     for module in track(list(modules), "transfer-lora", unit="modules"):
@@ -118,7 +118,6 @@ def _run(ctx: Context, adapter, modules: dict, placed: dict, method: str, min_si
 
 
 def _adapter(adapter, target, target_name, done: list[dict], tensors: dict, extras: dict):
-    from paw.io.adapter import LoraAdapter, lora_config_dict
 
     for key, value in extras["tensors"].items():
         tensors[key] = value
@@ -146,7 +145,6 @@ def _base_name(module: str, ckpt) -> str:
 
 def _check_module(adapter, lm, source) -> str:
     """The source weight name of one adapted module; PawError naming the key when it does not fit."""
-    from paw.io.adapter import adapter_key
 
     key = adapter_key(lm.module, "A", lm.kind)
     name = _base_name(lm.module, source)
@@ -280,7 +278,6 @@ def _carry_extras(ctx: Context, adapter, how: str) -> dict:
     target's own weight plus the source's change, mapped like a weight of that module
     (vocabulary rows through the vocabulary map, hidden columns through the method's residual map).
     """
-    from paw.io.adapter import PEFT_PREFIX
 
     out, notes = {}, []
     for key, saved in sorted(adapter.other_tensors().items()):
@@ -304,7 +301,6 @@ def _carry_extras(ctx: Context, adapter, how: str) -> dict:
 
 def _map_delta(ctx: Context, base: str, delta, shape, how: str):
     """Map a (vocab, hidden) delta: rows through the vocabulary map, hidden columns as ``how`` says."""
-    from paw.transfer import structural
 
     fam_s, fam_t = ctx.families["s"], ctx.families["t"]
     if base not in (fam_s.embed, fam_s.head):
@@ -320,7 +316,6 @@ def _map_delta(ctx: Context, base: str, delta, shape, how: str):
             return rows @ M_st.T
         g_s = ctx.gain("s", fam_s.final_norm, delta.shape[1])
         g_t = ctx.gain("t", fam_t.final_norm, shape[1])
-        from paw.transfer.methods import _safe_inverse
 
         return rows @ (g_s[:, None] * M_ts * _safe_inverse(g_t)[None, :])
     if rows.shape[1] != shape[1]:
@@ -354,7 +349,6 @@ def _median(records: list[dict], key: str):
 
 def _kept_total(done: list[dict], adapter) -> dict:
     """The adapter as a whole: kept share (energy-weighted over modules that have one) and norm ratio."""
-    from paw.transfer import linalg
 
     weights, modules = {}, adapter.modules()
     for r in done:

@@ -20,11 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paw.io.manifest import records_call
+from paw.device import resolve_device
+from paw.errors import PawError
+from paw.io.adapter import read_adapter
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.finite import nonfinite_policy
+from paw.io.manifest import describe_input, records_call
+from paw.io.transfer_report import write_transfer
+from paw.io.vocab_map import read_vocab_map
 from paw.transfer.distill.options import DISTILL, DistillOptions
 from paw.transfer.distill.run import distill_to_folder
 from paw.transfer.options import TransferOptions
+from paw.transfer.pipeline import transfer_lora
+from paw.transfer.plots import similarity_figure
 from paw.transfer.summary import DistillSummary, LayerPairing, TransferSummary
+from paw.validate import ALLOW_HINT, NonFinite, nonfinite, refuse_nonfinite_all
 
 PathLike = str | Path
 DEFAULTS = TransferOptions()
@@ -109,16 +120,6 @@ def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLik
     """The training-free transfer (:func:`paw.transfer.transfer_lora`) from folders to ``output``."""
     import torch
 
-    from paw.device import resolve_device
-    from paw.errors import PawError
-    from paw.io.adapter import read_adapter
-    from paw.io.atomic import check_output
-    from paw.io.checkpoint import open_checkpoint
-    from paw.io.finite import nonfinite_policy
-    from paw.io.manifest import describe_input
-    from paw.io.transfer_report import write_transfer
-    from paw.transfer.pipeline import transfer_lora
-    from paw.validate import ALLOW_HINT, NonFinite, refuse_nonfinite_all
 
     method, vocab_map = o.method, o.vocab_map
     dev = resolve_device(device)
@@ -127,7 +128,6 @@ def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLik
     check_output(output, overwrite=overwrite, inputs=[lora.path, source.path, target.path, vocab_map])
     mapping = None
     if vocab_map is not None:
-        from paw.io.vocab_map import read_vocab_map
 
         mapping = read_vocab_map(vocab_map)
     try:
@@ -149,13 +149,13 @@ def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLik
     if vocab_map is not None:
         inputs["vocab_map"] = describe_input(vocab_map)
     with nonfinite_policy(allow_nonfinite):  # the writer's own guard honours the same flag
-        write_transfer(output, moved, report, command=command, inputs=inputs, overwrite=overwrite)
+        write_transfer(output, moved, report, figure=similarity_figure(report), command=command, inputs=inputs,
+                       overwrite=overwrite)
     return TransferredAdapter.of(output, report, inputs)
 
 
 def _name_nonfinite(lora, source, target) -> None:
     """Raise :class:`~paw.validate.NonFinite` naming the first input tensor with NaN/Inf the adapter touches."""
-    from paw.validate import ALLOW_HINT, NonFinite, nonfinite
 
     for key, tensor in sorted(lora.tensors.items()):
         if nonfinite(tensor):
