@@ -405,12 +405,12 @@ def test_bpe_with_the_vocab_name_blocked_writes_neither_file(cli, fx, tmp_path):
 
 
 def test_eval_results_and_tracking_appear_together(cli, fx, tmp_path, monkeypatch):
-    import paw.io.lm as lm
+    import paw.evaluate.pipeline as pipeline
 
     def broken(*a, **k):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(lm, "write_results", broken)
+    monkeypatch.setattr(pipeline, "write_results", broken)  # where the pipeline looks it up
     res = cli("eval", "--model", fx / "base", "--data", fx / "data" / "mc.jsonl", "--output", tmp_path / "r.json",
               "--track", "csv", "--device", "cpu")
     assert res.exit_code == 2 and list(tmp_path.iterdir()) == []
