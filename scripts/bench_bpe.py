@@ -30,8 +30,8 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")  # tokenizers' single-thread num
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from paw.bpe import PATTERNS, BpeEncoder, train_tokenizer  # noqa: E402
-from paw.bytelevel.alphabet import token_to_str  # noqa: E402
 from paw.bpe.patterns import compile_pattern  # noqa: E402
+from paw.bytelevel.alphabet import token_to_str  # noqa: E402
 
 # ----------------------------------------------------------------------------- corpus
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paw.bpe import PATTERNS, train_bpe, train_tokenizer
-from paw.bytelevel.alphabet import byte_order, token_to_str
 from paw.bpe.patterns import compile_pattern
 from paw.bpe.pretokenize import count_pretokens, cut_text
+from paw.bytelevel.alphabet import byte_order, token_to_str
 from paw.errors import PawError
 
 

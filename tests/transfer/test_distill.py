@@ -192,8 +192,8 @@ def test_the_teacher_works_only_on_the_inputs_the_steps_reach(src, src_lora, ind
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
     from paw.transfer.distill import train as distill_train
-    from paw.transfer.distill.lora import _visited, distill_lora
     from paw.transfer.distill.data import Prompt
+    from paw.transfer.distill.lora import _visited, distill_lora
     from paw.transfer.distill.run import _side
 
     prompts = [Prompt(f"input {i}") for i in range(100)]
