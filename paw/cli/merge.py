@@ -18,11 +18,12 @@ from paw.cli._options import (
     multi_value_command,
     track_once,
 )
+from paw.merge.adapters import ADAPTER_METHODS  # light, like METHODS
 from paw.merge.methods import METHODS  # light: torch is imported inside the functions
 from paw.merge.options import DTYPES, VOCAB_POLICIES
 from paw.merge.weights import WEIGHT_MODES
 
-_Method = choices("Method", METHODS)
+_Method = choices("Method", [*METHODS, *ADAPTER_METHODS])
 _Mode = choices("Mode", WEIGHT_MODES)
 _Dtype = choices("Dtype", DTYPES)
 _VocabPolicy = choices("VocabPolicy", VOCAB_POLICIES)
@@ -31,7 +32,11 @@ _HELP = {
     "base": "The common base model (folder, .safetensors or .gguf file, or cached ID); optional for --method linear.",
     "models": "Fine-tunes of the base, space separated: --models A B C.",
     "output": "Folder to write (sharded safetensors + config + tokenizer + paw_merge.json).",
-    "method": "task-arithmetic, ties, dare-linear, dare-ties, breadcrumbs or linear.",
+    "method": "task-arithmetic, ties, dare-linear, dare-ties, breadcrumbs or linear; with --adapters: "
+              "cat (default, exact, ranks add), svd, ties-svd, dare-linear-svd, dare-ties-svd or magnitude-prune-svd.",
+    "adapters": "PEFT LoRA folders of one base, space separated, merged into one LoRA folder (instead of "
+                "--base/--models); weights 1 each unless --weights or --mode.",
+    "rank": "With --adapters and an svd method: the output rank (default: the largest input rank).",
     "mode": "Weights from task-vector L2 norms: exp (w ∝ exp(-beta L/mean L)), linear (1/L), "
             "power (L^-alpha) or equal.",
     "l2_norms": "Task-vector L2 norms, one per model (else --stats-dir, else computed in a first pass).",
@@ -51,11 +56,13 @@ _HELP = {
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("merge", cls=multi_value_command("--models", "--l2-norms", "--weights"))
+    @app.command("merge", cls=multi_value_command("--models", "--adapters", "--l2-norms", "--weights"))
     def merge_cmd(
         ctx: typer.Context,
         base: str = typer.Option(None, "--base", help=_HELP["base"]),
         models: list[str] = typer.Option(None, "--models", help=_HELP["models"]),
+        adapters: list[str] = typer.Option(None, "--adapters", help=_HELP["adapters"]),
+        rank: int = typer.Option(None, "--rank", help=_HELP["rank"]),
         output: Path = typer.Option(None, "--output", "-o", help=_HELP["output"]),
         method: _Method = typer.Option("task-arithmetic", "--method", help=_HELP["method"]),
         mode: _Mode = typer.Option("exp", "--mode", help=_HELP["mode"]),
@@ -85,12 +92,22 @@ def register(app: typer.Typer) -> None:
         record. NaN/Inf in the result is refused, naming the input it comes from.
 
         Example: paw merge --base ./tiny/base --models ./ft1 ./ft2 --method ties --output ./merged
+
+        Adapters: paw merge --adapters ./lora1 ./lora2 --method svd --rank 8 --output ./merged-lora
         """
         from paw.io.tracking import check_kind
         from paw.merge import MergeOptions, execute, prepare
 
         check_kind(track)
-        given = {k: v for k, v in ctx.params.items() if k not in ("config", "track")}
+        if adapters:
+            _merge_adapters(ctx, track)
+            return
+        if rank is not None or method.value in ADAPTER_METHODS:
+            from paw.errors import PawError
+
+            flag = "--rank" if rank is not None else f"--method {method.value}"
+            raise PawError(f"{flag} applies to adapter merges only: pass --adapters A1 A2 ...")
+        given = {k: v for k, v in ctx.params.items() if k not in ("config", "track", "adapters", "rank")}
         options = MergeOptions(**_with_config(ctx, given, config))
         job = prepare(options)
         _print_table(job)
@@ -98,6 +115,39 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"merged {len(job.models)} model(s) with {job.method.name} into {out}")
         track_once(track, out, {"command": command_line(), "method": job.method.name},
                    {"merge": {name: {"l2": norm, "weight": w} for name, norm, w in job.table()}})
+
+
+_ADAPTER_FLAGS = ("adapters", "output", "method", "weights", "mode", "beta", "alpha", "scale", "rank",
+                  "density", "drop_rate", "seed", "device", "overwrite", "allow_nonfinite")
+
+
+def _merge_adapters(ctx: typer.Context, track: str) -> None:
+    """``--adapters``: one call to :func:`paw.merge.adapter_pipeline.merge_adapters`, then one summary line."""
+    from paw.errors import PawError
+    from paw.merge.adapter_pipeline import AdapterMergeOptions, merge_adapters
+
+    typed = [k for k in ctx.params if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"]
+    if "base" in typed or "models" in typed:
+        raise PawError("--adapters replaces --base/--models: pass adapters or models, not both")
+    stray = [k for k in typed if k not in (*_ADAPTER_FLAGS, "track")]
+    if stray:
+        raise PawError(f"--{stray[0].replace('_', '-')} does not apply to --adapters merges")
+    values = {k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)
+              for k, v in ctx.params.items() if k in typed and k in _ADAPTER_FLAGS}
+    values["adapters"] = list(values["adapters"])
+    if "weights" in values:
+        values["weights"] = list(values["weights"])
+    merged = merge_adapters(AdapterMergeOptions(**values), command=command_line())
+    report, ranks = merged.report, sorted(set(merged.ranks.values()))
+    shown = str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
+    error = "" if merged.max_relative_error is None else \
+        f", largest relative truncation error {merged.max_relative_error:.4g}"
+    typer.echo(f"merged {len(report['adapters'])} adapter(s) with {report['method']} (weights "
+               f"{', '.join(f'{w:.4g}' for w in report['weights'])}) into {merged.output}: "
+               f"{len(merged.ranks)} module(s), rank {shown}, {len(report['partial_modules'])} from some "
+               f"adapters only{error}")
+    track_once(track, merged.output, {"command": command_line(), "method": report["method"]},
+               {"merge": {"weights": report["weights"], "max_relative_error": merged.max_relative_error}})
 
 
 def _with_config(ctx: typer.Context, given: dict, config: Path | None) -> dict:

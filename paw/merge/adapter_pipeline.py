@@ -1,0 +1,218 @@
+"""``merge_adapters``: PEFT LoRA folders of one base in, one PEFT LoRA folder out (``paw merge --adapters``).
+
+    from paw.merge.adapter_pipeline import AdapterMergeOptions, merge_adapters
+    merged = merge_adapters(AdapterMergeOptions(adapters=["./lora1", "./lora2"], output="./both", method="cat"))
+    merged.ranks   # {'model.layers.0.mlp.down_proj': 12, ...}
+
+Ranks, alphas and target modules may differ. A module adapted by only some adapters is merged from
+those that adapt it (as PEFT does). The math is :mod:`paw.merge.adapters`; the folder holds
+``adapter_config.json`` + ``adapter_model.safetensors`` (scaling 1: ``lora_alpha = r`` per module),
+``adapter_merge.json`` (per-module rank and, for the SVD methods, the relative truncation error)
+and ``paw_merge.json`` (provenance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paw import __version__
+from paw.device import check_device, resolve_device
+from paw.errors import PawError
+from paw.io.adapter import LoraAdapter, LoraModule, adapter_key, lora_config_dict, read_adapter, write_adapter
+from paw.io.atomic import check_output
+from paw.io.manifest import describe_input, records_call
+from paw.merge.adapters import ADAPTER_METHODS, AdapterMethod, concat_factors, lora_norm, svd_factors
+from paw.merge.methods import METHODS, tensor_seed
+from paw.merge.weights import WEIGHT_MODES, weights_from_norms
+from paw.validate import FLOAT32_MAX, finite, finite_all
+
+REPORT = "adapter_merge.json"
+MANIFEST = "paw_merge.json"
+
+
+@dataclass
+class AdapterMergeOptions:
+    """What ``paw merge --adapters`` does; field names are the CLI flags."""
+
+    adapters: list[str] = field(default_factory=list)  # PEFT LoRA folders (or cached IDs) of one base
+    output: str | None = None            # folder to write (refused if it exists unless overwrite)
+    method: str = "cat"                  # a name in paw.merge.adapters.ADAPTER_METHODS
+    weights: list[float] | None = None   # one per adapter; None: from mode, or 1 each without one
+    mode: str | None = None              # weights from the adapters' L2 norms (normalised); None: all 1
+    beta: float = 1.0                    # exp mode sharpness
+    alpha: float = 1.5                   # power mode exponent
+    scale: float = 1.0                   # the merged update is scale x the combination
+    rank: int | None = None              # svd methods: output rank (None: the largest input rank)
+    density: float = 0.2                 # ties-svd, magnitude-prune-svd: fraction of entries kept
+    drop_rate: float = 0.9               # dare-*-svd: probability of dropping an entry
+    seed: int = 0                        # dare-*-svd: same seed, same output
+    device: str = "auto"                 # where the SVDs run: auto, cpu, cuda, cuda:N
+    overwrite: bool = False              # replace an existing output folder
+    allow_nonfinite: bool = False        # write NaN/Inf factors instead of refusing
+
+    def check(self) -> None:
+        """Judge everything the options alone decide, before any file is read; each message names its flag."""
+        if self.method in METHODS:
+            raise PawError(f"--method {self.method} merges full models; with --adapters choose one of: "
+                           f"{', '.join(ADAPTER_METHODS)}")
+        method = ADAPTER_METHODS.lookup(self.method, what="adapter merge method")
+        if not self.adapters:
+            raise PawError("no adapters to merge: pass --adapters A1 [A2 ...]")
+        if not self.output:
+            raise PawError("no output folder: pass --output DIR")
+        if self.mode is not None:
+            WEIGHT_MODES.lookup(self.mode, what="--mode")
+        if self.weights is not None and len(self.weights) != len(self.adapters):
+            raise PawError(f"--weights has {len(self.weights)} value(s) but there are {len(self.adapters)} "
+                           "adapter(s); give one per adapter, in the same order")
+        finite_all("--weights", self.weights, limit=FLOAT32_MAX)
+        for flag in ("beta", "alpha", "scale", "density", "drop_rate"):
+            finite(f"--{flag.replace('_', '-')}", getattr(self, flag), limit=FLOAT32_MAX)
+        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
+            raise PawError(f"--rank {self.rank!r} must be a positive integer")
+        if self.rank is not None and method.exact:
+            raise PawError("--rank applies to the svd methods; cat's rank is the sum of the input ranks")
+        if not 0.0 < self.density <= 1.0:
+            raise PawError(f"--density {self.density} is outside (0, 1]")
+        if not 0.0 <= self.drop_rate < 1.0:
+            raise PawError(f"--drop-rate {self.drop_rate} is outside [0, 1)")
+        check_device(self.device)
+
+
+@dataclass(frozen=True)
+class MergedAdapter:
+    """What :func:`merge_adapters` wrote: the folder and its report (``adapter_merge.json``)."""
+
+    output: Path
+    report: dict[str, Any]
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        return {m: v["rank"] for m, v in self.report["modules"].items()}
+
+    @property
+    def max_relative_error(self) -> float | None:
+        return self.report["max_relative_error"]
+
+
+@records_call
+def merge_adapters(options: AdapterMergeOptions, *, command: str | None = None) -> MergedAdapter:
+    """Read the adapters, merge module by module, write one PEFT LoRA folder atomically. Raises PawError."""
+    options.check()
+    method = ADAPTER_METHODS[options.method]
+    check_output(options.output, overwrite=options.overwrite, inputs=options.adapters)
+    adapters = [read_adapter(a) for a in options.adapters]
+    groups = _module_groups(adapters, options.adapters)
+    weights = _weights(options, adapters)
+    device = resolve_device(options.device)
+    rank = options.rank or max(_max_rank(a) for a in adapters)
+    tensors: dict[str, Any] = {}
+    modules: dict[str, dict[str, Any]] = {}
+    for name, members in groups.items():
+        A, B, error = _merge_module(method, name, members, weights, options, rank, device)
+        kind = members[0][1].kind
+        tensors[adapter_key(name, "A", kind)], tensors[adapter_key(name, "B", kind)] = A, B
+        modules[name] = {"rank": int(A.shape[0]), "adapters": [i for i, _ in members],
+                         **({} if error is None else {"relative_error": error})}
+    config = _config(adapters, modules)
+    report = _report(options, method, adapters, weights, modules)
+    manifest = {"paw_version": __version__, "command": command,
+                "inputs": {"adapters": [describe_input(a) for a in options.adapters]},
+                "options": {k: v for k, v in asdict(options).items() if k not in ("overwrite", "device")}}
+    out = write_adapter(options.output, LoraAdapter(config=config, tensors=tensors), overwrite=options.overwrite,
+                        extra_files={REPORT: report, MANIFEST: manifest}, allow_nonfinite=options.allow_nonfinite)
+    return MergedAdapter(Path(out), report)
+
+
+def _module_groups(adapters: list[LoraAdapter], specs: list[str]) -> dict[str, list[tuple[int, LoraModule]]]:
+    """``module -> [(adapter index, LoraModule)]``, after refusing adapters that are not of one base."""
+    bases = {a.base_model for a in adapters if a.base_model}
+    if len(bases) > 1:
+        shown = "; ".join(f"{s} is for {a.base_model}" for s, a in zip(specs, adapters, strict=True))
+        raise PawError(f"the adapters are for different bases ({shown}); merge adapters of one base")
+    if len({bool(a.config.get("fan_in_fan_out")) for a in adapters}) > 1:
+        raise PawError("the adapters disagree on fan_in_fan_out; their factors are not in one layout")
+    for spec, a in zip(specs, adapters, strict=True):
+        if a.other_tensors():
+            raise PawError(f"holds non-LoRA tensors ({', '.join(sorted(a.other_tensors())[:3])}, from "
+                           "modules_to_save); an adapter-space merge combines LoRA factors only", path=spec)
+    groups: dict[str, list[tuple[int, LoraModule]]] = {}
+    for i, a in enumerate(adapters):
+        for name, m in a.modules().items():
+            groups.setdefault(name, []).append((i, m))
+    for name, members in groups.items():
+        shapes = {(m.kind, int(m.B.shape[0]), int(m.A.shape[1])) for _, m in members}
+        if len(shapes) > 1:
+            shown = ", ".join(f"{specs[i]}: {m.kind} {int(m.B.shape[0])}x{int(m.A.shape[1])}" for i, m in members)
+            raise PawError(f"module {name!r} has different shapes ({shown}); the adapters are not of one base")
+    return dict(sorted(groups.items()))
+
+
+def _max_rank(adapter: LoraAdapter) -> int:
+    """PEFT's rank for a merged adapter: ``r``, or the largest ``rank_pattern`` value if larger."""
+    return max([adapter.r, *(adapter.config.get("rank_pattern") or {}).values()])
+
+
+def _weights(options: AdapterMergeOptions, adapters: list[LoraAdapter]) -> list[float]:
+    """Explicit weights, or normalised weights from the adapters' L2 norms, or 1 each (the plain sum)."""
+    if options.weights is not None:
+        return [float(w) for w in options.weights]
+    if options.mode is None:
+        return [1.0] * len(adapters)
+    norms = [math.sqrt(sum(lora_norm(m.A, m.B, m.scaling) ** 2 for m in a.modules().values())) for a in adapters]
+    return weights_from_norms(norms, options.mode, beta=options.beta, alpha=options.alpha)
+
+
+def _merge_module(method: AdapterMethod, name: str, members, weights, options, rank, device):
+    """One module's ``(A, B, relative error or None)`` from the adapters that adapt it."""
+    import torch
+
+    ws = [weights[i] for i, _ in members]
+    factors = [(m.A.to(device), m.B.to(device), m.scaling) for _, m in members]
+    if method.exact:
+        A, B = concat_factors(factors, ws, scale=options.scale)
+        return A, B, None
+    deltas = [(b.float() @ a.float()).mul_(s) for a, b, s in factors]  # (out, in) in the factor layout
+    gens = [torch.Generator(device=device).manual_seed(tensor_seed(options.seed, name, i)) for i, _ in members]
+    D = method.combine(deltas, ws, density=options.density, drop_rate=options.drop_rate, generators=gens)
+    A, B, error = svd_factors(D.mul_(options.scale), rank)
+    return A, B, error
+
+
+def _config(adapters: list[LoraAdapter], modules: dict[str, dict[str, Any]]) -> dict:
+    """PEFT config with scaling 1 everywhere: ``r = lora_alpha`` = the commonest rank, patterns for the rest.
+
+    ``target_modules`` lists the merged module paths exactly, so no ``layers_to_transform`` of one
+    input can hide a module another input adapts.
+    """
+    ranks = {m: v["rank"] for m, v in modules.items()}
+    r = max(Counter(ranks.values()).most_common(), key=lambda rc: (rc[1], rc[0]))[0]
+    pattern = {m: k for m, k in ranks.items() if k != r}
+    first = adapters[0].config
+    return lora_config_dict(r=r, alpha=r, target_modules=list(modules), base_model=adapters[0].base_model,
+                            rank_pattern=pattern, alpha_pattern=dict(pattern),
+                            task_type=first.get("task_type", "CAUSAL_LM"),
+                            fan_in_fan_out=bool(first.get("fan_in_fan_out")))
+
+
+def _report(options, method: AdapterMethod, adapters, weights, modules) -> dict[str, Any]:
+    errors = [v["relative_error"] for v in modules.values() if "relative_error" in v]
+    partial = {m: v["adapters"] for m, v in modules.items() if len(v["adapters"]) < len(adapters)}
+    return {
+        "method": method.name, "reference": method.reference,
+        "parameters": {k: getattr(options, k) for k in method.params},
+        "seed": options.seed if method.random else None,
+        "scale": options.scale,
+        "weights": weights,
+        "weight_source": "given" if options.weights is not None else
+                         f"mode {options.mode}" if options.mode else "1 each (sum)",
+        "adapters": [{"path": str(a.path), "r": a.r, "lora_alpha": a.alpha, "modules": len(a.modules())}
+                     for a in adapters],
+        "modules": modules,
+        "partial_modules": partial,   # module -> indices of the adapters it was merged from
+        "max_relative_error": max(errors) if errors else None,
+    }
