@@ -16,7 +16,7 @@ import math
 import queue
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paw import arch
 from paw.device import resolve_device, single_threaded_cpu
@@ -26,6 +26,7 @@ from paw.io.stream import iter_aligned
 from paw.progress import track
 from paw.taskvec.align import align
 from paw.taskvec.groups import aggregate, module_group
+from paw.taskvec.spectra import SpectraOptions, pair_matrix, spectra_groups, tensor_spectra
 from paw.taskvec.stats import DeltaStats, TensorResult, delta_stats
 from paw.validate import clamp_cosine, refuse_nonfinite
 
@@ -48,6 +49,32 @@ class TaskVectorResults:
     tied_lm_head: dict = field(default_factory=lambda: {"tied": False})
     base_path: str = ""
     model_paths: list[str] = field(default_factory=list)
+    spectra_options: SpectraOptions | None = None  # set when spectra were computed
+    spectra: list[list] = field(default_factory=list)  # [model][tensor]: SpectralStats, None unless 2-D
+    pairs: list[dict] = field(default_factory=list)    # [tensor]: {(i, j): PairCounts | None}, i < j
+
+    def spectra_groups(self, i: int) -> dict[str, dict]:
+        """Spectra of model ``i`` per group (:func:`paw.taskvec.spectra.spectra_groups`); {} without them."""
+        if self.spectra_options is None:
+            return {}
+        rows = zip(self.names, (s.sumsq for s in self.stats[i]), self.spectra[i], strict=True)
+        return spectra_groups(rows, self.spectra_options.ranks)
+
+    def spectra_energy(self, i: int) -> list[float]:
+        """Energy held at each rank over all 2-D tensors of model ``i``, weighted by ‖Δ‖² (nan if none)."""
+        rows = [(s.sumsq, sp) for s, sp in zip(self.stats[i], self.spectra[i], strict=True)
+                if sp is not None and not math.isnan(sp.stable_rank)]
+        total = math.fsum(w for w, _ in rows)
+        return [math.fsum(w * sp.energies[r] for w, sp in rows) / total if total else math.nan
+                for r in range(len(self.spectra_options.ranks))]
+
+    def sign_agreement(self) -> list[list[float]]:
+        """N x N share of entries (over all tensors) where two task vectors' signs agree."""
+        return pair_matrix(self.pairs, len(self.models), "sign_agreement")
+
+    def mask_overlap(self) -> list[list[float]]:
+        """N x N Jaccard index of the top-``density`` magnitude masks, summed over all tensors."""
+        return pair_matrix(self.pairs, len(self.models), "mask_overlap")
 
     def global_l2(self, i: int) -> float:
         return math.sqrt(math.fsum(s.sumsq for s in self.stats[i]))
@@ -86,14 +113,17 @@ class TaskVectorResults:
 def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, device="cpu",
                          devices: Sequence | None = None, include: str | None = None,
                          exclude: str | None = None, chunk_size: int | None = None,
-                         description: str = "task vectors", allow_nonfinite: bool = False) -> TaskVectorResults:
+                         description: str = "task vectors", allow_nonfinite: bool = False,
+                         spectra: SpectraOptions | None = None) -> TaskVectorResults:
     """Stream Δ_i = models[i] − base over every tensor they share and return the statistics.
 
     ``device`` is a ``torch.device`` or a ``--device`` string; ``devices`` (several) overrides it
     and spreads tensors over them. ``include`` / ``exclude`` are regexes on tensor names.
     Raises :class:`PawError` for mismatched architectures or when no tensor is comparable, and
     :class:`~paw.validate.NonFinite` naming the model and the first tensor holding NaN/Inf unless
-    ``allow_nonfinite`` (its statistics and cosines are then ``nan``).
+    ``allow_nonfinite`` (its statistics and cosines are then ``nan``). ``spectra`` adds the
+    spectra of every 2-D Δ and the sign agreement and mask overlap of every pair
+    (:mod:`paw.taskvec.spectra`), one tensor at a time like the rest.
     """
     import torch
 
@@ -119,11 +149,17 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
         for i, (ckpt, tensor) in enumerate(zip(ckpts, tensors, strict=True)):  # the merge's policy, by name
             refuse_nonfinite(name, tensor, what=f"{'base' if i == 0 else 'model'} {ckpt.name} (its task-vector "
                              "statistics would be nan)", allow=allow_nonfinite, path=ckpt.path)
-        return delta_stats(tensors[0], tensors[1:], chunk_size=chunk_size)
+        result = delta_stats(tensors[0], tensors[1:], chunk_size=chunk_size)
+        if spectra is None:
+            return result
+        per_model, pairs = tensor_spectra(tensors[0], tensors[1:], spectra)
+        return replace(result, spectra=per_model, pairs=pairs)
 
     k = len(models)
     stats: list[list[DeltaStats]] = [[] for _ in range(k)]
     gram = [[0.0] * k for _ in range(k)]
+    spectral: list[list] = [[] for _ in range(k)] if spectra is not None else []
+    pairs: list[dict] = []
     with single_threaded_cpu(targets):
         results = _run(names, work, targets)
         for result in track(results, f"{description} ({k} model{'s' if k > 1 else ''})", total=len(names)):
@@ -131,11 +167,15 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
                 stats[i].append(result.stats[i])
                 for j in range(k):
                     gram[i][j] += result.gram[i][j]
+                if spectra is not None:
+                    spectral[i].append(result.spectra[i])
+            if spectra is not None:
+                pairs.append(result.pairs)
     return TaskVectorResults(
         base=base.name, models=unique_names([m.name for m in models]), names=names,
         shapes=[tuple(base.shape(n)) for n in names], stats=stats, gram=gram,
         skipped=dict(sorted(skipped.items())), tied_lm_head=tied, base_path=str(base.path),
-        model_paths=[str(m.path) for m in models])
+        model_paths=[str(m.path) for m in models], spectra_options=spectra, spectra=spectral, pairs=pairs)
 
 
 def cpu_workers(requested: int = 0) -> int:

@@ -23,6 +23,7 @@ from paw.io.manifest import describe_input, records_call
 from paw.progress import status
 from paw.taskvec.compute import compute_task_vectors, cpu_workers, unique_names
 from paw.taskvec.report import check_report_outputs, write_report
+from paw.taskvec.spectra import SpectraOptions
 
 PathLike = str | Path
 
@@ -40,12 +41,17 @@ class TaskVectorRun:
 def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = "tv_stats", *,
                  device: str = "cpu", multi_gpu: bool = False, top_k: int = 50, include: str | None = None,
                  exclude: str | None = None, workers: int = 0, overwrite: bool = False,
-                 allow_nonfinite: bool = False, command: str | None = None) -> TaskVectorRun:
+                 allow_nonfinite: bool = False, spectra: SpectraOptions | None = None,
+                 command: str | None = None) -> TaskVectorRun:
     """Task vectors Δ = model − base: per-tensor stats with exact quantiles, groups, cosines, plot.
+
+    ``spectra`` (``--spectra``) adds stable rank, effective rank and energy at ranks per 2-D tensor,
+    and the sign agreement and top-k mask overlap of every pair of models (:mod:`paw.taskvec.spectra`).
 
     A model (or the base) holding NaN/Inf is refused, naming it and the tensor, unless
     ``allow_nonfinite``: then its statistics are ``nan`` in the report.
     """
+    spectra = spectra.check() if spectra is not None else None
     specs = [str(m) for m in models]
     base_ckpt = open_checkpoint(base)
     model_ckpts = [open_checkpoint(m) for m in specs]
@@ -54,7 +60,7 @@ def task_vectors(base: PathLike, models: Sequence[PathLike], outdir: PathLike = 
                          inputs=[base_ckpt.path, *(m.path for m in model_ckpts)])
     devices = _devices(resolve_device(device), multi_gpu, workers)
     results = compute_task_vectors(base_ckpt, model_ckpts, devices=devices, include=include, exclude=exclude,
-                                   allow_nonfinite=allow_nonfinite)
+                                   allow_nonfinite=allow_nonfinite, spectra=spectra)
     inputs = {"base": describe_input(base), "models": [describe_input(m) for m in specs]}
     try:
         write_report(outdir, results, top_k=top_k, command=command, inputs=inputs,

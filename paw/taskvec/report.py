@@ -10,6 +10,15 @@ Layout (names and columns are an interface: users and ``paw merge`` read them)::
     DIR/<model>/group_l2_bar.png        L2 per module group and per layer
     DIR/pairwise_cosines.csv            N x N cosines of the flattened task vectors
 
+With ``--spectra`` (:mod:`paw.taskvec.spectra`), also::
+
+    DIR/<model>/spectra.csv             one row per 2-D parameter, spectra_columns(ranks)
+    DIR/<model>/spectra_groups.csv      the same per group (energies weighted by ‖Δ‖²)
+    DIR/<model>/energy_by_rank.png      energy held against rank, one line per module group
+    DIR/pairwise_sign_agreement.csv     N x N, with two models or more
+    DIR/pairwise_mask_overlap.csv       N x N Jaccard of the top-k masks, with two models or more
+    DIR/pairwise_interference.csv       per tensor and pair: sign_agreement, mask_overlap
+
 Row builders, the summary and the figure are pure; :func:`write_report` writes through
 ``paw.io`` (the whole report folder atomically, as one rename).
 """
@@ -31,6 +40,59 @@ QUANTILE_COLUMNS = [f"q{q}" for q in QUANTILES]
 PER_PARAM_COLUMNS = ["param", "shape", "numel", "l2", "l1", "maxabs", "mean", "std", "skew",
                      "kurtosis_excess", *QUANTILE_COLUMNS]
 COSINES_FILE = "pairwise_cosines.csv"
+PAIR_FILES = {"sign_agreement": "pairwise_sign_agreement.csv", "mask_overlap": "pairwise_mask_overlap.csv"}
+INTERFERENCE_FILE = "pairwise_interference.csv"
+INTERFERENCE_COLUMNS = ["param", "model_a", "model_b", "sign_agreement", "mask_overlap"]
+
+
+def spectra_columns(ranks) -> list[str]:
+    """``['param', 'shape', 'stable_rank', 'effective_rank', 'energy_at_8', ..., 'exact_svd']``."""
+    return ["param", "shape", "stable_rank", "effective_rank", *(f"energy_at_{k}" for k in ranks), "exact_svd"]
+
+
+def spectra_group_columns(ranks) -> list[str]:
+    return ["group", "tensors", "stable_rank_mean", "effective_rank_mean", *(f"energy_at_{k}" for k in ranks)]
+
+
+def spectra_rows(results: TaskVectorResults, i: int) -> list[dict]:
+    """One dict per 2-D tensor of model ``i``, keyed by :func:`spectra_columns`."""
+    ranks = results.spectra_options.ranks
+    rows = []
+    for name, shape, s in zip(results.names, results.shapes, results.spectra[i], strict=True):
+        if s is not None:
+            rows.append({"param": name, "shape": "x".join(map(str, shape)), "stable_rank": s.stable_rank,
+                         "effective_rank": s.effective_rank, "exact_svd": s.exact,
+                         **{f"energy_at_{k}": e for k, e in zip(ranks, s.energies, strict=True)}})
+    return rows
+
+
+def interference_rows(results: TaskVectorResults) -> list[list]:
+    """``[param, model_a, model_b, sign_agreement, mask_overlap]`` per tensor and pair (nan: NaN/Inf)."""
+    rows = []
+    for name, pairs in zip(results.names, results.pairs, strict=True):
+        for (i, j), c in pairs.items():
+            figures = [c.sign_agreement, c.mask_overlap] if c is not None else [float("nan")] * 2
+            rows.append([name, results.models[i], results.models[j], *figures])
+    return rows
+
+
+def energy_figure(groups: dict[str, dict], ranks, *, model: str, base: str):
+    """Energy held by a rank-k update against k (log axis), one line per module group."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for group in (g for g in GROUP_ORDER if g in groups):
+        ax.plot(ranks, [groups[group][f"energy_at_{k}"] for k in ranks], marker="o", label=group)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ranks), [str(k) for k in ranks])
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("rank k of the update (per tensor)")
+    ax.set_ylabel("share of ‖Δ‖² held (weighted by tensor)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"Energy at rank k: {model} − {base}", fontsize=11)
+    return fig
 
 
 def param_rows(results: TaskVectorResults, i: int) -> list[dict]:
@@ -68,6 +130,11 @@ def summary(results: TaskVectorResults, i: int, *, top_k: int) -> dict:
         "tied_lm_head": results.tied_lm_head,
         "quantiles_percent": list(QUANTILES),
         "top_k": top_k,
+        **({"spectra": {"ranks": list(results.spectra_options.ranks),
+                        "mask_density": results.spectra_options.density,
+                        "energy_at": dict(zip(map(str, results.spectra_options.ranks), results.spectra_energy(i),
+                                              strict=True)),
+                        "groups": results.spectra_groups(i)}} if results.spectra_options else {}),
     }
 
 
@@ -158,7 +225,24 @@ def write_report(outdir: str | Path, results: TaskVectorResults, *, top_k: int =
             notes = {"lm_head": "tied (in embed)"} if results.tied_lm_head.get("tied") else None
             save_figure(group_l2_figure(info["groups"], model=name, base=results.base, notes=notes),
                         folder / "group_l2_bar.png")
-        cos = results.cosines()
-        write_csv(tmp / COSINES_FILE, [[name, *row] for name, row in zip(results.models, cos, strict=True)],
-                  ["model", *results.models])
+            if results.spectra_options:
+                _write_spectra(folder, results, i, info["spectra"]["groups"])
+        _write_matrix(tmp / COSINES_FILE, results.models, results.cosines())
+        if results.spectra_options and len(results.models) > 1:
+            _write_matrix(tmp / PAIR_FILES["sign_agreement"], results.models, results.sign_agreement())
+            _write_matrix(tmp / PAIR_FILES["mask_overlap"], results.models, results.mask_overlap())
+            write_csv(tmp / INTERFERENCE_FILE, interference_rows(results), INTERFERENCE_COLUMNS)
     return output_paths(outdir, results.models)
+
+
+def _write_spectra(folder: Path, results: TaskVectorResults, i: int, groups: dict) -> None:
+    ranks = results.spectra_options.ranks
+    write_csv(folder / "spectra.csv", spectra_rows(results, i), spectra_columns(ranks))
+    write_csv(folder / "spectra_groups.csv", [{"group": g, **v} for g, v in groups.items()],
+              spectra_group_columns(ranks))
+    save_figure(energy_figure(groups, ranks, model=results.models[i], base=results.base),
+                folder / "energy_by_rank.png")
+
+
+def _write_matrix(path: Path, models: Sequence[str], matrix: list[list[float]]) -> None:
+    write_csv(path, [[name, *row] for name, row in zip(models, matrix, strict=True)], ["model", *models])

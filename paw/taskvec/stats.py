@@ -53,6 +53,8 @@ class TensorResult:
 
     stats: list[DeltaStats]
     gram: list[list[float]]
+    spectra: list | None = None  # paw.taskvec.spectra.SpectralStats per model (None unless 2-D), with --spectra
+    pairs: dict | None = None    # {(i, j): PairCounts} for i < j, with --spectra
 
 
 def default_chunk(device, models: int = 1) -> int:
