@@ -61,6 +61,7 @@ def test_every_registry_refuses_a_second_entry_under_a_taken_name(module, name, 
 def test_cli_choices_follow_the_registries(cli):
     from paw.cli.merge import _Method, _Mode
     from paw.cli.transfer import LayerMap, Method
+    from paw.merge.adapters import ADAPTER_METHODS
     from paw.merge.methods import METHODS as MERGE_METHODS
     from paw.merge.weights import WEIGHT_MODES
     from paw.transfer.distill import DISTILL
@@ -70,7 +71,7 @@ def test_cli_choices_follow_the_registries(cli):
     # the data-free maps of the registry, then distill (a training pipeline of its own)
     assert [m.value for m in Method] == [*method_names(), DISTILL] and method_names()[0] == "auto"
     assert [m.value for m in LayerMap] == LAYER_MAPS.names()
-    assert [m.value for m in _Method] == MERGE_METHODS.names()
+    assert [m.value for m in _Method] == [*MERGE_METHODS.names(), *ADAPTER_METHODS.names()]  # full-model, then --adapters
     assert [m.value for m in _Mode] == WEIGHT_MODES.names()
     help_text = cli("align-vocab", "--help").stdout
     from paw.vocab.align import METHODS as ALIGNERS
