@@ -264,10 +264,10 @@ def tensor_spectra(base, models: Sequence, options: SpectraOptions):
     """
     import torch
 
-    b32 = base.float()
     spectra, marks = [], []
     for model in models:
-        delta = model.float() - b32
+        delta = model.float() if model.dtype != torch.float32 else model.clone()
+        delta.sub_(base)  # in place: one float32 tensor alive, the base stays in its own dtype
         finite = bool(torch.isfinite(delta).all())
         spectra.append(spectral_stats(delta, ranks=options.ranks, seed=options.seed) if delta.dim() == 2 else None)
         marks.append(sign_and_mask(delta, density=options.density) if finite and len(models) > 1 else None)
