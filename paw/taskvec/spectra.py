@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from paw.errors import PawError
-from paw.merge.methods import top_k_mask
 from paw.taskvec.groups import GROUP_ORDER, groups_of, layer_index
+from paw.taskvec.select import top_k_mask
 from paw.transfer.linalg import EXACT_SVD_DIM, OVERSAMPLE, top_singular
 
 DEFAULT_RANKS = (8, 16, 64)
