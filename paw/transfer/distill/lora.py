@@ -91,8 +91,9 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     choices get the teacher's ``next_words`` likeliest next words as choices (0: none). Returns ``(LoraAdapter for the
     target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
     """
-    DistillOptions(synthesize=synthesize, init=init, alpha=alpha, max_steps=steps, batch_size=batch_size, lr=lr,
-                   max_new_tokens=max_new_tokens, holdout=holdout, next_words=next_words).check_knobs()
+    DistillOptions(prompts=prompts, synthesize=synthesize, seed_examples=seed_examples, init=init, alpha=alpha,
+                   max_steps=steps, batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, holdout=holdout,
+                   next_words=next_words).check()  # the one check of knobs and of which inputs go together
     if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
         lora_rank("--rank", rank, student.model, _target_modules(adapter, student.model, target_modules))
     device = resolve_device(device) if isinstance(device, str) else device
@@ -146,11 +147,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
 # ---------------------------------------------------------------------------------- checks, inputs
 
 def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device):
-    """``(training prompts, held-out prompts, report section)`` from whichever source was given."""
-    given = [prompts is not None, synthesize > 0]
-    if sum(given) != 1:
-        raise PawError("give exactly one input source: --prompts FILE, --prompts generic, or "
-                       "--synthesize N --seed-examples FILE")
+    """``(training prompts, held-out prompts, report section)`` from the one source given (checked by
+    :meth:`DistillOptions.check`)."""
     if synthesize:
         seeds = data.prompts_from(seed_examples or [], what="seed examples")
         made, stats = data.synthesize(teacher.model, teacher.tokenizer, data.check_seeds(seeds), synthesize,

@@ -55,7 +55,7 @@ class DistillOptions:
             raise PawError("--synthesize needs --seed-examples FILE (at most 5 task inputs)")
 
     def check_knobs(self) -> None:
-        """The ranges alone (what :func:`~paw.transfer.distill.lora.distill_lora` also checks for its callers)."""
+        """The ranges alone, before any input is looked at."""
         if self.synthesize < 0:
             raise PawError(f"--synthesize {self.synthesize}: must not be negative")
         if self.init not in INITS:
