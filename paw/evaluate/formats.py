@@ -51,22 +51,46 @@ class Reader:
     parse: Callable[[Record], MCItem]
     help: str
     keys: tuple[str, ...] = ()
+    answer: dict[str, Callable[[Record], Any]] | None = None  # answer field -> placeholder, for unlabeled inputs
 
 
 READERS: Registry[Reader] = Registry("data format")
 
 
-def reader(name: str, *, keys: tuple[str, ...], help: str, extra: Callable[[Record], bool] | None = None):
-    """Register ``parse`` under ``name``; it is detected when the record has all ``keys`` (and ``extra``)."""
+def reader(name: str, *, keys: tuple[str, ...], help: str, extra: Callable[[Record], bool] | None = None,
+           answer: dict[str, Callable[[Record], Any]] | None = None):
+    """Register ``parse`` under ``name``; it is detected when the record has all ``keys`` (and ``extra``).
+
+    ``answer`` maps the layout's answer field(s) to a placeholder value, so that a file of the same
+    layout without answers (unlabeled task inputs, as distillation takes) is read too, by
+    :func:`items_from_records` with ``labels=False``.
+    """
 
     def register(parse: Callable[[Record], MCItem]) -> Callable[[Record], MCItem]:
         def detect(record: Record) -> bool:
             return all(k in record for k in keys) and (extra is None or extra(record))
 
-        READERS.add(name, Reader(detect, parse, help, keys))
+        READERS.add(name, Reader(detect, parse, help, keys, answer))
         return parse
 
     return register
+
+
+def _unlabeled(record: Record) -> Record | None:
+    """``record`` with a placeholder answer when it is an item of a known layout that lacks only its
+    answer field(s); None when it carries an answer or no layout knows it."""
+    name = next((n for n, r in READERS.items() if r.detect(record)), None)
+    candidates = [READERS[name]] if name is not None else list(READERS.values())
+    for entry in candidates:
+        if not entry.answer or any(k in record for k in entry.answer):
+            continue
+        try:
+            filled = {**record, **{k: make(record) for k, make in entry.answer.items()}}
+        except (KeyError, TypeError, IndexError, AttributeError):
+            continue
+        if entry.detect(filled):
+            return filled
+    return None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -184,6 +208,12 @@ def _labelled(record: Record, question: str, prompt: str, what: str) -> MCItem:
     return MCItem(prompt.format(q=question.strip()), _continuations(texts), answer, str(record.get("id", "")))
 
 
+def _first_label(record: Record) -> Any:
+    """The first choice label of an ARC-style record (a placeholder answer for unlabeled inputs)."""
+    choices = record["choices"]
+    return choices.get("label", ["A"])[0]
+
+
 # --------------------------------------------------------------------------- readers
 
 PROMPTS = {  # prompt per data set name, for the ``formatted`` layout that records ``dataset``
@@ -223,7 +253,7 @@ def _formatted_answer(record: Record, options: list[str]) -> int:
     return _as_index(record["target_idx"], len(options), "target_idx")
 
 
-@reader("formatted", keys=("input", "options", "target_idx"),
+@reader("formatted", keys=("input", "options", "target_idx"), answer={"target_idx": lambda r: 0},
         help="input, options, target, target_idx (ARC/OBQA options 'A: text' lose the label)")
 def _formatted(record: Record) -> MCItem:
     dataset = str(record.get("dataset", ""))
@@ -241,18 +271,19 @@ def _formatted(record: Record) -> MCItem:
 
 
 @reader("arc", keys=("question", "choices", "answerKey"), help="ARC: question, choices.text/label, answerKey",
-        extra=lambda r: isinstance(r["choices"], dict))
+        extra=lambda r: isinstance(r["choices"], dict), answer={"answerKey": lambda r: _first_label(r)})
 def _arc(record: Record) -> MCItem:
     return _labelled(record, _text(record["question"], "question"), PROMPTS["arc"], "arc")
 
 
-@reader("openbookqa", keys=("question_stem", "choices", "answerKey"),
+@reader("openbookqa", keys=("question_stem", "choices", "answerKey"), answer={"answerKey": lambda r: _first_label(r)},
         help="OpenBookQA: question_stem, choices.text/label, answerKey")
 def _openbookqa(record: Record) -> MCItem:
     return _labelled(record, _text(record["question_stem"], "question_stem"), PROMPTS["openbookqa"], "openbookqa")
 
 
-@reader("piqa", keys=("goal", "sol1", "sol2"), help="PIQA: goal, sol1, sol2, label|answer (0/1)")
+@reader("piqa", keys=("goal", "sol1", "sol2"), help="PIQA: goal, sol1, sol2, label|answer (0/1)",
+        answer={"label": lambda r: 0, "answer": lambda r: 0})
 def _piqa(record: Record) -> MCItem:
     field = "label" if "label" in record else "answer"
     answer = _as_index(record.get(field), 2, field)
@@ -262,7 +293,8 @@ def _piqa(record: Record) -> MCItem:
 
 
 @reader("winogrande", keys=("sentence", "option1", "option2"),
-        help="Winogrande: sentence with _, option1, option2, answer '1'|'2' (partial scoring)")
+        help="Winogrande: sentence with _, option1, option2, answer '1'|'2' (partial scoring)",
+        answer={"answer": lambda r: "1"})
 def _winogrande(record: Record) -> MCItem:
     sentence = _text(record["sentence"], "sentence")
     if BLANK not in sentence:
@@ -272,7 +304,8 @@ def _winogrande(record: Record) -> MCItem:
     return MCItem(sentence, options, answer, str(record.get("id", record.get("qID", ""))), fill_blank=True)
 
 
-@reader("boolq", keys=("question", "passage", "answer"), help="BoolQ: question, passage, answer (bool) -> no/yes")
+@reader("boolq", keys=("question", "passage", "answer"), help="BoolQ: question, passage, answer (bool) -> no/yes",
+        answer={"answer": lambda r: False})
 def _boolq(record: Record) -> MCItem:
     if not isinstance(record["answer"], bool):
         raise ValueError(f"answer {_short(record['answer'])} is not true/false")
@@ -288,7 +321,7 @@ def _hellaswag_clean(text: str) -> str:
 
 
 @reader("hellaswag", keys=("endings",), help="HellaSwag: ctx (or ctx_a, ctx_b), endings, label, activity_label",
-        extra=lambda r: "ctx" in r or "ctx_a" in r)
+        extra=lambda r: "ctx" in r or "ctx_a" in r, answer={"label": lambda r: 0})
 def _hellaswag(record: Record) -> MCItem:
     if "ctx_a" in record:
         ctx = f"{record['ctx_a']} {str(record.get('ctx_b', '')).capitalize()}".strip()
@@ -303,7 +336,8 @@ def _hellaswag(record: Record) -> MCItem:
 
 @reader("mc", keys=("question", "choices", "answer"),
         help="flat: question, choices (list), answer (0-based index, letter or the choice text)",
-        extra=lambda r: not isinstance(r["choices"], dict))  # a string or null here is refused by name
+        extra=lambda r: not isinstance(r["choices"], dict),  # a string or null here is refused by name
+        answer={"answer": lambda r: 0})
 def _flat(record: Record) -> MCItem:
     choices = _texts(record["choices"], "choices")
     answer = record["answer"]
@@ -320,8 +354,11 @@ def _flat(record: Record) -> MCItem:
 
 # --------------------------------------------------------------------------- file level
 
-def detect_format(record: Record) -> str | None:
-    """The first registered layout that recognises ``record`` (``None`` when none does)."""
+def detect_format(record: Record, *, labels: bool = True) -> str | None:
+    """The first registered layout that recognises ``record`` (``None`` when none does); with
+    ``labels=False`` also a record of a layout that lacks only its answer field."""
+    if not labels:
+        record = _unlabeled(record) or record
     return next((name for name, r in READERS.items() if r.detect(record)), None)
 
 
@@ -341,14 +378,20 @@ def read_items(path: str | Path, format: str = "auto", limit: int | None = None)
 
 
 def items_from_records(records: Iterable[tuple[int, Record]], path: str | Path, *, format: str = "auto",
-                       limit: int | None = None) -> list[MCItem]:
-    """Items of ``(line number, record)`` pairs already read; ``path`` names the file in a refusal."""
+                       limit: int | None = None, labels: bool = True) -> list[MCItem]:
+    """Items of ``(line number, record)`` pairs already read; ``path`` names the file in a refusal.
+
+    ``labels=False`` accepts records without their answer field (unlabeled task inputs): such an
+    item gets a placeholder answer (the first choice) that means nothing and must not be scored.
+    """
     path = Path(path)
     items: list[MCItem] = []
     name = None if format == "auto" else format
     for number, record in records:
         if limit is not None and len(items) >= limit:
             break
+        if not labels:
+            record = _unlabeled(record) or record
         if name is None:
             name = detect_format(record)
             if name is None:

@@ -97,14 +97,14 @@ def _side(base: str | Path, info, device, *, adapter: str | Path | None = None) 
 
 
 def read_inputs(path: str | Path, *, what: str = "prompt file") -> list:
-    """Inputs of a file, read once: ``MCItem`` s of any layout ``paw eval`` reads (the answers are
-    dropped later), ``str`` s of JSON records with a ``text``/``prompt`` field, or its plain lines."""
+    """Inputs of a file, read once: ``MCItem`` s of any layout ``paw eval`` reads, with or without
+    their answers (answers are dropped later), ``str`` s of JSON records with a ``text``/``prompt`` field, or its plain lines."""
     lines = read_prompt_file(path, what=what)
     first = _json_object(lines[0][1])
     if first is None:
         return [text.strip() for _, text in lines]
-    if detect_format(first) is not None:
-        return items_from_records(((n, parse_record(text, Path(path), n)) for n, text in lines), path)
+    if detect_format(first, labels=False) is not None:  # answers are dropped anyway: a file without them is fine
+        return items_from_records(((n, parse_record(text, Path(path), n)) for n, text in lines), path, labels=False)
     texts = []
     for number, (_, line) in enumerate(lines, start=1):
         record = _json_object(line) or {}
