@@ -1,0 +1,206 @@
+"""Small full fine-tuning on the correct answers of a multiple-choice set: every weight trains.
+
+The same data path and loss as :func:`paw.evaluate.train.train_lora` (the right choice's tokens after
+each question, cross-entropy on the answer tokens only, the context masked; the same seeded batch
+order), but AdamW updates all parameters instead of a LoRA. It exists to make *full fine-tunes*
+with a known task gain, the input :func:`paw.extract.extract_lora` turns into a LoRA and
+``paw transfer-lora --finetune`` moves::
+
+    from paw.evaluate.finetune import FinetuneOptions, finetune_model
+    out = finetune_model("./tiny/base", "train.jsonl", "./tiny/ft", FinetuneOptions(steps=200, lr=1e-4),
+                         eval_data="test.jsonl")
+    out.metrics["base/accuracy"], out.metrics["test/accuracy"]
+
+The weights are saved in float32 whatever the base's dtype: a few hundred steps at ``lr`` 1e-5 move a
+weight by far less than one bfloat16 step (2⁻⁸ relative), so rounding to bfloat16 would erase most
+of the update. Reproducible on CPU: ``torch.manual_seed(seed)`` and the seeded batch order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from paw import __version__
+from paw.device import resolve_device
+from paw.errors import PawError
+from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.formats import read_items
+from paw.evaluate.items import MCItem
+from paw.evaluate.mc import evaluate
+from paw.evaluate.train import answer_loss, batches_in_order
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.hub import quiet_transformers
+from paw.io.lm import load_lm
+from paw.io.manifest import describe_input, records_call
+from paw.io.writer import write_checkpoint
+from paw.progress import track
+
+PathLike = str | Path
+METRICS_JSON = "metrics.json"
+MANIFEST_JSON = "paw_train_full.json"
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    """Every knob of :func:`finetune` / :func:`finetune_model`; :meth:`check` runs before a model is read."""
+
+    steps: int = 300                 # --steps: optimiser steps
+    batch_size: int = 8              # --batch-size: sequences per step
+    lr: float = 1e-5                 # --lr: AdamW learning rate, constant
+    weight_decay: float = 0.0        # --weight-decay: AdamW's decoupled decay
+    max_grad_norm: float = 1.0       # --max-grad-norm: clip the global gradient norm (0: no clipping)
+    freeze_embeddings: bool = False  # --freeze-embeddings: keep the input embedding (and a tied head) fixed
+    seed: int = 0                    # --seed: initial state and batch order
+    device: str = "cpu"              # --device
+
+    def check(self) -> FinetuneOptions:
+        """Refuse bad values naming the flag (one line, exit 2 in the CLI)."""
+        for flag, value in (("--steps", self.steps), ("--batch-size", self.batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PawError(f"{flag} must be an integer of at least 1, got {value!r}")
+        for flag, value, positive in (("--lr", self.lr, True), ("--weight-decay", self.weight_decay, False),
+                                      ("--max-grad-norm", self.max_grad_norm, False)):
+            ok = isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)
+            if not ok:
+                raise PawError(f"{flag} must be a finite number {'above' if positive else 'of at least'} 0, got {value!r}")
+        return self
+
+
+def finetune(model, tokenizer, items: Sequence[MCItem], options: FinetuneOptions = FinetuneOptions(), *,
+             eval_items: Sequence[MCItem] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train every weight of ``model`` (in place) on the right answers of ``items``; returns the metrics.
+
+    ``metrics``: the options, ``n_train``, ``trainable_parameters``, ``train_losses`` (every step),
+    ``train_loss_start`` / ``train_loss_end`` (mean of the first / last 10 steps), ``train_seconds``
+    (process CPU time), and with ``eval_items`` the :func:`~paw.evaluate.mc.evaluate` figures before
+    (``base/...``) and after (``test/...``) training.
+    """
+    import time
+
+    import torch
+
+    options.check()
+    if not items:
+        raise PawError("no training items")
+    model.to(resolve_device(options.device))
+    metrics: dict[str, Any] = {**asdict(options), "n_train": len(items)}
+    if eval_items:
+        metrics.update(_prefixed("base", _evaluate(model, tokenizer, eval_items, options, progress)))
+    torch.manual_seed(options.seed)
+    params = _trainable(model, options.freeze_embeddings)
+    metrics["trainable_parameters"] = sum(p.numel() for p in params)
+    start = time.process_time()
+    losses = _train(model, tokenizer, items, params, options, progress)
+    window = max(1, min(10, options.steps))
+    metrics.update(train_seconds=time.process_time() - start, train_losses=losses,
+                   train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window)
+    if eval_items:
+        metrics.update(_prefixed("test", _evaluate(model, tokenizer, eval_items, options, progress)))
+    return metrics
+
+
+def _trainable(model, freeze_embeddings: bool) -> list:
+    """The parameters AdamW updates: all of them, less the input embedding when asked (a tied head is
+    the same tensor, so it stays fixed too)."""
+    frozen = {id(model.get_input_embeddings().weight)} if freeze_embeddings else set()
+    params = []
+    for p in model.parameters():
+        p.requires_grad_(id(p) not in frozen)
+        if id(p) not in frozen:
+            params.append(p)
+    return params
+
+
+def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: bool) -> list[float]:
+    import torch
+
+    device = next(model.parameters()).device
+    max_length = max_length_of(model)
+    encoded = [_encode_answer(tokenizer, item, max_length) for item in items]
+    optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
+    pad_id = pad_id_of(tokenizer)
+    order = batches_in_order(len(encoded), options.batch_size, options.steps, options.seed)
+    losses: list[float] = []
+    model.train()
+    steps = range(options.steps)
+    for step in track(steps, "fine-tuning", total=options.steps) if progress else steps:
+        batch = make_batch([encoded[i] for i in order[step]], pad_id=pad_id, padding_side="right")
+        logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                       position_ids=batch.position_ids.to(device)).logits
+        loss = answer_loss(logits, batch.targets.to(device), batch.target_mask.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if options.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
+        optimizer.step()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise PawError(f"the training loss became {value} at step {step + 1}; lower --lr")
+        losses.append(value)
+    model.eval()
+    return losses
+
+
+def _encode_answer(tokenizer, item: MCItem, max_length: int | None):
+    if not 0 <= item.answer < len(item.choices):
+        raise PawError(f"item {item.id!r}: answer {item.answer} out of range for {len(item.choices)} choices")
+    context, continuation = item.pairs()[item.answer]
+    return encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer")
+
+
+def _evaluate(model, tokenizer, items, options: FinetuneOptions, progress: bool) -> dict:
+    return evaluate(model, tokenizer, items, batch_size=max(options.batch_size, 8), progress=progress)
+
+
+def _prefixed(prefix: str, values: dict) -> dict:
+    return {f"{prefix}/{k}": v for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class FineTuned:
+    """A full fine-tune written to ``output`` (a Hugging Face folder with ``metrics.json``)."""
+
+    output: Path
+    metrics: dict[str, Any]
+
+
+@records_call
+def finetune_model(model: PathLike, data: PathLike, output: PathLike, options: FinetuneOptions = FinetuneOptions(),
+                   *, eval_data: PathLike | None = None, format: str = "auto", limit: int | None = None,
+                   eval_limit: int | None = None, overwrite: bool = False,
+                   command: str | None = None) -> FineTuned:
+    """Fully fine-tune the model folder ``model`` on ``data`` and write it to ``output`` (float32).
+
+    The folder holds exactly the base checkpoint's tensor names (a tied head stays tied), the base's
+    tokenizer and side files, ``metrics.json`` and ``paw_train_full.json`` (provenance); it appears
+    atomically. Bad options, data or paths are refused before the model is read.
+    """
+    quiet_transformers()
+    options.check()
+    output = Path(output)
+    check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
+    ckpt = open_checkpoint(model)  # a wrong folder is named before anything is trained
+    names = list(ckpt)
+    items = read_items(data, format=format, limit=limit)
+    eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
+    lm, tokenizer = load_lm(model, device=resolve_device(options.device), dtype="float32")
+    metrics = finetune(lm, tokenizer, items, options, eval_items=eval_items)
+    state = lm.state_dict()
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise PawError(f"the loaded model has no tensor {missing[0]!r} of the checkpoint; "
+                       "train-full writes plain Hugging Face folders only", path=model)
+    config = {**(ckpt.config or lm.config.to_diff_dict()), "dtype": "float32"}  # the base's config.json, in float32
+    if "torch_dtype" in config:
+        config["torch_dtype"] = "float32"
+    inputs = {k: describe_input(v) for k, v in (("model", model), ("data", data), ("eval_data", eval_data)) if v}
+    manifest = {"paw_version": __version__, "command": command, "inputs": inputs, "options": asdict(options)}
+    tensors = ((n, state[n].detach().to("cpu").contiguous()) for n in names)
+    write_checkpoint(output, tensors, config=config, copy_from=ckpt.path, overwrite=overwrite,
+                     extra_files={METRICS_JSON: metrics, MANIFEST_JSON: manifest})
+    return FineTuned(output, metrics)
