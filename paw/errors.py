@@ -1,6 +1,7 @@
 """One error type for everything a user can get wrong, and the outcomes that are not failures.
 
-The CLI prints ``error: <message>`` on one line and exits with code 2, never a traceback.
+The CLI prints ``error: <message>`` on one line and exits with the error's ``exit_code`` (2 for bad
+input, 3 for :class:`NoGain`), never a traceback.
 Messages name the file or value at fault and, where there is one, the fix. Code that must tell
 outcomes apart (the benchmark scores a refusal as the base, a method that cannot apply as n/a)
 catches the subclasses below; it never reads the message text.
@@ -13,6 +14,8 @@ from pathlib import Path
 
 class PawError(Exception):
     """A user-facing failure with a one-line message."""
+
+    exit_code = 2  # what the CLI exits with
 
     def __init__(self, message: str, *, path: str | Path | None = None):
         self.path = None if path is None else str(path)
@@ -33,3 +36,10 @@ class NotApplicable(PawError):
 
 class Skipped(PawError):
     """A step or benchmark target was not run because something it needs is missing."""
+
+
+class NoGain(PawError):
+    """A result was measured and asked to beat a reference, and did not: ``--require-gain`` found
+    the moved adapter no better than the target's base on ``--check-data``. Nothing was written."""
+
+    exit_code = 3

@@ -36,6 +36,23 @@ def accuracy(correct_per_seed: Sequence[Sequence[int]]) -> dict:
     return {"mean": p, "stderr": math.sqrt(p * (1 - p) / n), "n": n, "per_seed": per_seed}
 
 
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict:
+    """Mean of ``a − b`` over the same items and its paired standard error ``sd(a − b) / √n``.
+
+    Pairing removes what both conditions share (the items that are easy or hard for either), so a
+    small gain on a small set is visible where two unpaired binomial errors would hide it.
+
+    >>> paired_difference([1, 1, 0, 1], [0, 1, 0, 0])
+    {'difference': 0.5, 'stderr': 0.28867513459481287, 'n': 4}
+    """
+    x, y = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+    if x.size != y.size:
+        raise ValueError(f"paired outcomes differ in length: {x.size} and {y.size}")
+    d = x - y
+    se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
+    return {"difference": float(d.mean()), "stderr": se, "n": int(d.size)}
+
+
 def _weights(rng, clusters: np.ndarray, n_boot: int) -> np.ndarray:
     """(n_boot, items) bootstrap weights: how often each item's cluster was drawn (clusters of one seed)."""
     labels, index = np.unique(clusters, return_inverse=True)
@@ -70,9 +87,8 @@ def gain_ratio(transfer, base, top, bottom, *, clusters=None, n_boot: int = 1000
     value = value if math.isfinite(value) else None  # 0/0 when the ceiling equals the base: no fraction
     per_seed = [float(_ratio([a[s:s + 1] for a in arrays])) for s in range(arrays[0].shape[0])]
     per_seed = [v if math.isfinite(v) else None for v in per_seed]
-    diff = arrays[2] - arrays[3]
-    gain = float(diff.mean())
-    gain_se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else 0.0
+    paired = paired_difference(arrays[2], arrays[3])
+    gain, gain_se = paired["difference"], paired["stderr"]
     finite = [v for v in per_seed if v is not None]
     out = {"value": value, "stderr": None, "low": None, "high": None, "ceiling_gain": gain,
            "ceiling_ok": bool(gain > 2 * gain_se and gain > 0), "per_seed": per_seed,

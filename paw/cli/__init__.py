@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         with input_scope(), cli_invocation(args):
             command.main(args=args, prog_name="paw", standalone_mode=False)
     except PawError as err:
-        return _fail(str(err))
+        return _fail(str(err), code=err.exit_code)  # 2: bad input; 3: NoGain (--require-gain)
     except KeyboardInterrupt:
         return _fail("interrupted", code=130)
     except SystemExit as exit_:

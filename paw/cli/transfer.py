@@ -90,6 +90,12 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = OVERWRITE,
         allow_nonfinite: bool = ALLOW_NONFINITE,
         track: str = TRACK,
+        check_data: Path = typer.Option(T.check_data, "--check-data", help="Labeled multiple-choice file, never "
+                                        "trained on: score the target base, the target + moved adapter and the "
+                                        "source + adapter, and report the paired gain (any method)."),
+        require_gain: bool = typer.Option(T.require_gain, "--require-gain", help="With --check-data: exit 3 and "
+                                          "write nothing when the moved adapter is not better than the target "
+                                          "base by one paired stderr."),
         # ---- --method distill only (label-free inputs; see docs/distill.md) ----
         prompts: str = typer.Option(D.prompts, "--prompts", help="[distill] Task inputs: a file paw eval reads "
                                     "(answers ignored) or text, one input per line; or 'generic'."),
@@ -144,8 +150,13 @@ def register(app: typer.Typer) -> None:
                                   subspace_rank=subspace_rank, min_similarity=min_similarity,
                                   layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
                                   distill=distill, device=device, overwrite=overwrite,
-                                  allow_nonfinite=allow_nonfinite, command=command_line())
+                                  allow_nonfinite=allow_nonfinite, check_data=check_data, require_gain=require_gain,
+                                  command=command_line())
         (_echo_transfer if result.distill is None else _echo_distill)(result)
         _echo_warnings(result.warnings)
         track_once(track, output, {"command": command_line(), "method": method.value, **result.inputs},
                    _figures(result, method.value))
+        if check_data is not None:  # the gain gate's verdict is the last line
+            from paw.transfer.gate import line
+
+            typer.echo(line(result.report["gate"], check_data))

@@ -28,9 +28,13 @@ class TransferOptions:
     ridge: float = 1e-2                   # ridge strength of least-squares maps, relative to the mean eigenvalue
     force: bool = False                   # transfer even when auto finds the target unrelated
     distill: DistillOptions = field(default_factory=DistillOptions)  # --method distill only
+    check_data: str | Path | None = None  # labeled multiple-choice file for the gain gate (paw.transfer.gate)
+    require_gain: bool = False            # with check_data: exit 3, writing nothing, when the gate finds no gain
 
     def check(self) -> None:
         """Refuse what no transfer can use: distill knobs without ``--method distill``, a knob out of range."""
+        if self.require_gain and self.check_data is None:
+            raise PawError("--require-gain needs --check-data FILE (the labeled items the gain is measured on)")
         if self.method == DISTILL:
             self.distill.check()
             return

@@ -31,6 +31,7 @@ from paw.io.transfer_report import write_transfer
 from paw.io.vocab_map import read_vocab_map
 from paw.transfer.distill.options import DISTILL, DistillOptions
 from paw.transfer.distill.run import distill_to_folder
+from paw.transfer.gate import gain_gated
 from paw.transfer.options import TransferOptions
 from paw.transfer.pipeline import transfer_lora
 from paw.transfer.plots import similarity_figure
@@ -73,23 +74,27 @@ class TransferredAdapter:
 
 
 @records_call
+@gain_gated  # check_data: staged, scored on labeled items, then published or refused (paw.transfer.gate)
 def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: PathLike, output: PathLike, *,
                      method: str = DEFAULTS.method, subspace_rank: int | None = DEFAULTS.subspace_rank,
                      min_similarity: float | None = DEFAULTS.min_similarity, layer_map: str = DEFAULTS.layer_map,
                      vocab_map: PathLike | None = DEFAULTS.vocab_map, ridge: float = DEFAULTS.ridge,
                      force: bool = DEFAULTS.force, distill: DistillOptions | None = None, device: str = "cpu",
                      overwrite: bool = False, allow_nonfinite: bool = False, progress: bool = True,
+                     check_data: PathLike | None = DEFAULTS.check_data, require_gain: bool = DEFAULTS.require_gain,
                      command: str | None = None) -> TransferredAdapter:
     """Read the adapter and both bases, transfer, write ``output`` atomically; every method, distill included.
 
     The knobs are :class:`~paw.transfer.options.TransferOptions` (``distill``: the
     :class:`~paw.transfer.distill.options.DistillOptions` of ``method='distill'``), checked before
     anything is read. An adapter with NaN/Inf values is never written unless ``allow_nonfinite``;
-    the input holding them is named.
+    the input holding them is named. ``check_data`` (a labeled multiple-choice file) adds the gain
+    gate of :mod:`paw.transfer.gate` (``report['gate']``); ``require_gain`` makes a failed gate
+    raise :class:`~paw.errors.NoGain` with nothing written.
     """
     options = TransferOptions(method=method, subspace_rank=subspace_rank, min_similarity=min_similarity,
                               layer_map=layer_map, vocab_map=vocab_map, ridge=ridge, force=force,
-                              distill=distill or DistillOptions())
+                              distill=distill or DistillOptions(), check_data=check_data, require_gain=require_gain)
     options.check()
     if method == DISTILL:
         report, inputs = distill_to_folder(adapter, source_base, target_base, output, options.distill, device=device,
