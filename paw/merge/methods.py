@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from paw.merge import geometric, sparse
 from paw.registry import Registry
 from paw.taskvec.select import kth_largest, top_k_mask  # noqa: F401  (part of this module's API)
 
@@ -48,32 +49,47 @@ class MergeMethod:
     normalise_weights: bool = False     # True: weights are divided by their sum (a weighted average)
     random: bool = False                # True: reads a seeded generator per tensor and model
     elementwise: bool = False           # True: each entry depends on that entry only (blocks are exact)
+    paper: str = ""                     # the reference: paper (authors, year, title) or URL
+    n_models: tuple[int, int | None] = (1, None)  # how many models besides the base: (least, most or None)
+
+    @property
+    def streamed(self) -> bool:
+        """True when the pipeline may merge a tensor in row blocks (elementwise once sparsified);
+        False: the method needs whole tensors (an angle, a norm or a variance over all entries)."""
+        return self.elementwise or self.fixed.get("sparsify") in ("magnitude", "random", "outliers")
 
     def __call__(self, base, deltas, weights, **params):
-        used = {k: v for k, v in params.items() if k in self.params}
-        return self.fn(base, deltas, weights, **self.fixed, **used)
+        return self.fn(base, deltas, weights, **self._bind(self.fixed, params))
+
+    def _bind(self, fixed: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        """``fixed`` overlaid with the knobs this method reads; a None knob keeps the fixed default."""
+        used = {k: v for k, v in params.items() if k in self.params and not (v is None and k in fixed)}
+        return {**fixed, **used}
 
     @property
     def sparsify(self) -> str | None:
         """How each task vector is thinned first: None, magnitude, random or outliers."""
         return self.fixed.get("sparsify")
 
-    def combine(self, base, deltas, weights):
+    def combine(self, base, deltas, weights, **params):
         """The method on task vectors that are already sparsified (the streamed merge does that per block)."""
         fixed = {**self.fixed, "sparsify": None} if "sparsify" in self.fixed else self.fixed
-        return self.fn(base, deltas, weights, **fixed)
+        params = {k: v for k, v in params.items() if k != "generators"}
+        return self.fn(base, deltas, weights, **self._bind(fixed, params))
 
 
 METHODS: Registry[MergeMethod] = Registry("merge method")
 
 
 def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = True, summary: str = "",
-                 normalise_weights: bool = False, elementwise: bool = False, **fixed: Any):
+                 normalise_weights: bool = False, elementwise: bool = False, paper: str = "",
+                 n_models: tuple[int, int | None] = (1, None), **fixed: Any):
     """Register the decorated function as method ``name`` with ``fixed`` keyword arguments bound."""
 
     def register(fn: Callable) -> Callable:
         METHODS.add(name, MergeMethod(name, fn, dict(fixed), tuple(params), needs_base, summary,
-                                    normalise_weights, random="generators" in params, elementwise=elementwise))
+                                    normalise_weights, random=fixed.get("sparsify") in ("random", "della"), elementwise=elementwise,
+                                    paper=paper, n_models=n_models))
         return fn
 
     return register
@@ -117,16 +133,23 @@ def sparsify_outliers(delta, *, density: float, gamma: float):
 
     Davari & Belilovsky 2024, "Model Breadcrumbs: Scaling Multi-Task Model Merging with Sparse
     Masks" (ECCV). Large outliers and the small tail are both treated as noise. With n entries,
-    ranks ``[int(gamma n), int(gamma n) + int(density n))`` in descending |Δ| survive.
+    ranks ``[int(gamma n), int(gamma n) + int(density n))`` in descending |Δ| survive; when
+    ``gamma + density > 1`` fewer outliers are dropped so that ``int(density n)`` entries survive.
     """
     n = delta.numel()
-    n_top, n_keep = int(gamma * n), int(density * n)
+    n_keep = int(density * n)
+    n_top = min(int(gamma * n), n - n_keep)
     magnitude = delta.abs()
     keep = top_k_mask(magnitude, n_top + n_keep) & ~top_k_mask(magnitude, n_top)
     return delta.mul_(keep)
 
 
-def _sparsify(kind: str | None, delta, *, density, drop_rate, gamma, generator):
+def _at(value, i: int):
+    """``value[i]`` for a per-model list, ``value`` itself for one number shared by every model."""
+    return value[i] if isinstance(value, (list, tuple)) else value
+
+
+def _sparsify(kind: str | None, delta, *, density, drop_rate, gamma, epsilon, rescale, generator):
     if kind is None:
         return delta
     if kind == "magnitude":
@@ -135,12 +158,14 @@ def _sparsify(kind: str | None, delta, *, density, drop_rate, gamma, generator):
         return sparsify_random(delta, drop_rate=drop_rate, generator=generator)
     if kind == "outliers":
         return sparsify_outliers(delta, density=density, gamma=gamma)
+    if kind == "della":
+        return sparse.sparsify_della(delta, density=density, epsilon=epsilon, generator=generator, rescale=rescale)
     raise ValueError(f"unknown sparsification {kind!r}")
 
 
 # ---------------------------------------------------------------- combining N task vectors
 
-def sign_consensus_mean(weighted: Sequence, weights: Sequence[float]):
+def sign_consensus_mean(weighted: Sequence, weights: Sequence[float], *, normalize: bool = True):
     """TIES "elect" and "disjoint merge" of weighted task vectors.
 
     ``weighted``: N tensors of shape S, tensor i is ``w_i * trimmed Δ_i``; ``weights``: N floats.
@@ -150,8 +175,9 @@ def sign_consensus_mean(weighted: Sequence, weights: Sequence[float]):
         merged = Σ_i m_i w_i Δ_i / Σ_i m_i w_i,   m_i = [sign(w_i Δ_i) == elected]
 
     With equal weights this is the paper's disjoint mean (Yadav et al. 2023, section 3); entries no
-    model agrees on (all zero) stay zero. Works model by model (no (N, *S) stack), so memory holds
-    the N inputs plus three tensors of shape S.
+    model agrees on (all zero) stay zero. ``normalize=False`` returns the numerator alone (mergekit's
+    ``normalize: false``). Works model by model (no (N, *S) stack), so memory holds the N inputs plus
+    three tensors of shape S.
     """
     import torch
 
@@ -165,73 +191,134 @@ def sign_consensus_mean(weighted: Sequence, weights: Sequence[float]):
         agree = torch.where(plus, t > 0, t < 0)  # zeros (trimmed) never agree
         total.add_(torch.where(agree, t, 0.0))
         divisor.add_(agree, alpha=w)
+    if not normalize:
+        return total
     divisor[divisor == 0] = 1.0
     return total.div_(divisor)
 
 
+_DARE = ("drop_rate", "normalize", "generators")
+_CRUMBS = ("density", "gamma", "normalize")
+_DELLA_PARAMS = ("density", "epsilon", "normalize", "rescale", "generators")
+_DELLA = "Deep et al. 2024, DELLA-Merging: Reducing Interference in Model Merging through Magnitude-Based Sampling (arXiv 2406.11617)"
+
+
 # decorators apply bottom-up: the last one listed registers first (and is listed first in --help)
-@merge_method("breadcrumbs", params=("density", "gamma"), sparsify="outliers",
-              summary="drop top gamma, keep next density, Σ w_i Δ_i")
-@merge_method("dare-ties", params=("drop_rate", "generators"), sparsify="random", consensus=True,
-              summary="random drop + rescale, then TIES sign consensus")
-@merge_method("dare-linear", params=("drop_rate", "generators"), sparsify="random",
-              summary="random drop + rescale, then Σ w_i Δ_i")
-@merge_method("ties", params=("density",), sparsify="magnitude", consensus=True,
-              summary="trim to top density, elect sign, weighted disjoint mean")
-@merge_method("task-arithmetic", summary="Σ w_i Δ_i", elementwise=True)
+@merge_method("della-linear", params=_DELLA_PARAMS, sparsify="della", normalize=False,
+              summary="magnitude-ranked random drop (MagPrune), L1 rescale, Σ w_i Δ_i", paper=_DELLA)
+@merge_method("della", params=_DELLA_PARAMS, sparsify="della", consensus=True, normalize=True,
+              summary="magnitude-ranked random drop (MagPrune), L1 rescale, TIES sign consensus", paper=_DELLA)
+@merge_method("breadcrumbs-ties", params=_CRUMBS, sparsify="outliers", consensus=True, normalize=False,
+              summary="drop top gamma, keep next density, elect sign, Σ of agreeing w_i Δ_i",
+              paper="Davari & Belilovsky 2024, Model Breadcrumbs (ECCV), with Yadav et al. 2023 sign election")
+@merge_method("breadcrumbs", params=_CRUMBS, sparsify="outliers",
+              summary="drop top gamma, keep next density, Σ w_i Δ_i",
+              paper="Davari & Belilovsky 2024, Model Breadcrumbs: Scaling Multi-Task Model Merging with Sparse Masks (ECCV)")
+@merge_method("dare-ties", params=_DARE, sparsify="random", consensus=True,
+              summary="random drop + rescale, then TIES sign consensus",
+              paper="Yu et al. 2024, Language Models are Super Mario (ICML), with Yadav et al. 2023")
+@merge_method("dare-linear", params=_DARE, sparsify="random",
+              summary="random drop + rescale, then Σ w_i Δ_i",
+              paper="Yu et al. 2024, Language Models are Super Mario: Absorbing Abilities from Homologous Models (ICML)")
+@merge_method("ties", params=("density", "normalize"), sparsify="magnitude", consensus=True,
+              summary="trim to top density, elect sign, weighted disjoint mean",
+              paper="Yadav et al. 2023, TIES-Merging: Resolving Interference When Merging Models (NeurIPS)")
+@merge_method("task-arithmetic", params=("normalize",), summary="Σ w_i Δ_i", elementwise=True,
+              paper="Ilharco et al. 2023, Editing Models with Task Arithmetic (ICLR)")
 def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None = None,
-                                consensus: bool = False, density: float = 0.2, drop_rate: float = 0.9,
-                                gamma: float = 0.01, generators: Sequence | None = None):
+                                consensus: bool = False, density=0.2, drop_rate=0.9, gamma=0.01, epsilon=0.15,
+                                normalize: bool | None = None, rescale: bool = True,
+                                generators: Sequence | None = None):
     """Task arithmetic with optional per-vector sparsification and sign consensus.
 
     Task Arithmetic (Ilharco et al. 2023, "Editing Models with Task Arithmetic", ICLR): the merged
     task vector is ``Σ_i w_i Δ_i``. The registered parameter sets are
 
-    ==================  ==============  =========  ===============================================
-    name                sparsify        consensus  paper
-    ==================  ==============  =========  ===============================================
-    task-arithmetic     none            no         Ilharco et al. 2023
-    ties                magnitude       yes        Yadav et al. 2023 (TIES-Merging)
-    dare-linear         random          no         Yu et al. 2024 (DARE)
-    dare-ties           random          yes        Yu et al. 2024 + Yadav et al. 2023
-    breadcrumbs         outliers        no         Davari & Belilovsky 2024 (Model Breadcrumbs)
-    ==================  ==============  =========  ===============================================
+    ================  ==========  =========  =========  ===========================================
+    name              sparsify    consensus  normalize  paper
+    ================  ==========  =========  =========  ===========================================
+    task-arithmetic   none        no         no         Ilharco et al. 2023
+    ties              magnitude   yes        yes        Yadav et al. 2023 (TIES-Merging)
+    dare-linear       random      no         no         Yu et al. 2024 (DARE)
+    dare-ties         random      yes        yes        Yu et al. 2024 + Yadav et al. 2023
+    breadcrumbs       outliers    no         no         Davari & Belilovsky 2024 (Model Breadcrumbs)
+    breadcrumbs-ties  outliers    yes        no         Model Breadcrumbs + TIES sign election
+    della             della       yes        yes        Deep et al. 2024 (DELLA, MagPrune)
+    della-linear      della       no         no         Deep et al. 2024
+    ================  ==========  =========  =========  ===========================================
 
-    ``deltas``: N tensors of shape S (float32, overwritten); ``generators``: one ``torch.Generator``
-    per model (random sparsification only). Returns shape S. ``base`` is not read: the methods act on
-    Δ alone. Compared with mergekit: ``task-arithmetic`` and ``ties`` compute the same numbers
-    (``ties`` there also divides by Σ m_i w_i); mergekit's ``dare_ties`` skips that division by
-    default, PAW's ``dare-ties`` keeps it, as TIES does.
+    ``normalize`` divides by the weights that take part (``Σ_i m_i w_i`` with consensus, ``Σ_i w_i``
+    without; a zero divisor counts as 1); None takes the table's default. ``density``, ``drop_rate``,
+    ``gamma`` and ``epsilon`` are one number or one per model. ``deltas``: N tensors of shape S
+    (float32, overwritten); ``generators``: one ``torch.Generator`` per model (random kinds only).
+    Returns shape S; ``base`` is not read. Compared with mergekit: the same numbers for every
+    deterministic entry; mergekit's ``dare_ties`` does not normalise by default (PAW's ``dare-ties``
+    does, as TIES does) and its DARE rescales to the L1 norm where PAW divides by ``1 - p`` as the
+    paper does; DELLA rescales to the L1 norm in both.
     """
-
+    if normalize is None:
+        normalize = consensus
     for i, d in enumerate(deltas):  # in place
-        _sparsify(sparsify, d, density=density, drop_rate=drop_rate, gamma=gamma,
-                  generator=None if generators is None else generators[i])
+        _sparsify(sparsify, d, density=_at(density, i), drop_rate=_at(drop_rate, i), gamma=_at(gamma, i),
+                  epsilon=_at(epsilon, i), rescale=rescale, generator=None if generators is None else generators[i])
     if consensus:
         for d, w in zip(deltas, weights, strict=True):
             d.mul_(w)
-        return sign_consensus_mean(deltas, weights)
+        return sign_consensus_mean(deltas, weights, normalize=normalize)
     merged = deltas[0].mul_(weights[0])
     for d, w in zip(deltas[1:], weights[1:], strict=True):
         merged.add_(d, alpha=w)  # weight folded into the sum: one pass per model
-    return merged
+    total = float(sum(weights))
+    return merged.div_(total) if normalize and abs(total) >= 1e-8 else merged
 
 
-@merge_method("linear", needs_base=False, normalise_weights=True, elementwise=True,
-              summary="weighted average of the full weights (model soup)")
-def linear(base, deltas, weights):
+@merge_method("linear", params=("normalize",), needs_base=False, normalise_weights=True, elementwise=True,
+              summary="weighted average of the full weights (model soup)",
+              paper="Wortsman et al. 2022, Model soups (ICML)")
+def linear(base, deltas, weights, *, normalize: bool | None = True):
     """Weighted average of the full models, ``Σ_i w_i M_i / Σ_i w_i`` (a "model soup").
 
     Wortsman et al. 2022, "Model soups: averaging weights of multiple fine-tuned models improves
     accuracy without increasing inference time" (ICML). Written in task-vector form, relative to any
     reference R (the base, or the first model when there is no base): ``R + Σ w_i (M_i - R) / Σ w_i``
-    equals the average because the normalised weights sum to one, so no base is needed.
+    equals the average because the normalised weights sum to one, so no base is needed. With
+    ``normalize=False`` (mergekit's switch) it is the plain weighted sum ``Σ_i w_i M_i``.
     """
-    total = float(sum(weights))
+    normalize = normalize is None or normalize
+    total = float(sum(weights)) if normalize else 1.0
     merged = deltas[0].mul_(weights[0] / total)
     for w, d in zip(weights[1:], deltas[1:], strict=True):
         merged.add_(d, alpha=w / total)
+    if not normalize:  # Σ w_i (R + Δ_i) - R
+        merged.add_(base, alpha=float(sum(weights)) - 1.0)
     return merged
+
+
+merge_method("slerp", params=("t",), n_models=(1, 1), summary="spherical interpolation from the base (t=0) to one model (t=1)",
+             paper="Shoemake 1985, Animating rotation with quaternion curves (SIGGRAPH); "
+                   "https://en.wikipedia.org/wiki/Slerp")(geometric.slerp_delta)
+merge_method("nuslerp", params=("base_given", "row_wise", "flatten"), needs_base=False, n_models=(2, 2),
+             summary="SLERP of two models (or task vectors) at t = w2/(w1+w2), whole tensor or per row",
+             paper="mergekit's NuSLERP (Goddard et al. 2024, Arcee's MergeKit, arXiv 2403.13257)")(geometric.nuslerp_delta)
+merge_method("multislerp", params=("base_given", "normalize_weights"), needs_base=False,
+             summary="barycentric interpolation of N models on the hypersphere",
+             paper="Buss & Fillmore 2001, Spherical averages and applications to spherical splines (ACM TOG)"
+             )(geometric.multislerp_delta)
+merge_method("karcher", params=("max_iter", "tol"), needs_base=False,
+             summary="Riemannian (Karcher) mean of the models' directions, mean norm",
+             paper="Grove & Karcher 1973, How to conjugate C1-close group actions; "
+                   "https://en.wikipedia.org/wiki/Karcher_mean")(geometric.karcher_delta)
+merge_method("model-stock", params=("filter_wise",), n_models=(2, None),
+             summary="t x mean task vector, t from the fine-tunes' pairwise angle (no tuning)",
+             paper="Jang et al. 2024, Model Stock: All we need is just a few fine-tuned models (ECCV)"
+             )(geometric.model_stock_delta)
+merge_method("nearswap", params=("t",), n_models=(1, 1), summary="base moved towards one model where they are close",
+             paper="mergekit's NearSwap (Goddard et al. 2024, arXiv 2403.13257)")(geometric.nearswap_delta)
+merge_method("sce", params=("select_topk",), summary="select by variance, weights from energy, erase minority signs",
+             paper="Wan et al. 2024, FuseChat: Knowledge Fusion of Chat Models (arXiv 2408.07990)")(sparse.sce_delta)
+merge_method("passthrough", params=("multiplier",), needs_base=False, n_models=(1, 1),
+             summary="one model's tensors as they are (layer slices stack models)",
+             paper="mergekit's passthrough (Goddard et al. 2024, arXiv 2403.13257)")(sparse.passthrough_delta)
 
 
 def tensor_seed(seed: int, name: str, model_index: int) -> int:

@@ -47,6 +47,20 @@ class MergeOptions:
     overwrite: bool = False              # replace an existing output folder
     max_shard_size: str = "2GB"          # safetensors shard size
     allow_nonfinite: bool = False        # write NaN/Inf values the merge produces instead of refusing
+    t: float = 0.5                       # slerp, nearswap: interpolation factor (0 = base, 1 = the model)
+    epsilon: float = 0.15                # della*: keep probabilities span density ± epsilon by magnitude rank
+    select_topk: float = 1.0             # sce: fraction of entries kept by variance across models
+    normalize: bool | None = None        # divide by the weights' sum (None: the method's own default)
+    rescale: bool = True                 # dare-*, della*: rescale survivors (1/(1-p) for dare, L1 for della)
+    filter_wise: bool = False            # model-stock: one ratio per row instead of per tensor
+    max_iter: int = 10                   # karcher: iterations at most
+    tol: float = 1e-5                    # karcher: stop when the step is shorter than this
+    row_wise: bool = False               # nuslerp: interpolate column vectors separately (dim 0)
+    flatten: bool = True                 # nuslerp: interpolate whole tensors (default) instead of rows
+    tokenizer_from: str | None = None    # copy the tokenizer from this model instead of the base
+    chat_template: str | None = None     # Jinja chat template written into tokenizer_config.json
+    rules: Any = None                    # mergekit config: per-tensor, per-model parameters (paw.merge.mergekit)
+    slices: Any = None                   # mergekit config: output layers stacked from layer ranges
 
     def check(self) -> None:
         """Refuse values no merge can use, before any file is opened: each message names its key.
@@ -61,6 +75,11 @@ class MergeOptions:
             raise PawError(f"--base is required for method {method.name} (only 'linear' works without one)")
         if not self.models:
             raise PawError("no models to merge: pass --models M1 [M2 ...] (or 'models:' in the config)")
+        least, most = method.n_models
+        if len(self.models) < least or (most is not None and len(self.models) > most):
+            wanted = f"exactly {least}" if least == most else f"at least {least}" if most is None else f"{least}-{most}"
+            raise PawError(f"--method {method.name} merges {wanted} model(s) besides the base; "
+                           f"--models has {len(self.models)}")
         if not self.output:
             raise PawError("no output folder: pass --output DIR (or 'output:' in the config)")
         for key, values in (("--l2-norms", self.l2_norms), ("--weights", self.weights)):
@@ -78,7 +97,15 @@ class MergeOptions:
         _in_range("--density", self.density, 0.0, 1.0, low_open=True)
         _in_range("--drop-rate", self.drop_rate, 0.0, 1.0, high_open=True)
         _in_range("--gamma", self.gamma, 0.0, 1.0, high_open=True)
-        if self.method == "breadcrumbs" and self.gamma + self.density > 1.0:
+        _in_range("--t", self.t, -FLOAT32_MAX, FLOAT32_MAX)
+        _in_range("--select-topk", self.select_topk, 0.0, 1.0, low_open=True)
+        if self.method.startswith("della") and self.rules is None and \
+                not (0.0 < self.density - self.epsilon and self.density + self.epsilon < 1.0) and self.density < 1.0:
+            raise PawError(f"--epsilon {self.epsilon} with --density {self.density}: density ± epsilon must lie "
+                           "inside (0, 1)")
+        if self.max_iter < 1:
+            raise PawError(f"--max-iter {self.max_iter} must be at least 1")
+        if self.method.startswith("breadcrumbs") and self.gamma + self.density > 1.0:
             raise PawError(f"--gamma {self.gamma} + --density {self.density} exceeds 1: nothing is left "
                            "to keep after dropping the outliers")
         if self.dtype not in DTYPES:
@@ -96,8 +123,11 @@ def _in_range(flag: str, value: float, low: float, high: float, *, low_open: boo
         raise PawError(f"{flag} {value} is outside {lo}{low:g}, {high:g}{hi}")
 
 
+_KIND = {"normalize": bool}  # fields whose default None does not tell their type
+
+
 def _coerce(key: str, value: Any, default: Any, source: str) -> Any:
-    kind = str if default is None else type(default)
+    kind = _KIND.get(key.replace("-", "_"), str if default is None else type(default))
     if kind is bool and not isinstance(value, bool):
         raise PawError(f"{key!r} must be true or false, got {value!r}", path=source)
     try:
@@ -119,6 +149,8 @@ def options_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> 
         name = str(key).replace("-", "_")
         if name not in FIELDS:
             raise PawError(f"unknown key {key!r}; valid keys: {', '.join(FIELDS)}", path=source)
+        if name in ("rules", "slices"):
+            raise PawError(f"unknown key {key!r} (set by a mergekit config, not a key of its own)", path=source)
         if name in ("models", "l2_norms", "weights"):
             if isinstance(value, (str, int, float)):
                 value = [value]

@@ -29,6 +29,7 @@ from paw.merge.blocks import TopK, find_thresholds, row_blocks
 from paw.merge.methods import MergeMethod, get_method, tensor_seed
 from paw.merge.norms import task_vector_norms
 from paw.merge.options import MergeOptions
+from paw.merge.params import TensorParams, flat_params
 from paw.merge.plan import MergePlan, plan_merge
 from paw.merge.weights import weights_from_norms
 from paw.progress import track
@@ -52,6 +53,12 @@ class MergeJob:
     weights: list[float]
     device: Any                    # torch.device
     nonfinite: dict[str, int] = field(default_factory=dict)  # tensor -> NaN/Inf written (allow_nonfinite)
+
+    def params(self, name: str) -> TensorParams:
+        """Weights, knobs and scale for tensor ``name``: the mergekit rules' or the flat options'."""
+        if self.options.rules is not None:
+            return self.options.rules.for_tensor(name)
+        return flat_params(self.options, self.weights)
 
     def table(self) -> list[tuple[str, float | None, float]]:
         """``(model name, L2 norm or None, weight)`` per model, for the table printed before merging."""
@@ -121,15 +128,22 @@ def merged_tensors(job: MergeJob) -> Iterator[tuple[str, Any]]:
 
 
 def _merge_tensor(job: MergeJob, name: str):
-    """One merged tensor, computed in row blocks: base + scale * method(Δ_1 .. Δ_N), in the output dtype."""
+    """One merged tensor, computed in row blocks: base + scale * method(Δ_1 .. Δ_N), in the output dtype.
+
+    A method that needs whole tensors (an angle or a norm over all entries) gets one block.
+    """
     import torch
 
     opts, ref = job.options, job.reference
+    tp = job.params(name)
     out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
     compute = torch.float64 if ref.dtype(name) == "float64" else torch.float32
     rows = job.plan.vocab_rows.get(name)
     shape = ref.shape(name)
-    blocks = row_blocks(shape, rows, BLOCK_ELEMENTS)
+    if job.method.streamed:
+        blocks = row_blocks(shape, rows, BLOCK_ELEMENTS)
+    else:
+        blocks = [None if rows is None or not shape else (0, rows)]
     ckpts = [ref, *job.models]
 
     def read(i: int, block):
@@ -141,16 +155,20 @@ def _merge_tensor(job: MergeJob, name: str):
         return base, [torch.sub(read(i, block), base).to(compute) for i in range(1, len(ckpts))]
 
     out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
-    thin = _sparsifiers(job, name, math.prod(out.shape), blocks, deltas)
+    if job.method.streamed:
+        thin = _sparsifiers(job, name, tp, math.prod(out.shape), blocks, deltas)
     for block in blocks:
         base, ds = deltas(block)
         if not opts.allow_nonfinite and not all(bool(torch.isfinite(d).all()) for d in ds):
             _refuse_nonfinite(job, name, None)  # an input holds NaN/Inf here: name it, even if the method would drop it
-        for d, f in zip(ds, thin, strict=True):
-            f(d)
-        merged = job.method.combine(base, ds, job.weights)
+        if job.method.streamed:
+            for d, f in zip(ds, thin, strict=True):
+                f(d)
+            merged = job.method.combine(base, ds, tp.weights, **tp.params)
+        else:
+            merged = job.method(base, ds, tp.weights, **tp.params, generators=_generators(job, name, tp))
         del ds
-        torch.add(base, merged, alpha=opts.scale, out=out if block is None else out[block[0]:block[1]])
+        torch.add(base, merged, alpha=tp.scale, out=out if block is None else out[block[0]:block[1]])
     if rows is not None:  # rows past the shared vocabulary stay the base's
         full = read(0, None).to(out_dtype, copy=True)
         full[:rows] = out
@@ -158,27 +176,44 @@ def _merge_tensor(job: MergeJob, name: str):
     return out
 
 
-def _sparsifiers(job: MergeJob, name: str, n: int, blocks, deltas) -> list:
+def _generators(job: MergeJob, name: str, tp: TensorParams) -> list | None:
+    """One ``torch.Generator`` per model, seeded per (tensor, model), for the random methods."""
+    import torch
+
+    if not job.method.random:
+        return None
+    return [torch.Generator(device=job.device).manual_seed(tensor_seed(job.options.seed, name, i))
+            for i in range(len(job.models))]
+
+
+def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, n: int, blocks, deltas) -> list:
     """Per model, an in-place function that thins a block of Δ_i as the method says.
 
     TIES and Model Breadcrumbs keep entries by rank of |Δ_i| over the whole tensor: their thresholds
     come from two streamed passes first (:func:`paw.merge.blocks.find_thresholds`). DARE draws one
     uniform per entry from a generator seeded per (tensor, model), block after block in order, which
-    on the CPU gives the same draws as one call over the whole tensor.
+    on the CPU gives the same draws as one call over the whole tensor. Densities, drop rates and
+    gammas may differ per model (a mergekit config).
     """
     import torch
 
-    opts, kind, count = job.options, job.method.sparsify, len(job.models)
-    if kind == "random" and opts.drop_rate > 0:
-        p = opts.drop_rate
-        gens = [torch.Generator(device=job.device).manual_seed(tensor_seed(opts.seed, name, i)) for i in range(count)]
-        return [lambda d, g=g: d.mul_(torch.rand(d.shape, generator=g, device=d.device) >= p).div_(1.0 - p)
-                for g in gens]
-    if kind == "magnitude" and opts.density < 1.0:
-        topks = [[TopK(max(1, int(opts.density * n)), n)] for _ in range(count)]
+    kind, count = job.method.sparsify, len(job.models)
+    if kind == "random":
+        gens = _generators(job, name, tp)
+        rates = tp.per_model("drop_rate", count)
+        rescale = tp.params.get("rescale", True)
+        return [(lambda d, g=g, p=p: d.mul_(torch.rand(d.shape, generator=g, device=d.device) >= p)
+                 .div_(1.0 - p if rescale else 1.0)) if p > 0 else (lambda d: d)
+                for g, p in zip(gens, rates, strict=True)]
+    if kind == "magnitude":
+        topks = [[TopK(max(1, int(density * n)), n)] if density < 1.0 else [TopK(n, n)]
+                 for density in tp.per_model("density", count)]
     elif kind == "outliers":
-        n_top, n_keep = int(opts.gamma * n), int(opts.density * n)
-        topks = [[TopK(n_top + n_keep, n), TopK(n_top, n)] for _ in range(count)]
+        topks = []
+        for density, gamma in zip(tp.per_model("density", count), tp.per_model("gamma", count), strict=True):
+            n_keep = int(density * n)
+            n_top = min(int(gamma * n), n - n_keep)
+            topks.append([TopK(n_top + n_keep, n), TopK(n_top, n)])
     else:
         return [lambda d: d] * count
     find_thresholds(topks, lambda: ([d.abs_() for d in deltas(block)[1]] for block in blocks))

@@ -19,18 +19,22 @@ from paw.merge.methods import (
 from tests.merge import merge_reference as ref
 
 
-def test_registry_holds_the_six_methods_in_order():
-    assert list(METHODS) == ["task-arithmetic", "ties", "dare-linear", "dare-ties", "breadcrumbs", "linear"]
+def test_registry_holds_the_methods_in_order_each_with_its_paper():
+    assert list(METHODS) == ["task-arithmetic", "ties", "dare-linear", "dare-ties", "breadcrumbs", "breadcrumbs-ties",
+                             "della", "della-linear", "linear", "slerp", "nuslerp", "multislerp", "karcher",
+                             "model-stock", "nearswap", "sce", "passthrough"]
+    assert all(m.paper and m.summary for m in METHODS.values())
     # TIES and DARE are parameter sets of one function, not separate implementations
     assert METHODS["ties"].fn is METHODS["dare-ties"].fn is METHODS["task-arithmetic"].fn
     assert METHODS["ties"].fixed == {"sparsify": "magnitude", "consensus": True}
+    assert METHODS["breadcrumbs-ties"].fixed == {"sparsify": "outliers", "consensus": True, "normalize": False}
     assert METHODS["dare-linear"].fixed == {"sparsify": "random"}
     assert not METHODS["linear"].needs_base
 
 
 def test_unknown_method_lists_valid_names():
     with pytest.raises(PawError, match="choose one of: task-arithmetic, ties"):
-        get_method("slerp")
+        get_method("slurp")
 
 
 def test_top_k_mask_keeps_exactly_k_and_breaks_ties_by_index():
@@ -110,10 +114,12 @@ def test_methods_work_in_place_on_deltas_and_never_touch_base():
     gen = torch.Generator().manual_seed(4)
     base = torch.randn(30, 20, generator=gen)
     keep = base.clone()
-    for name in METHODS:
-        deltas = [torch.randn(30, 20, generator=gen) for _ in range(3)]
-        gens = [torch.Generator().manual_seed(i) for i in range(3)]
-        out = get_method(name)(base, deltas, [0.2, 0.3, 0.5], density=0.5, drop_rate=0.5, gamma=0.1, generators=gens)
+    for name, method in METHODS.items():
+        n = method.n_models[1] or 3
+        deltas = [torch.randn(30, 20, generator=gen) for _ in range(n)]
+        gens = [torch.Generator().manual_seed(i) for i in range(n)]
+        out = method(base, deltas, [0.2, 0.3, 0.5][:n], density=0.5, drop_rate=0.5, gamma=0.1, epsilon=0.1,
+                     generators=gens)
         assert out.shape == base.shape and torch.isfinite(out).all()
         assert torch.equal(base, keep), name
 
