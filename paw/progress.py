@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from paw.distributed import is_main
 from paw.errors import PawError
 
 T = TypeVar("T")
@@ -30,7 +31,12 @@ _clock = time.monotonic  # tests put a fake clock here
 
 
 def _flag() -> str | None:
-    """'0' (silent), '1' (forced) or None (the default: bar on a terminal, lines for long work)."""
+    """'0' (silent), '1' (forced) or None (the default: bar on a terminal, lines for long work).
+
+    Silent on every rank but 0 of a ``torchrun`` group, so N processes show one bar.
+    """
+    if not is_main():
+        return "0"
     flag = os.environ.get("PAW_PROGRESS", "").strip()
     return flag if flag in ("0", "1") else None
 

@@ -65,7 +65,13 @@ def train_lora_command(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Train on the first N items only."),
     eval_limit: int | None = typer.Option(None, "--eval-limit", min=1, help="Evaluate on the first N items only."),
     save_every: int | None = typer.Option(None, "--save-every", min=1,
-                                          help="Also save OUT/checkpoint-STEP adapter folders every N steps."),
+                                          help="Every N steps save OUT/checkpoint-STEP adapter folders and a "
+                                               "resumable training state in OUT-work/."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the training state in OUT-work/ "
+                                "(same settings; a run killed loses at most --save-every steps)."),
+    gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing",
+                                                help="Recompute activations in the backward pass: less memory, "
+                                                     "about a third more compute."),
     device: str = DEVICE,
     dtype: str = DTYPE,
     track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
@@ -76,13 +82,19 @@ def train_lora_command(
     """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
 
     Example: paw train-lora --model ./tiny/base --data train.jsonl --eval-data test.jsonl --output ./lora --steps 200 --lr 3e-3
+
+    On N processes: torchrun --nproc-per-node N -m paw train-lora ... (same --batch-size and --lr; docs/scale.md)
     """
+    from paw.distributed import is_main
     from paw.evaluate.pipeline import train_lora_adapter
 
     result = train_lora_adapter(model, data, output, rank=rank, alpha=alpha, target_modules=target_modules,
                                 steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_data=eval_data,
                                 format=format, limit=limit, eval_limit=eval_limit, save_every=save_every,
+                                resume=resume, gradient_checkpointing=gradient_checkpointing,
                                 device=device, dtype=dtype, track=track, overwrite=overwrite, command=command_line())
+    if not is_main():
+        return
     _print_training(result.metrics)
     typer.echo(f"adapter: {output}" + (f"  (tracking: {result.tracking})" if result.tracking else ""))
 

@@ -11,10 +11,12 @@ through :mod:`paw.io.lm` and call the in-memory functions :func:`paw.evaluate.mc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from paw.device import resolve_device
+from paw.distributed import setup
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
 from paw.evaluate.train import train_lora
@@ -23,6 +25,8 @@ from paw.io.hub import quiet_transformers
 from paw.io.lm import load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
+from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
+from paw.train_state import Checkpoints, every
 from paw.validate import finite
 
 PathLike = str | Path
@@ -87,12 +91,15 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
                        target_modules: str = "all-linear", steps: int = 600, batch_size: int = 6, lr: float = 1.5e-5,
                        seed: int = 0, eval_data: PathLike | None = None, format: str = "auto",
                        limit: int | None = None, eval_limit: int | None = None, save_every: int | None = None,
+                       resume: bool = False, gradient_checkpointing: bool = False,
                        device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
                        command: str | None = None) -> TrainedAdapter:
     """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
 
     With ``eval_data`` the metrics hold the test scores before and after training; ``save_every``
-    also writes ``OUTPUT/checkpoint-STEP`` adapters. The folder appears atomically.
+    also writes ``OUTPUT/checkpoint-STEP`` adapters and a resumable ``OUTPUT-work/train-state.pt``
+    that ``resume`` continues from. The folder appears atomically. Under ``torchrun`` every rank
+    trains on its share of each batch and rank 0 alone writes (:mod:`paw.distributed`).
     """
     quiet_transformers()
     output = Path(output)
@@ -101,25 +108,36 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     finite("--alpha", alpha, positive=True)  # LoRA scales by alpha / r: 0 is off, < 0 flips it
     items = read_items(data, format=format, limit=limit)
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
-    lm, tokenizer = load_lm(model, device=resolve_device(device), dtype=dtype)
+    ranks, dev = setup(resolve_device(device))
+    lm, tokenizer = load_lm(model, device=dev, dtype=dtype)
     settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
                     lr=lr, seed=seed)
     inputs = describe_inputs(model=model, data=data, eval_data=eval_data)
+    work = work_dir(output)
+    checkpoints = Checkpoints(save_every, save=partial(save_train_state, work) if ranks.main else None,
+                              state=load_train_state(work) if resume else None,
+                              settings={**settings, "data": inputs["data"], "limit": limit})
+    if not ranks.main:  # the other ranks train their share and write nothing
+        train_lora(lm, tokenizer, items, **settings, checkpoints=checkpoints,
+                   gradient_checkpointing=gradient_checkpointing)
+        return TrainedAdapter(output, {}, None)
     run_dir = output.with_name(output.name + "-tracking")  # beside the adapter, which appears atomically
     tracker = make_tracker(track, run_dir, {"name": output.name, **settings, **{k: v["path"] for k, v in inputs.items()}})
     with atomic_dir(output, overwrite=overwrite, inputs=[model, data, eval_data]) as tmp:
         def checkpoint(step: int, peft_model) -> None:
-            if save_every and step % save_every == 0 and step < steps:
+            if every(save_every, step, steps):
                 write_adapter_into(peft_model, tmp / f"checkpoint-{step}", base=model)
 
         try:
             peft_model, metrics = train_lora(lm, tokenizer, items, **settings, eval_items=eval_items, tracker=tracker,
-                                             on_step=checkpoint)
+                                             on_step=checkpoint, checkpoints=checkpoints,
+                                             gradient_checkpointing=gradient_checkpointing)
         finally:
             tracker.finish()
         write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
         write_manifest(tmp, "paw_train_lora.json", command=command, inputs=inputs,
                        settings=settings)
+    remove_train_state(work)  # the output is complete: nothing left to resume
     return TrainedAdapter(output, metrics, run_dir if track != "none" else None)
 
 

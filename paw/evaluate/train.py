@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from paw import arch
+from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import evaluate
+from paw.memory import prepare_student
 from paw.progress import track
+from paw.train_state import Checkpoints
 from paw.validate import lora_alpha, lora_rank
 
 
@@ -80,7 +83,8 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
                target_modules: str | Sequence[str] = "all-linear", steps: int = 600, batch_size: int = 6,
                lr: float = 1.5e-5, seed: int = 0, device=None, eval_items: Sequence[MCItem] | None = None,
                tracker=None, progress: bool = True, log_every: int = 10,
-               on_step: Callable[[int, object], None] | None = None):
+               on_step: Callable[[int, object], None] | None = None, checkpoints: Checkpoints | None = None,
+               gradient_checkpointing: bool = False):
     """Fine-tune a LoRA on the right answers of ``items``; returns ``(peft_model, metrics)``.
 
     ``metrics``: ``train_loss_start`` / ``train_loss_end`` (mean of the first / last ``log_every``
@@ -89,6 +93,12 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     (``test/...``) training. ``tracker.log`` receives ``train/loss`` every ``log_every`` steps;
     ``on_step(step, peft_model)`` runs after every optimiser step (the CLI saves checkpoints there).
     PEFT injects the LoRA layers into ``model`` itself: pass ``copy.deepcopy(model)`` to keep the base.
+
+    Under ``torchrun`` each rank trains on its share of every global batch (:mod:`paw.distributed`),
+    so ``batch_size`` and ``lr`` mean the same whatever the number of processes; only rank 0 logs,
+    evaluates and shows progress. ``checkpoints`` (:class:`~paw.train_state.Checkpoints`) writes
+    resumable states every K steps and puts a resumed run back where it stopped;
+    ``gradient_checkpointing`` recomputes the base's activations in the backward pass (less memory).
     """
     import torch
 
@@ -98,11 +108,17 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
         raise PawError(f"steps ({steps}) and batch size ({batch_size}) must be at least 1")
     if device is not None:
         model.to(device)
+    ranks, _ = setup(next(model.parameters()).device)
+    progress = progress and ranks.main
+    checkpoints = checkpoints or Checkpoints()
     metrics: dict = {"steps": steps, "batch_size": batch_size, "lr": lr, "rank": rank, "alpha": alpha,
                      "seed": seed, "n_train": len(items)}
-    if eval_items:
-        metrics.update(_prefixed("base", _evaluate(model, tokenizer, eval_items, batch_size, progress)))
+    if eval_items and ranks.main:
+        base = checkpoints.extra("base") or _prefixed("base", _evaluate(model, tokenizer, eval_items, batch_size,
+                                                                         progress))
+        metrics.update(base)
     peft_model = wrap_lora(model, rank=rank, alpha=alpha, target_modules=target_modules, seed=seed)
+    prepare_student(peft_model, gradient_checkpointing=gradient_checkpointing)
     device = next(peft_model.parameters()).device
     max_length = max_length_of(model)
     encoded = [_encode_answer(tokenizer, item, max_length) for item in items]
@@ -110,33 +126,55 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     metrics["trainable_parameters"] = sum(p.numel() for p in params)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     pad_id = pad_id_of(tokenizer)
-    losses: list[float] = []
+    start = checkpoints.resume(params, optimizer)
+    losses: list[float] = list(checkpoints.extra("losses", []))
     peft_model.train()
     order = batches_in_order(len(encoded), batch_size, steps, seed)
-    steps_iter = track(range(steps), "training LoRA", total=steps) if progress else range(steps)
+    steps_iter = track(range(start, steps), "training LoRA", total=steps - start) if progress else range(start, steps)
     for step in steps_iter:
-        batch = make_batch([encoded[i] for i in order[step]], pad_id=pad_id, padding_side="right")
-        logits = peft_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                            position_ids=batch.position_ids.to(device)).logits
-        loss = answer_loss(logits, batch.targets.to(device), batch.target_mask.to(device))
+        loss = _step_loss(peft_model, [encoded[i] for i in order[step]], pad_id, device, ranks)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if loss is not None:
+            loss.backward()
+        sync_gradients(params, ranks)
         optimizer.step()
-        losses.append(float(loss.detach()))
-        if tracker is not None and ((step + 1) % log_every == 0 or step + 1 == steps):
+        losses.append(all_sum([float(loss.detach()) if loss is not None else 0.0], ranks)[0])
+        if tracker is not None and ranks.main and ((step + 1) % log_every == 0 or step + 1 == steps):
             tracker.log({"train/loss": sum(losses[-log_every:]) / len(losses[-log_every:])}, step=step + 1)
-        if on_step is not None:
+        if ranks.main:
+            checkpoints.after(step + 1, steps, params, optimizer, losses=losses,
+                              base={k: v for k, v in metrics.items() if k.startswith("base/")})
+        if on_step is not None and ranks.main:
             on_step(step + 1, peft_model)
     peft_model.eval()
     window = max(1, min(log_every, steps))
     metrics.update(train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window,
                    train_losses=losses)
-    if eval_items:
+    if eval_items and ranks.main:
         after = _prefixed("test", _evaluate(peft_model, tokenizer, eval_items, batch_size, progress))
         metrics.update(after)
         if tracker is not None:
             tracker.log({k: v for k, v in after.items() if isinstance(v, float)}, step=steps)
     return peft_model, metrics
+
+
+def _step_loss(peft_model, batch_items: list[Encoded], pad_id: int, device, ranks: Ranks):
+    """The answer loss of this rank's share of one global batch, weighted by its share of the answer
+    tokens, so that the ranks' losses sum to the loss of the whole batch; None for an empty share."""
+    mine = shard(batch_items, ranks) if ranks.parallel else batch_items
+    if not mine:
+        return None
+    batch = make_batch(mine, pad_id=pad_id, padding_side="right")
+    logits = peft_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                        position_ids=batch.position_ids.to(device)).logits
+    loss = answer_loss(logits, batch.targets.to(device), batch.target_mask.to(device))
+    if ranks.parallel:
+        loss = loss * share(_answer_tokens(mine), _answer_tokens(batch_items))
+    return loss
+
+
+def _answer_tokens(items: list[Encoded]) -> int:
+    return sum(min(e.n_cont, len(e.ids) - 1) for e in items)
 
 
 def _encode_answer(tokenizer, item: MCItem, max_length: int | None) -> Encoded:

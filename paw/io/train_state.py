@@ -1,0 +1,98 @@
+"""A training run's work folder: resumable checkpoints and the teacher's cached continuations.
+
+``OUT-work/`` sits beside the output folder (which appears atomically only at the end), so what a
+killed run made survives it:
+
+- ``train-state.pt``: the last checkpoint of ``--save-every K`` (LoRA factors, optimiser and
+  scheduler state, RNG states, step, loss curve, settings), written atomically: a run killed while
+  writing leaves the previous checkpoint. Read back with ``weights_only=True``.
+- ``continuations-rank{R}.jsonl``: the teacher's continuations, one JSON line per input, appended
+  and flushed chunk by chunk as they are made (one file per rank, so ranks never share a file). A
+  line cut short by a kill is ignored on reading.
+
+This module knows files only; what a state holds is :mod:`paw.train_state`'s business.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from paw.errors import PawError
+from paw.io.atomic import atomic_file
+
+STATE_NAME = "train-state.pt"
+CACHE_GLOB = "continuations-rank*.jsonl"
+
+
+def work_dir(output: str | os.PathLike) -> Path:
+    """``OUT-work`` beside ``OUT``: ``work_dir('runs/moved')`` -> ``runs/moved-work``."""
+    output = Path(output)
+    return output.with_name(output.name + "-work")
+
+
+def save_train_state(folder: str | os.PathLike, state: dict[str, Any]) -> Path:
+    """Write ``state`` (tensors, numbers, strings, lists, dicts) as ``folder/train-state.pt``, atomically."""
+    import torch
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / STATE_NAME
+    with atomic_file(path, "wb", overwrite=True) as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def load_train_state(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The checkpoint in ``folder``, or None when there is none; a damaged one names the file."""
+    import torch
+
+    path = Path(folder) / STATE_NAME
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises what the bytes make it raise
+        raise PawError(f"not a readable training checkpoint ({str(err).splitlines()[0][:200]}); "
+                       "delete it to start over", path=path) from None
+    if not isinstance(state, dict) or "step" not in state:
+        raise PawError("not a PAW training checkpoint (no step); delete it to start over", path=path)
+    return state
+
+
+def remove_train_state(folder: str | os.PathLike) -> None:
+    (Path(folder) / STATE_NAME).unlink(missing_ok=True)
+
+
+def read_continuations(folder: str | os.PathLike, key: str) -> dict[str, str]:
+    """``{input text: continuation}`` of every cache file in ``folder`` made under ``key`` (teacher + settings)."""
+    out: dict[str, str] = {}
+    for path in sorted(Path(folder).glob(CACHE_GLOB)):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # the last line of a killed run
+                continue
+            if isinstance(record, dict) and record.get("key") == key and isinstance(record.get("text"), str) \
+                    and isinstance(record.get("continuation"), str):
+                out[record["text"]] = record["continuation"]
+    return out
+
+
+def append_continuations(folder: str | os.PathLike, rank: int, key: str, pairs: list[tuple[str, str]]) -> None:
+    """Append ``(input, continuation)`` pairs to this rank's cache file and flush them to disk."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"continuations-rank{rank}.jsonl"
+    cut = path.is_file() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    with open(path, "a", encoding="utf-8") as f:
+        if cut:  # a killed run's last line: end it, so the next record is a line of its own
+            f.write("\n")
+        for text, continuation in pairs:
+            f.write(json.dumps({"key": key, "text": text, "continuation": continuation}, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,144 @@
+"""Distillation at scale: the teacher's cached continuations, the data-parallel loss split, the teacher freed.
+
+What :func:`paw.transfer.distill.lora.distill_lora` adds to the one-process loop of
+:mod:`paw.transfer.distill.train` when it runs big (docs/scale.md):
+
+- **Cached continuations.** The teacher continues the inputs in chunks of :data:`CHUNK` with its
+  KV cache; each chunk is appended to ``OUT-work/continuations-rank{R}.jsonl`` as soon as it is
+  made (:mod:`paw.io.train_state`), keyed by the teacher (its base and adapter bytes) and the
+  generation settings, so a rerun after a kill or a change of steps continues no input twice.
+  Under ``torchrun`` the chunks are dealt to the ranks round-robin (:func:`paw.distributed.map_chunks`).
+- **Loss split.** Each rank computes the losses of its share of the global batch; each loss part
+  is a mean over its own units (continuation tokens, aligned cuts, inputs with choices), so a rank
+  weighs its part by its share of those units (:data:`UNITS`), and the summed gradients equal the
+  one-process gradient of the whole batch.
+- **Teacher offload.** With ``offload_teacher`` the teacher is dropped once every continuation and
+  choice score is made, before the student trains; refused for the losses that read the teacher's
+  next-token distributions at every step (token KL, byte-aligned KL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paw.distributed import SINGLE, Ranks, all_sum, map_chunks, shard, share, sync_gradients
+from paw.errors import PawError
+from paw.io.train_state import append_continuations, read_continuations
+from paw.train_state import Checkpoints
+from paw.transfer.distill import data
+
+CHUNK = 16   # inputs per generation batch: data.generate's batch size, so chunks are its batches
+
+
+@dataclass
+class Scale:
+    """How a distillation runs beyond one small process; the default is the plain one-process run."""
+
+    ranks: Ranks = SINGLE
+    work: Path | None = None            # OUT-work/: the continuation cache (None: no cache)
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    offload_teacher: bool = False       # drop the teacher after its continuations, before training
+    gradient_checkpointing: bool = False
+
+
+def teacher_key(teacher_name: str, adapter, max_new_tokens: int) -> str:
+    """A digest of what decides a continuation: the teacher's base, the adapter's tensors, the length."""
+    h = hashlib.sha256(f"{teacher_name}\0{max_new_tokens}\0".encode())
+    for name in sorted(adapter.tensors):
+        h.update(name.encode())
+        h.update(adapter.tensors[name].detach().to("cpu").contiguous().float().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale: Scale | None, key: str = "") -> list[str]:
+    """The teacher's continuation of each text: from the cache where made before, else generated and cached.
+
+    A chunk is generated whole when any of its texts is missing, so its batch (and padding) is the
+    one an uncached, single-process run would make.
+    """
+    scale = scale or Scale()
+    cached = read_continuations(scale.work, key) if scale.work is not None else {}
+
+    def run(chunk: list[str]) -> list[str]:
+        if all(t in cached for t in chunk):
+            return [cached[t] for t in chunk]
+        made = data.generate(teacher.model, teacher.tokenizer, chunk, max_new_tokens=max_new_tokens,
+                             batch_size=CHUNK, device=device)
+        if scale.work is not None:
+            append_continuations(scale.work, scale.ranks.rank, key, list(zip(chunk, made, strict=True)))
+        return made
+
+    return map_chunks(run, texts, CHUNK, scale.ranks)
+
+
+def refuse_offload(losses_at_step: list[str]) -> None:
+    """``--offload-teacher`` cannot drop a teacher whose distributions a loss reads at every step."""
+    if losses_at_step:
+        raise PawError(f"--offload-teacher: the {' and '.join(losses_at_step)} loss reads the teacher's next-token "
+                       "distributions at every training step, so the teacher must stay loaded; drop "
+                       "--offload-teacher (or, across tokenizers, --byte-kl)")
+
+
+def free_teacher(teacher) -> None:
+    """Drop the teacher model (the caller's :class:`~paw.transfer.distill.train.LM` keeps no reference)."""
+    import gc
+
+    import torch
+
+    teacher.model = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------ the loss split
+
+def _tokens(examples) -> int:
+    return sum(min(e.sequence.n_cont, len(e.sequence.ids) - 1) for e in examples if e.sequence is not None)
+
+
+def _cuts(examples) -> int:
+    return sum(len(e.aligned) for e in examples if e.sequence is not None)
+
+
+def _with_choices(examples) -> int:
+    return sum(bool(e.choices) for e in examples)
+
+
+# what each loss part is a mean over (paw.transfer.distill.loss): its units in a list of examples
+UNITS = {"sequence-nll": _tokens, "token-kl": _tokens, "aligned-kl": _cuts, "choice-kl": _with_choices}
+
+
+def mine(chosen: list, scale: Scale | None) -> list:
+    """This rank's share of the global batch ``chosen`` (all of it in one process)."""
+    return shard(chosen, scale.ranks) if scale is not None and scale.ranks.parallel else chosen
+
+
+def weigh(parts: dict[str, Any], local: list, chosen: list, scale: Scale | None) -> dict[str, Any]:
+    """Each loss part of the shard ``local`` times its share of the batch's units (unchanged in one process)."""
+    if scale is None or not scale.ranks.parallel:
+        return parts
+    out = {}
+    for key, value in parts.items():
+        count = UNITS.get(key, lambda ex: sum(e.sequence is not None for e in ex))
+        out[key] = value * share(count(local), count(chosen))
+    return out
+
+
+def reduce_parts(parts: dict[str, Any], keys: list[str], scale: Scale | None) -> dict[str, float]:
+    """The batch's value of each loss part in ``keys`` (the sum over ranks of the weighted parts);
+    a part no rank computed is absent."""
+    if scale is None or not scale.ranks.parallel:
+        return {k: float(v.detach()) for k, v in parts.items()}
+    present = all_sum([1.0 if k in parts else 0.0 for k in keys], scale.ranks)
+    values = all_sum([float(parts[k].detach()) if k in parts else 0.0 for k in keys], scale.ranks)
+    return {k: v for k, v, n in zip(keys, values, present, strict=True) if n > 0}
+
+
+def sync(params: list, scale: Scale | None) -> None:
+    """Sum the LoRA gradients over ranks (nothing in one process)."""
+    if scale is not None and scale.ranks.parallel:
+        sync_gradients(params, scale.ranks)
