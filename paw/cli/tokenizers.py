@@ -90,11 +90,11 @@ def register(app: typer.Typer) -> None:
         console().print(_coverage_table(f"{source} -> {target}", result.coverage, result.mapping.target_size))
         typer.echo(f"wrote {output}")
 
-    @app.command("transplant-tokenizer", cls=multi_value_command("--corpus"))
+    @app.command("transplant-tokenizer", cls=multi_value_command("--corpus", "--heal-corpus"))
     def transplant_tokenizer(
         model: str = typer.Option(..., "--model", help="Model folder (with its own tokenizer)."),
-        tokenizer: str = typer.Option(..., "--tokenizer", help="New tokenizer T (HF folder, tokenizer.json, "
-                                      "tiktoken or PAW BPE file)."),
+        tokenizer: str = typer.Option(None, "--tokenizer", help="New tokenizer T (HF folder, tokenizer.json, "
+                                      "tiktoken or PAW BPE file); default with --donor: the donor's."),
         output: Path = typer.Option(..., "--output", "-o", help="Output model folder."),
         method: list[str] = typer.Option(None, "--method", help=methods_help()),
         vocab_map: Path = typer.Option(None, "--vocab-map", help="Use this paw-vocab-map file instead of aligning."),
@@ -106,6 +106,15 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(True, "--check/--no-check", help="Run the hidden-state semantic check."),
         check_texts: int = typer.Option(64, "--check-texts", min=1, help="Texts used by the semantic check."),
         anchors: int = typer.Option(8, "--anchors", min=1, help="Shared tokens per target token for 'semantic'."),
+        donor: str = typer.Option(None, "--donor", help="The model whose tokenizer T is: fit each new token as a "
+                                  "sparse combination of shared tokens on the donor's rows (OMP, Goddard & Neto "
+                                  "2025, arXiv 2506.06607) and apply it to the model's rows; replaces --method."),
+        omp_k: int = typer.Option(64, "--omp-k", min=1, help="Shared tokens (anchors) per new token for --donor."),
+        omp_batch: int = typer.Option(512, "--omp-batch", min=1, help="Tokens fitted at once with --donor "
+                                      "(memory ~ batch x anchors floats)."),
+        heal_steps: int = typer.Option(0, "--heal-steps", min=0, help="Then train the non-exact rows this many "
+                                       "steps on --heal-corpus (see paw heal-transplant)."),
+        heal_corpus: list[Path] = typer.Option(None, "--heal-corpus", help="Text or .jsonl files for --heal-steps."),
         rank_pattern: str = RANK_PATTERN,
         device: str = DEVICE,
         overwrite: bool = OVERWRITE,
@@ -114,20 +123,75 @@ def register(app: typer.Typer) -> None:
         """Give a model a new tokenizer: remapped embed_tokens/lm_head rows, updated config, T's tokenizer files.
 
         Example: paw transplant-tokenizer --model ./tiny/base --tokenizer ./other-tok --output ./tiny-t2
+
+        Example: paw transplant-tokenizer --model ./smollm2 --donor ./gemma-3 --output ./smollm2-gemma-tok
         """
 
+        from paw.vocab.heal_pipeline import HealOptions, check_heal_request
         from paw.vocab.pipelines import parse_methods, transplant_tokenizer
 
+        check_heal_request(heal_steps, heal_corpus)
+        heal = HealOptions(steps=heal_steps, corpus=heal_corpus, device=device) if heal_steps else None
         result = transplant_tokenizer(model, tokenizer, output, methods=parse_methods(method), vocab_map=vocab_map,
                                       init=init.value, head=head.value, corpus=corpus, check=check, check_texts=check_texts,
-                                      anchors=anchors, rank_pattern=rank_pattern, device=device, overwrite=overwrite,
+                                      anchors=anchors, donor=donor, omp_k=omp_k, omp_batch=omp_batch, heal=heal,
+                                      rank_pattern=rank_pattern, device=device, overwrite=overwrite,
                                       command=command_line())
-        console().print(_coverage_table(f"{model} -> {tokenizer}", result.coverage, result.target_size))
+        console().print(_coverage_table(f"{model} -> {tokenizer or donor}", result.coverage, result.target_size))
+        if "omp" in result.record:
+            o = result.record["omp"]
+            typer.echo(f"donor OMP: k={o['k']} over {o['anchors']:,} shared anchors, {o['fitted']:,} tokens fitted "
+                       f"({o['head_fit']})")
         if result.semantic_check:
             c = result.semantic_check
             typer.echo(f"semantic check over {c['texts']} texts: cosine mean {c.get('mean')} std {c.get('std')} "
                        f"min {c.get('min')} max {c.get('max')}")
+        if "heal" in result.record:
+            _print_heal(result.record["heal"])
         typer.echo(f"wrote {output}")
+
+    @app.command("heal-transplant", cls=multi_value_command("--corpus", "--eval-corpus"))
+    def heal_transplant(
+        model: Path = typer.Option(..., "--model", help="A folder written by paw transplant-tokenizer."),
+        corpus: list[Path] = typer.Option(..., "--corpus", help="Training text: text or .jsonl files."),
+        output: Path = typer.Option(..., "--output", "-o", help="Output model folder."),
+        steps: int = typer.Option(100, "--steps", min=1, help="Optimizer steps."),
+        eval_corpus: list[Path] = typer.Option(None, "--eval-corpus", help="Held-out text for the bits-per-byte "
+                                               "check (default: every 10th text of --corpus, not trained on)."),
+        original: Path = typer.Option(None, "--original", help="The model before the transplant: its bits per byte "
+                                      "on its own tokenizer is drawn in the curve as the level to reach."),
+        lr: float = typer.Option(1e-3, "--lr", help="Adam learning rate of the trained rows."),
+        batch: int = typer.Option(8, "--batch", min=1, help="Windows per step."),
+        seq_len: int = typer.Option(128, "--seq-len", min=2, help="Tokens per window."),
+        eval_every: int = typer.Option(0, "--eval-every", min=0, help="Steps between checks (0: steps / 5)."),
+        eval_texts: int = typer.Option(200, "--eval-texts", min=1, help="Held-out texts scored at each check."),
+        seed: int = typer.Option(0, "--seed", help="Window sampling seed."),
+        device: str = DEVICE,
+        overwrite: bool = OVERWRITE,
+        allow_nonfinite: bool = ALLOW_NONFINITE,  # honoured by the writer (paw.io.finite, opened in _options)
+    ):
+        """Train only the embedding/head rows a transplant did not copy exactly; all else stays byte-identical.
+
+        Example: paw heal-transplant --model ./tiny-t2 --corpus text.txt --steps 100 --output ./tiny-t2-healed
+        """
+        from paw.vocab.heal_pipeline import HealOptions, heal_transplant
+
+        options = HealOptions(steps=steps, corpus=corpus, eval_corpus=eval_corpus or [], lr=lr, batch=batch,
+                              seq_len=seq_len, eval_every=eval_every, eval_texts=eval_texts, seed=seed, device=device,
+                              original=original)
+        result = heal_transplant(model, output, options, overwrite=overwrite, command=command_line())
+        _print_heal(result.record)
+        typer.echo(f"wrote {output} (paw_heal.json, heal_curve.png)")
+
+
+def _print_heal(record: dict) -> None:
+    b = record["bpb"]
+    gap = ""
+    if b.get("original") is not None and b["before"] > b["original"]:
+        closed = (b["before"] - b["after"]) / (b["before"] - b["original"])
+        gap = f"; original {b['original']:.4f}, {closed:.0%} of the gap closed"
+    typer.echo(f"healed {record['rows_trained']:,} rows for {record['steps']} steps in {record['seconds']} s: "
+               f"held-out bits per byte {b['before']:.4f} -> {b['after']:.4f}{gap}")
 
 
 def _print_analysis(report: dict) -> None:

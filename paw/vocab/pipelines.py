@@ -14,6 +14,7 @@ output atomically and returns a small typed result; none prints.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Sequence
@@ -35,7 +36,10 @@ from paw.vocab import transplant as T
 from paw.vocab.align import DEFAULT_METHODS, AlignContext, align, check_methods
 from paw.vocab.analyze import analyze
 from paw.vocab.compare import token_counts
+from paw.vocab.donor import donor_mappings
 from paw.vocab.embed import FALLBACKS
+from paw.vocab.heal_pipeline import HealOptions, heal_transplant
+from paw.vocab.omp import DEFAULT_BATCH, DEFAULT_K
 from paw.vocab.roles import role_id
 from paw.vocab.transplant import embedding_names, semantic_check, vocab_rows
 
@@ -159,19 +163,37 @@ class Transplant:
 
 
 @records_call
-def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike, *,
+def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: PathLike, *,
                          methods: Sequence[str] = DEFAULT_METHODS, vocab_map: PathLike | None = None,
                          init: str = "mean", head: str = "mapping", corpus: Sequence[PathLike] | None = None,
                          check: bool = True, check_texts: int = 64, anchors: int = 8,
-                         rank_pattern: str | None = None, device: str = "cpu", overwrite: bool = False,
-                         command: str | None = None) -> Transplant:
+                         donor: PathLike | None = None, omp_k: int = DEFAULT_K, omp_batch: int = DEFAULT_BATCH,
+                         heal: HealOptions | None = None, rank_pattern: str | None = None, device: str = "cpu",
+                         overwrite: bool = False, command: str | None = None) -> Transplant:
     """Give ``model`` the tokenizer ``tokenizer``: remapped embedding/head rows, new config, T's files.
 
-    Aligns the vocabularies with ``methods`` (or reads ``vocab_map``), writes ``output`` atomically
-    with ``paw_vocab_map.json`` and ``paw_transplant.json``, then (``check``) compares hidden states
-    of the old and new model on ``check_texts`` texts.
+    Aligns the vocabularies with ``methods`` (or reads ``vocab_map``; or, with ``donor``, the model
+    whose tokenizer T is, fits every non-shared token by donor-aware OMP with ``omp_k`` anchors,
+    :mod:`paw.vocab.omp`), writes ``output`` atomically with ``paw_vocab_map.json`` and
+    ``paw_transplant.json``, then (``check``) compares hidden states of the old and new model on
+    ``check_texts`` texts. ``tokenizer`` may be None when ``donor`` is given (the donor's own).
+    With ``heal``, the transplant goes to a temporary folder beside ``output`` and
+    :func:`paw.vocab.heal_pipeline.heal_transplant` writes ``output``; ``record['heal']`` is its report.
     """
     check_output(output, overwrite=overwrite)
+    if heal is not None:
+        heal.check()
+        return _transplant_then_heal(model, tokenizer, output, heal, overwrite=overwrite, command=command,
+                                     methods=methods, vocab_map=vocab_map, init=init, head=head, corpus=corpus,
+                                     check=check, check_texts=check_texts, anchors=anchors, donor=donor,
+                                     omp_k=omp_k, omp_batch=omp_batch, rank_pattern=rank_pattern, device=device)
+    if tokenizer is None and donor is None:
+        raise PawError("--tokenizer is needed (or --donor, whose tokenizer is then taken)")
+    if donor is not None and vocab_map is not None:
+        raise PawError("--donor and --vocab-map both say where the rows come from: pass one")
+    if omp_k < 1 or omp_batch < 1:
+        raise PawError(f"--omp-k and --omp-batch must be at least 1 (got {omp_k}, {omp_batch})")
+    tokenizer = donor if tokenizer is None else tokenizer
     if init not in FALLBACKS:
         raise PawError(f"unknown --init {init!r}; choose from {', '.join(FALLBACKS)}")
     if head not in T.HEAD_POLICIES:
@@ -187,15 +209,26 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike,
     src, tgt = open_tokenizer_spec(model, rank_pattern), open_tokenizer_spec(tokenizer, rank_pattern)
     if src.size > rows:
         raise PawError(f"the model's tokenizer has {src.size} ids but its embedding only {rows} rows", path=model)
-    mapping, methods = _mapping(ckpt, names, src, tgt, rows, list(methods), vocab_map, corpus, anchors, dev)
     config = T.new_config(ckpt.config, tgt, tgt.size)
     tied = bool(ckpt.tied_embeddings or arch.tied(config))
+    head_mapping, omp = None, None
+    if donor is not None:
+        fit = donor_mappings(donor, src, tgt, tied=tied or not any(arch.is_head(n) for n in names), k=omp_k,
+                             batch=omp_batch, device=dev)
+        mapping, head_mapping, methods, omp = fit.mapping, fit.head_mapping, ["exact", "omp"], fit.record
+    else:
+        mapping, methods = _mapping(ckpt, names, src, tgt, rows, list(methods), vocab_map, corpus, anchors, dev)
     record = {"paw_version": __version__, "command": command,
               "inputs": {"model": describe_input(model), "tokenizer": describe_input(tokenizer)},
               "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names,
               "rows": {"before": rows, "after": tgt.size},
               "coverage": mapping.coverage(), "target_size": mapping.target_size}
+    if omp is not None:
+        record["omp"] = omp
+        record["head"] = "omp" if head_mapping is not None else head
     extra = {"paw_vocab_map.json": mapping_to_json(mapping)}
+    if head_mapping is not None:
+        extra["paw_vocab_map_head.json"] = mapping_to_json(head_mapping)
     with tempfile.TemporaryDirectory() as empty:
         tok_from = tgt.folder if tgt.kind not in ("tiktoken", "paw-bpe") else Path(empty)
         if tgt.kind in ("tiktoken", "paw-bpe"):
@@ -205,13 +238,26 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike, output: PathLike,
         if gen is not None and gen.is_file():
             extra["generation_config.json"] = _generation_config(gen, config)
         tensors = T.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, head=head, tied=tied,
-                                         device=dev)
+                                         head_mapping=head_mapping, device=dev)
         write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=overwrite,
                          extra_files={**extra, "paw_transplant.json": record})
     if check:
         record["semantic_check"] = _semantic_check(model, output, src, tgt, corpus_texts(corpus)[:check_texts], dev)
         write_json(Path(output) / "paw_transplant.json", record)
     return Transplant(Path(output), record)
+
+
+def _transplant_then_heal(model, tokenizer, output, heal: HealOptions, *, overwrite: bool, command, **kw) -> Transplant:
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.transplant-") as tmp:
+        first = transplant_tokenizer(model, tokenizer, Path(tmp) / "model", command=command, **kw)
+        if heal.original is None:
+            heal = dataclasses.replace(heal, original=model)
+        healed = heal_transplant(first.output, output, heal, overwrite=overwrite, command=command)
+    record = {**first.record, "heal": healed.record}
+    write_json(output / "paw_transplant.json", record)
+    return Transplant(output, record)
 
 
 def _mapping(ckpt, names, src, tgt, rows, methods, vocab_map, corpus, anchors, dev):

@@ -68,18 +68,21 @@ def first_piece(mapping: VocabMapping) -> VocabMapping:
 
 def transplanted_tensors(tensors: Mapping[str, Any], names: list[str], mapping: VocabMapping, *,
                          rows: int, fallback: str = "mean", head: str = "mapping", tied: bool = False,
-                         device: Any = "cpu") -> Iterator[tuple[str, Any]]:
+                         head_mapping: VocabMapping | None = None, device: Any = "cpu",
+                         ) -> Iterator[tuple[str, Any]]:
     """Stream ``(name, tensor)``: vocabulary tensors remapped to ``rows`` rows, the rest unchanged.
 
     ``head='first'`` builds untied output rows (``lm_head``) from the first piece of each
-    decomposition (:func:`first_piece`); tied models keep one matrix, built from ``mapping``.
-    Rows beyond the target vocabulary (``rows > mapping.target_size``, padding) get the fallback.
+    decomposition (:func:`first_piece`); ``head_mapping`` (a donor-aware fit of the head,
+    :mod:`paw.vocab.omp`) replaces both for an untied head. Tied models keep one matrix, built from
+    ``mapping``. Rows beyond the target vocabulary (``rows > mapping.target_size``, padding) get the
+    fallback.
     """
     import torch
 
     if head not in HEAD_POLICIES:
         raise PawError(f"unknown head policy {head!r}; choose from {', '.join(HEAD_POLICIES)}")
-    out_mapping = first_piece(mapping) if head == "first" else mapping
+    out_mapping = head_mapping or (first_piece(mapping) if head == "first" else mapping)
     for name in tensors:
         t = tensors[name]
         if name in names:

@@ -1,0 +1,90 @@
+"""The donor side of a transplant: read the donor model, check it matches the tokenizer, fit OMP rows.
+
+``paw transplant-tokenizer --donor MODEL`` calls :func:`donor_mappings`; the arithmetic is in
+:mod:`paw.vocab.omp`, the reading in :mod:`paw.io`. The anchors are the tokens PAW matches exactly
+(same canonical bytes, :func:`paw.vocab.align.exact`) plus special tokens matched by role; every
+other target id the donor has a row for is fitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paw import arch
+from paw.errors import PawError
+from paw.io.checkpoint import open_checkpoint
+from paw.io.manifest import describe_input
+from paw.io.tokenizer import TokenizerInfo, open_tokenizer
+from paw.io.vocab_map import VocabMapping
+from paw.progress import track
+from paw.vocab.align import AlignContext, align
+from paw.vocab.omp import METHOD, donor_omp
+from paw.vocab.transplant import embedding_names, vocab_rows
+
+SOLVER = ("orthogonal matching pursuit, anchors picked by largest |residual . anchor| (raw inner product), "
+          "coefficients by least squares over the picked anchors (QR, Gram-Schmidt twice), unconstrained")
+
+
+@dataclass(frozen=True)
+class DonorFit:
+    """The input-side mapping, an untied head's mapping (or None) and what the report states."""
+
+    mapping: VocabMapping
+    head_mapping: VocabMapping | None
+    record: dict[str, Any]
+
+
+def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerInfo, *, tied: bool,
+                   k: int, batch: int, device: Any) -> DonorFit:
+    """Exact/special matches, then OMP fits on the donor's rows for every other target id."""
+    ckpt = open_checkpoint(donor)
+    if not ckpt.config:
+        raise PawError("donor model folder has no config.json", path=donor)
+    rows = vocab_rows(ckpt.config)
+    names = embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
+    if not names:
+        raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=donor)
+    _check_vocabulary(donor, rows, target)
+    base = align(AlignContext(source, target), ["exact"])
+    anchors = sorted((t, src[0]) for t, (_, src, _) in base.entries.items())
+    todo = [t for t in range(target.size) if t not in base.entries]
+    embed = next((n for n in names if not arch.is_head(n)), names[0])
+    head = next((n for n in names if arch.is_head(n)), embed)  # a tied donor's head is its embedding
+    mapping = _fit(base, ckpt[embed], anchors, todo, k, batch, device, "input rows")
+    head_mapping = None if tied else _fit(base, ckpt[head], anchors, todo, k, batch, device, "head rows")
+    record = {"donor": describe_input(donor), "k": min(k, len(anchors)), "anchors": len(anchors),
+              "anchor_set": "tokens with the same canonical bytes in both vocabularies, and special tokens "
+                            "matched by role", "fitted": len(todo), "solver": SOLVER, "batch": batch,
+              "donor_tensors": {"input": embed, "head": head},
+              "head_fit": "tied: the input fit serves both" if tied else "own fit on the donor's head rows"}
+    return DonorFit(mapping, head_mapping, record)
+
+
+def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, what) -> VocabMapping:
+    rows = donor_rows.to(device)
+    batches = -(-len(todo) // batch)
+    fits = donor_omp(rows, anchors, todo, k=k, batch=batch,
+                     track=lambda it: track(it, f"fitting OMP {what}", total=batches, unit="batches"))
+    entries = dict(base.entries)
+    entries.update({t: (METHOD, src, w) for t, (src, w) in fits.items()})
+    return VocabMapping(base.source_size, base.target_size, entries, base.source, base.target)
+
+
+def _check_vocabulary(donor, rows: int, target: TokenizerInfo) -> None:
+    """The donor's rows must be the tokenizer's ids: enough rows, and its own tokenizer (if any) equal."""
+    if rows < target.size:
+        raise PawError(f"the donor has {rows} embedding rows but the tokenizer given has {target.size} ids: "
+                       "pass the donor's own tokenizer (or leave --tokenizer out)", path=donor)
+    try:
+        own = open_tokenizer(donor)
+    except PawError:
+        return  # a donor folder without tokenizer files: the row count is all there is to check
+    diff = [i for i in range(max(own.size, target.size))
+            if i >= own.size or i >= target.size or own.token_bytes(i) != target.token_bytes(i)]
+    if diff:
+        i = diff[0]
+        raise PawError(f"the donor's vocabulary does not match the tokenizer given: {len(diff)} of "
+                       f"{max(own.size, target.size)} ids differ (first: id {i}); pass the donor's own tokenizer "
+                       "(or leave --tokenizer out)", path=donor)

@@ -1,0 +1,189 @@
+"""``paw heal-transplant`` (and ``paw transplant-tokenizer --heal-steps``) from files to files.
+
+Reads a transplanted model folder (its ``paw_vocab_map.json`` says which rows are estimates), trains
+those rows on a corpus with :func:`paw.vocab.heal.heal_rows`, and writes a new folder in which only
+those rows differ; every other tensor keeps its bytes. ``paw_heal.json`` holds the curve and the
+bits per byte before and after, ``heal_curve.png`` draws it::
+
+    from paw.vocab.heal_pipeline import HealOptions, heal_transplant
+    result = heal_transplant("./smollm2-gemma-tok", "./healed", HealOptions(steps=100, corpus=["text.txt"]))
+    result.record["bpb"]  # {'before': 1.91, 'after': 1.42, 'original': 1.05}
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paw import __version__, arch
+from paw.device import resolve_device
+from paw.errors import PawError
+from paw.io.atomic import check_output
+from paw.io.checkpoint import open_checkpoint
+from paw.io.json_file import read_json_if_exists
+from paw.io.lm import load_lm
+from paw.io.manifest import describe_input, records_call
+from paw.io.reports import json_safe, save_figure
+from paw.io.tokenizer import open_tokenizer, read_corpus
+from paw.io.vocab_map import mapping_to_json, read_vocab_map
+from paw.io.writer import write_checkpoint
+from paw.progress import track
+from paw.vocab import heal as H
+from paw.vocab.transplant import embedding_names, vocab_rows
+
+PathLike = str | Path
+
+
+@dataclass
+class HealOptions:
+    """Knobs of a heal run; :meth:`check` names the flag at fault before any model is read."""
+
+    steps: int = 100                 # optimizer steps (--heal-steps)
+    corpus: Sequence[PathLike] = field(default_factory=list)  # training texts (--heal-corpus)
+    eval_corpus: Sequence[PathLike] = field(default_factory=list)  # held-out texts; default: every 10th corpus text
+    lr: float = 1e-3                 # Adam learning rate of the healed rows
+    batch: int = 8                   # windows per step
+    seq_len: int = 128               # tokens per training window (and per scoring window)
+    eval_every: int = 0              # steps between two held-out checks; 0: steps / 5
+    eval_texts: int = 200            # held-out texts scored at each check (the first ones)
+    warmup: int = 10                 # linear learning-rate warm-up, steps
+    seed: int = 0                    # window sampling
+    device: str = "cpu"              # cpu, cuda, cuda:N or auto
+    original: PathLike | None = None  # the model before the transplant: its bpb on its own tokenizer, for the plot
+
+    def check(self) -> None:
+        if self.steps < 1:
+            raise PawError(f"--heal-steps must be at least 1, got {self.steps}")
+        if not self.corpus:
+            raise PawError("healing needs a text corpus: pass --heal-corpus FILE (text or .jsonl)")
+        for name in ("lr",):
+            if not getattr(self, name) > 0:
+                raise PawError(f"--heal-{name} must be positive, got {getattr(self, name)}")
+        for name in ("batch", "seq_len", "eval_texts"):
+            if getattr(self, name) < 1:
+                raise PawError(f"--heal-{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+
+    def plan(self) -> H.HealPlan:
+        every = self.eval_every or max(1, self.steps // 5)
+        return H.HealPlan(steps=self.steps, lr=self.lr, batch=self.batch, seq_len=self.seq_len,
+                          eval_every=every, warmup=self.warmup, seed=self.seed)
+
+
+def check_heal_request(steps: int, corpus: Sequence[PathLike] | None) -> None:
+    """The CLI's two heal flags go together: a corpus without steps, or steps without a corpus, is an error."""
+    if steps and not corpus:
+        raise PawError("--heal-steps needs --heal-corpus FILE (the text the rows are trained on)")
+    if corpus and not steps:
+        raise PawError("--heal-corpus is given but --heal-steps is 0: pass --heal-steps N")
+
+
+@dataclass(frozen=True)
+class Healed:
+    """What ``heal_transplant`` wrote; ``record`` is ``paw_heal.json``."""
+
+    output: Path
+    record: dict[str, Any]
+
+
+@records_call
+def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, overwrite: bool = False,
+                    command: str | None = None) -> Healed:
+    """Train the non-exact embedding/head rows of the transplanted ``model``; write ``output``."""
+    options.check()
+    check_output(output, overwrite=overwrite)
+    model = Path(model)
+    ckpt = open_checkpoint(model)
+    mapping = read_vocab_map(_map_file(model))
+    rows = vocab_rows(ckpt.config or {})
+    names = embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
+    heal_ids = H.rows_to_heal(mapping.entries, mapping.target_size)
+    if not heal_ids:
+        raise PawError("every row was copied exactly in the transplant: nothing to heal", path=model)
+    tok = open_tokenizer(model)
+    texts = read_corpus(options.corpus)
+    train, held = _split(texts, options)
+    where = ", ".join(map(str, options.corpus))
+    stream = H.token_stream(tok.encode_batch(train), unk_id=tok.unk_id, seq_len=options.seq_len, where=where)
+    eval_windows = H.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
+    dev = resolve_device(options.device)
+    lm, _ = load_lm(model, device=dev, dtype="float32")
+    width = lambda i: len(tok.token_bytes(i))  # noqa: E731
+    plan = options.plan()
+    start = time.monotonic()
+    curve = H.heal_rows(lm, heal_ids, stream, plan, device=dev,
+                        evaluate=lambda: H.bits_per_byte(lm, eval_windows, width, device=dev),
+                        track=lambda it: track(it, "healing", total=plan.steps, unit="steps"))
+    seconds = time.monotonic() - start
+    original = _original_bpb(options, held, dev) if options.original else None
+    record = {"paw_version": __version__, "command": command,
+              "inputs": {"model": describe_input(model), "corpus": [describe_input(c) for c in options.corpus],
+                         "eval_corpus": [describe_input(c) for c in options.eval_corpus] or "every 10th corpus text"},
+              "rows_trained": len(heal_ids), "tensors_trained": names, "steps": plan.steps, "lr": plan.lr,
+              "batch": plan.batch, "seq_len": plan.seq_len, "warmup": plan.warmup, "seed": plan.seed,
+              "device": str(dev), "train_tokens": len(stream), "eval_texts": min(len(held), options.eval_texts),
+              "bpb": {"before": curve[0]["bpb"], "after": curve[-1]["bpb"], "original": original},
+              "curve": curve, "seconds": round(seconds, 1)}
+    new = _healed_matrices(lm, names)
+    write_checkpoint(output, _patched(ckpt, names, new, heal_ids), copy_from=model, overwrite=overwrite,
+                     extra_files=_side_files(model, mapping, json_safe(record)))
+    save_figure(H.curve_figure(curve, original_bpb=original, title=f"heal: {len(heal_ids):,} rows, {plan.steps} steps"),
+                Path(output) / "heal_curve.png")
+    return Healed(Path(output), record)
+
+
+def _map_file(model: Path) -> Path:
+    path = model / "paw_vocab_map.json"
+    if not path.is_file():
+        raise PawError("no paw_vocab_map.json: heal trains the rows a PAW transplant did not copy exactly, "
+                       "so it needs a folder written by paw transplant-tokenizer", path=model)
+    return path
+
+
+def _split(texts: list[str], options: HealOptions) -> tuple[list[str], list[str]]:
+    if options.eval_corpus:
+        return texts, read_corpus(options.eval_corpus)
+    held = texts[::10]
+    train = [t for i, t in enumerate(texts) if i % 10]
+    if not held or not train:
+        raise PawError("the corpus needs at least two texts (every 10th is held out for the check), or pass "
+                       "an eval corpus", path=", ".join(map(str, options.corpus)))
+    return train, held
+
+
+def _original_bpb(options: HealOptions, held: list[str], dev) -> float:
+    tok = open_tokenizer(options.original)
+    lm, _ = load_lm(options.original, device=dev, dtype="float32")
+    wins = H.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
+    return H.bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), device=dev)
+
+
+def _healed_matrices(lm, names: list[str]) -> dict[str, Any]:
+    """Checkpoint name -> the trained matrix (input embedding, or the untied head), on the CPU."""
+    mats = H.trainable_matrices(lm)
+    head = mats[1] if len(mats) > 1 else mats[0]
+    return {n: (head if arch.is_head(n) else mats[0]).detach().cpu() for n in names}
+
+
+def _patched(ckpt, names: list[str], new: dict[str, Any], heal_ids: list[int]):
+    """Stream the checkpoint with only ``heal_ids`` rows of the vocabulary tensors replaced."""
+    import torch
+
+    ids = torch.tensor(heal_ids, dtype=torch.long)
+    for name in ckpt:
+        t = ckpt[name]
+        if name in names:
+            t = t.clone()
+            t[ids] = new[name][ids].to(t.dtype)
+        yield name, t
+
+
+def _side_files(model: Path, mapping, record: dict[str, Any]) -> dict[str, Any]:
+    extra = {"paw_vocab_map.json": mapping_to_json(mapping), "paw_heal.json": record}
+    for name in ("paw_transplant.json", "paw_vocab_map_head.json"):
+        data = read_json_if_exists(model / name)
+        if data is not None:
+            extra[name] = data
+    return extra

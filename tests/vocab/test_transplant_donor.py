@@ -1,0 +1,137 @@
+"""Donor-aware OMP (``paw transplant-tokenizer --donor``): the solver on hand-checked cases, and the
+pipeline rebuilding a row that is an exact sparse combination of anchors in the donor's space."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from paw.io.tokenizer import open_tokenizer
+from paw.io.vocab_map import read_vocab_map
+from paw.vocab.omp import batch_omp, donor_omp
+
+
+def test_batch_omp_hand_example():
+    # anchors e1, e2, e3, e1+e2; x = (2, 2, 1): |x.a| = 2, 2, 1, 4 -> e1+e2, residual (0, 0, 1) -> e3
+    A = torch.tensor([[1.0, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]])
+    idx, coef = batch_omp(torch.tensor([[2.0, 2, 1]]), A, k=2)
+    assert idx.tolist() == [[3, 2]]
+    assert coef[0].tolist() == pytest.approx([2.0, 1.0], abs=1e-6)
+    # a third step finds a zero residual; whatever it picks gets coefficient 0
+    idx, coef = batch_omp(torch.tensor([[2.0, 2, 1]]), A, k=3)
+    assert idx[0, :2].tolist() == [3, 2] and coef[0].tolist() == pytest.approx([2.0, 1.0, 0.0], abs=1e-6)
+
+
+def test_batch_omp_recovers_sparse_combinations():
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(300, 64, generator=g)
+    X = torch.stack([0.7 * A[3] - 1.2 * A[10] + 0.4 * A[125], 2.0 * A[7], -0.5 * A[299] + 0.25 * A[0]])
+    truth = [{3: 0.7, 10: -1.2, 125: 0.4}, {7: 2.0}, {299: -0.5, 0: 0.25}]
+    for k in (3, 6):
+        idx, coef = batch_omp(X, A, k=k)
+        for row, want in enumerate(truth):
+            got = dict(zip(idx[row].tolist(), coef[row].tolist(), strict=True))
+            assert set(want) <= set(got)
+            for j, c in got.items():
+                assert c == pytest.approx(want.get(j, 0.0), abs=1e-4)
+
+
+def test_batch_omp_coefficients_are_least_squares_on_the_chosen_anchors():
+    g = torch.Generator().manual_seed(1)
+    A, X = torch.randn(50, 16, generator=g), torch.randn(4, 16, generator=g)
+    idx, coef = batch_omp(X, A, k=5)
+    assert len({tuple(sorted(r)) for r in idx.tolist()}) == 4 and all(len(set(r)) == 5 for r in idx.tolist())
+    for b in range(4):
+        ref = torch.linalg.lstsq(A[idx[b]].T.double(), X[b].double()).solution
+        assert torch.allclose(coef[b].double(), ref, atol=1e-4)
+    # the residual only shrinks as k grows
+    errs = [(X - torch.einsum("bk,bkd->bd", c, A[i])).norm(dim=1) for i, c in (batch_omp(X, A, k=k) for k in (1, 3, 8))]
+    assert torch.all(errs[0] >= errs[1] - 1e-5) and torch.all(errs[1] >= errs[2] - 1e-5)
+
+
+def test_donor_omp_applies_donor_coefficients_to_source_ids():
+    g = torch.Generator().manual_seed(2)
+    D = torch.randn(10, 32, generator=g)  # donor rows, indexed by target id
+    D[9] = 3.0 * D[1] - 0.5 * D[4]
+    anchors = [(t, 100 + t) for t in range(8)]  # target id t is source id 100 + t
+    out = donor_omp(D, anchors, [9], k=2)
+    assert sorted(zip(*out[9], strict=True)) == [(101, pytest.approx(3.0, abs=1e-5)), (104, pytest.approx(-0.5, abs=1e-5))]
+
+
+@pytest.fixture(scope="module")
+def donor(tmp_path_factory):
+    """A tied Qwen2 (hidden 64) with a 400-token tokenizer: 296 of its tokens are tiny_llama's, 100 new."""
+    from paw import zoo
+
+    return zoo.tiny_model(tmp_path_factory.mktemp("donor") / "qwen", "qwen2", seed=5, vocab_size=400,
+                          hidden_size=64, num_layers=1)
+
+
+def _plant(folder, new_id, combo):
+    path = folder / "model.safetensors"
+    state = load_file(path)
+    E = state["model.embed_tokens.weight"]
+    E[new_id] = sum(c * E[a] for a, c in combo.items())
+    from safetensors.torch import save_file
+
+    save_file(state, path, metadata={"format": "pt"})
+
+
+def test_transplant_with_donor_rebuilds_planted_rows(cli, tiny_llama, donor, tmp_path):
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    src, tgt = open_tokenizer(tiny_llama), open_tokenizer(donor)
+    new = sorted(i for i in range(tgt.size) if tgt.vocab[i] is not None and tgt.vocab[i] not in src.bytes_to_id)
+    shared = [i for i in range(tgt.size) if tgt.vocab[i] is not None and tgt.vocab[i] in src.bytes_to_id]
+    a, b = shared[40], shared[200]
+    planted = tmp_path / "donor"
+    shutil.copytree(donor, planted)
+    _plant(planted, new[0], {a: 0.5, b: 2.0})
+    out = tmp_path / "out"
+    res = cli("transplant-tokenizer", "--model", tiny_llama, "--donor", planted, "-o", out, "--omp-k", "2",
+              "--no-check")
+    assert res.exit_code == 0, res.stderr
+    assert "donor OMP: k=2 over 300 shared anchors, 100 tokens fitted" in res.stdout
+    record = json.loads((out / "paw_transplant.json").read_text())
+    assert record["coverage"] == {"exact": 296, "omp": 100, "special": 4, "unmapped": 0}
+    assert record["omp"]["k"] == 2 and record["omp"]["anchors"] == 300 and "least squares" in record["omp"]["solver"]
+    old = load_file(tiny_llama / "model.safetensors")
+    got = load_file(out / "model.safetensors")
+    sa, sb = src.bytes_to_id[tgt.vocab[a]], src.bytes_to_id[tgt.vocab[b]]
+    # tiny_llama is untied: a second fit, on the donor's head (its embedding: the donor is tied)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        want = 0.5 * old[name][sa] + 2.0 * old[name][sb]
+        assert torch.allclose(got[name][new[0]], want, atol=1e-4), name
+        assert torch.equal(got[name][a], old[name][sa])  # shared rows copied verbatim
+    for name, t in old.items():
+        if name not in ("model.embed_tokens.weight", "lm_head.weight"):
+            assert torch.equal(got[name], t), name
+    assert read_vocab_map(out / "paw_vocab_map.json").entries[new[0]][0] == "omp"  # free weights read back
+    assert read_vocab_map(out / "paw_vocab_map_head.json").coverage()["omp"] == 100
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.vocab_size == tgt.size
+
+
+def test_donor_whose_vocabulary_differs_from_the_tokenizer_is_refused(cli, tiny_llama, tiny_qwen, donor, tmp_path):
+    res = cli("transplant-tokenizer", "--model", tiny_llama, "--donor", donor, "--tokenizer", tiny_qwen,
+              "-o", tmp_path / "x", "--no-check")
+    assert res.exit_code == 2
+    assert "does not match the tokenizer given" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_donor_smaller_than_the_tokenizer_is_refused(cli, tiny_llama, tiny_qwen, donor, tmp_path):
+    res = cli("transplant-tokenizer", "--model", tiny_llama, "--donor", tiny_qwen, "--tokenizer", donor,
+              "-o", tmp_path / "x", "--no-check")
+    assert res.exit_code == 2 and "300 embedding rows but the tokenizer given has 400 ids" in res.stderr
+
+
+def test_donor_and_vocab_map_together_are_refused(cli, tiny_llama, donor, tmp_path):
+    res = cli("transplant-tokenizer", "--model", tiny_llama, "--donor", donor, "--vocab-map", tmp_path / "m.json",
+              "-o", tmp_path / "x")
+    assert res.exit_code == 2 and "--donor and --vocab-map" in res.stderr
