@@ -68,7 +68,9 @@ def _echo_warnings(warnings: list[str]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("transfer-lora")
     def transfer_lora_cmd(
-        adapter: Path = typer.Option(..., "--adapter", help="PEFT LoRA adapter folder trained on the source base."),
+        adapter: Path = typer.Option(None, "--adapter", help="PEFT LoRA adapter folder trained on the source base."),
+        finetune: Path = typer.Option(None, "--finetune", help="Or a full fine-tune: extract a LoRA, move it."),
+        energy: float = typer.Option(None, "--energy", help="With --finetune: extract at this energy share."),
         source_base: str = typer.Option(..., "--source-base", help="The adapter's base model (folder, .gguf or cached ID)."),
         target_base: str = typer.Option(..., "--target-base", help="The model to move the adapter to."),
         output: Path = typer.Option(..., "--output", "-o", help="Output adapter folder (with its report)."),
@@ -110,7 +112,8 @@ def register(app: typer.Typer) -> None:
         holdout: float = typer.Option(D.holdout, "--holdout", help="[distill] Fraction of inputs kept for agreement."),
         init: DistillInit = typer.Option(D.init, "--init", help="[distill] auto: start from the weight-space "
                                          "transfer when the target is related; none: PEFT init."),
-        rank: int = typer.Option(D.rank, "--rank", min=1, help="[distill] LoRA rank [default: the source's]."),
+        rank: int = typer.Option(D.rank, "--rank", min=1, help="[distill] LoRA rank [default: the source's]; "
+                                "with --finetune the extraction's [16]."),
         alpha: float = typer.Option(D.alpha, "--alpha", help="[distill] LoRA alpha [default: the source's]."),
         target_modules: str = typer.Option(D.target_modules, "--target-modules", help="[distill] Comma list [default: the "
                                            "source adapter's module types that the target has]."),
@@ -136,22 +139,29 @@ def register(app: typer.Typer) -> None:
 
         Example: paw transfer-lora --method distill --prompts inputs.jsonl --adapter ./lora --source-base ./a --target-base ./b -o ./moved
         """
+        import functools
+
         from paw.cli._options import command_line, track_once
+        from paw.extract.transfer import source_choice, transfer_finetune
         from paw.io.tracking import check_kind
         from paw.transfer.run import transfer_adapter
 
         check_kind(track)
+        extract, rank = source_choice(adapter=adapter, finetune=finetune, rank=rank, energy=energy)
         distill = DistillOptions(prompts=prompts, synthesize=synthesize, seed_examples=seed_examples,
                                  discriminator=discriminator, eval_prompts=eval_prompts, holdout=holdout,
                                  init=init.value, rank=rank, alpha=alpha, target_modules=_modules(target_modules),
                                  max_steps=max_steps, batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens,
                                  byte_kl=byte_kl, next_words=next_words, seed=seed)
-        result = transfer_adapter(adapter, source_base, target_base, output, method=method.value,
+        move = transfer_adapter if extract is None else functools.partial(transfer_finetune, extract=extract)
+        result = move(adapter or finetune, source_base, target_base, output, method=method.value,
                                   subspace_rank=subspace_rank, min_similarity=min_similarity,
                                   layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
                                   distill=distill, device=device, overwrite=overwrite,
                                   allow_nonfinite=allow_nonfinite, check_data=check_data, require_gain=require_gain,
                                   command=command_line())
+        if extract is not None:  # what the LoRA held of the fine-tune, before anything moved
+            typer.echo(result.report["extraction"]["held"])
         (_echo_transfer if result.distill is None else _echo_distill)(result)
         _echo_warnings(result.warnings)
         track_once(track, output, {"command": command_line(), "method": method.value, **result.inputs},
