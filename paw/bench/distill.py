@@ -87,4 +87,4 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
             "loss_end": d.loss_end, "loss_tail_drop": d.loss_tail_drop, "agreement": d.agreement_after,
             "agreement_before": d.agreement_before, **({"synthesis": d.synthesis} if d.synthesis is not None else {})}
         with applied(base.model, adapter_deltas(moved)):
-            out["outcomes"][name] = score(base.model, base.tokenizer, task.test)
+            out["outcomes"][name] = score(base.model, base.tokenizer, task.scored)  # with the reworded items

@@ -180,8 +180,8 @@ def transfer(adapter, source: Base, target: Base, method: str, device) -> Transf
 def _evaluate_base(base: Base, source: Base, adapter, direct_adapter, task, opts: BenchOptions, seed: int,
                    methods: list[str], device) -> dict:
     """Outcomes of every condition on ``base`` for one task and seed."""
-    out: dict[str, Any] = {"outcomes": {}, "status": {}, "reasons": {}, "summaries": {}, "clusters": task.clusters}
-    items = task.test
+    out: dict[str, Any] = {"outcomes": {}, "status": {}, "reasons": {}, "summaries": {}}
+    items = task.scored  # the held-out items, then the same facts reworded (split by _views)
     out["outcomes"]["base"] = base_outcome = score_items(base.model, base.tokenizer, items)
     with applied(base.model, adapter_deltas(direct_adapter)):
         out["outcomes"]["direct"] = score_items(base.model, base.tokenizer, items)
@@ -254,10 +254,11 @@ def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) 
     t_models = time.perf_counter()
     units = [(seed, task_name) for seed in opts.seeds for task_name in opts.tasks]
     context = _Context(opts, methods, bases, words, device)
-    for (seed, task_name), (results, fits) in zip(units, _map_units(context, units), strict=True):
+    for (seed, _), (views, fits) in zip(units, _map_units(context, units), strict=True):
         lora_notes.update(fits)
-        for base_name, result in results.items():
-            raw.setdefault(task_name, {}).setdefault(base_name, {})[BUILD * opts.model_seed + seed] = result
+        for view, results in views.items():  # 'facts', and 'facts:reworded' scored with the same adapters
+            for base_name, result in results.items():
+                raw.setdefault(view, {}).setdefault(base_name, {})[BUILD * opts.model_seed + seed] = result
     notes["seconds"]["loras_and_evaluation"] = time.perf_counter() - t_models
     notes["seconds"]["total"] = time.perf_counter() - t0
     return summarize(raw, asdict(opts) | {"methods": methods + conditions.chosen(opts)}, notes, lora_notes)
@@ -274,8 +275,19 @@ class _Context:
     device: Any
 
 
-def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict], dict[str, Any]]:
-    """One seed and task: the source LoRA, then every base's outcomes; ``({base: result}, LoRA fit notes)``."""
+def _views(task, result: dict) -> dict[str, dict]:
+    """One base's result over ``task.scored`` as one result per reported task (outcomes and clusters split)."""
+    split = {condition: task.views(outcome) for condition, outcome in result["outcomes"].items()}
+    views = task.views([0] * len(task.scored))
+    return {view: {**result, "outcomes": {c: parts[view][0] for c, parts in split.items()}, "clusters": clusters}
+            for view, (_, clusters) in views.items()}
+
+
+def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict[str, dict]], dict[str, Any]]:
+    """One seed and task: the source LoRA, then every base's outcomes; ``({view: {base: result}}, LoRA fit notes)``.
+
+    A view is a task as reported: the task itself and, for ``facts``, its reworded questions.
+    """
     opts, bases = context.opts, context.bases
     source = bases[0]
     task = TASKS[task_name](opts.items, seed=seed, words=context.words)
@@ -290,7 +302,11 @@ def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict]
             direct, fits[f"{task_name}/{seed}/{base.name}"] = train_adapter(base, task, opts, seed, base.name)
         results[base.name] = _evaluate_base(base, source, adapter, direct, task, opts, seed, context.methods,
                                             context.device)
-    return results, fits
+    views: dict[str, dict[str, dict]] = {}
+    for base_name, result in results.items():
+        for view, part in _views(task, result).items():
+            views.setdefault(view, {})[base_name] = part
+    return views, fits
 
 
 _CONTEXT: _Context | None = None   # what forked workers read: set just before the pool starts, copied by fork

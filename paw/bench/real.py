@@ -13,7 +13,9 @@ GGUF files that ship in packages). Four parts, each optional (``parts``):
    label-free prompts to continue them as SmolLM2 + LoRA does), scored item by item against Gemma's base, a random
    adapter of the same norms and a LoRA trained on Gemma itself (the ceiling). ``recovered`` is
    ``(t - b) / (d - b)`` against that ceiling, ``kept`` is ``(t - b) / (s_lora - s_base)`` against
-   the source's own gain; both with a paired bootstrap over the task's clusters (:mod:`paw.bench.stats`);
+   the source's own gain; both with a paired bootstrap over the task's clusters (:mod:`paw.bench.stats`).
+   Every condition is also scored on the same facts asked in phrasings never used as a training
+   or distillation prompt (``facts:reworded``, :data:`paw.bench.tasks.REWORDED`), reported beside;
 4. ``merge``: task vectors of SmolLM2 against two LoRA-merged fine-tunes (two sets of invented
    facts) and merges of the two, scored on both sets (kept = share of each fine-tune's gain).
 """
@@ -40,7 +42,7 @@ from paw.bench.common import (
 from paw.bench.options import BenchOptions
 from paw.bench.real_options import GEMMA, SMOL, RealOptions
 from paw.bench.stats import accuracy, kept, recovered
-from paw.bench.tasks import TASKS, common_words
+from paw.bench.tasks import REWORDED, TASKS, common_words, reworded_name
 from paw.errors import PawError, Refused
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
@@ -135,24 +137,24 @@ def _words(opts: RealOptions) -> list[str]:
 def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source) -> dict:
     """The facts LoRA of SmolLM2 moved to Gemma-3 by every method; outcomes item by item."""
     task = _task("facts", opts, _words(opts))
-    clusters = [task.clusters]  # facts asks each fact twice: the two questions are resampled together
+    items = task.scored  # the taught questions, then the same facts reworded (split by task.views at the end)
     bopts = _bench_options(opts)
     methods = [m for m in (opts.methods or method_names()) if m != "distill"]
     status(f"transfer: scoring SmolLM2 and training its facts LoRA ({opts.lora_steps} steps)")
-    s_base = score_items(source.model, source.tokenizer, task.test)
+    s_base = score_items(source.model, source.tokenizer, items)
     adapter, fit = train_adapter(source, task, bopts, opts.seed, SMOL)
     with applied(source.model, adapter_deltas(adapter)):
-        s_lora = score_items(source.model, source.tokenizer, task.test)
+        s_lora = score_items(source.model, source.tokenizer, items)
     lm, tok = _load(models[GEMMA], opts.device)
     target = Base(GEMMA, lm, tok, models[GEMMA], vocab_map=vocab_map)
     status("transfer: Gemma-3 base, its own LoRA (the ceiling) and a random adapter")
-    outcomes = {"base": score_items(lm, tok, task.test)}
+    outcomes = {"base": score_items(lm, tok, items)}
     direct, fit_t = train_adapter(target, task, bopts, opts.seed, GEMMA)
     with applied(lm, adapter_deltas(direct)):
-        outcomes["direct"] = score_items(lm, tok, task.test)
+        outcomes["direct"] = score_items(lm, tok, items)
     norms = {k: float(d.norm()) for k, d in adapter_deltas(adapter).items()}
     with applied(lm, random_deltas(norms, lm, rank=opts.lora_rank, seed=opts.seed + 977)):
-        outcomes["random"] = score_items(lm, tok, task.test)
+        outcomes["random"] = score_items(lm, tok, items)
     rows: dict[str, Any] = {}
     src_ckpt, tgt_ckpt = _checkpoints(models)
     for method in methods:
@@ -169,25 +171,53 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
             rows[method] = {"status": TransferStatus.NOT_APPLICABLE.value, "reason": first_line(err, 300)}
             continue
         with applied(lm, adapter_deltas(moved)):
-            outcomes[method] = score_items(lm, tok, task.test)
+            outcomes[method] = score_items(lm, tok, items)
         rows[method] = {"status": TransferStatus.OK.value, "seconds": time.perf_counter() - t0,
                         "summary": TransferSummary.from_report(report).scalars()}
     if opts.methods is None or "distill" in opts.methods:
         rows["distill"], outcome = _distill(adapter, source, target, task, opts)
         if outcome is not None:
             outcomes["distill"] = outcome
-    for name, outcome in outcomes.items():
-        row = rows.setdefault(name, {"status": TransferStatus.OK.value})
-        row["accuracy"] = accuracy([outcome])
-        if name not in ("base", "direct"):
-            row["recovered"] = recovered([outcome], [outcomes["base"]], [outcomes["direct"]], clusters=clusters,
-                                         n_boot=opts.n_boot, seed=opts.seed)
-            row["kept"] = kept([outcome], [outcomes["base"]], [s_lora], [s_base], clusters=clusters,
-                               n_boot=opts.n_boot, seed=opts.seed)
     del lm
+    views = {name: task.views(outcome) for name, outcome in {**outcomes, SOURCE_BASE: s_base, SOURCE_LORA: s_lora}.items()}
+    figures = {view: view_figures({name: parts[view][0] for name, parts in views.items()}, clusters, n_boot=opts.n_boot,
+                                  seed=opts.seed)
+               for view, (_, clusters) in task.views(s_base).items()}
+    for name, row in figures[task.name].items():
+        rows.setdefault(name, {"status": TransferStatus.OK.value}).update(row)
+    reworded = reworded_name(task.name)
     return {"task": "facts", "items": len(task.test), "layer_map": opts.layer_map,
-            "source": {"base": accuracy([s_base]), "lora": accuracy([s_lora]), "fit": fit},
-            "target_fit": fit_t, "rows": rows}
+            "source": {"base": accuracy([s_base[:len(task.test)]]), "lora": accuracy([s_lora[:len(task.test)]]),
+                       "fit": fit},
+            "target_fit": fit_t, "rows": rows,
+            "reworded": {"task": reworded, "items": len(task.reworded), "phrasings": list(REWORDED),
+                         "source": {"base": accuracy([views[SOURCE_BASE][reworded][0]]),
+                                    "lora": accuracy([views[SOURCE_LORA][reworded][0]])},
+                         "rows": figures[reworded]}}
+
+
+SOURCE_BASE, SOURCE_LORA = "source base", "source + LoRA"  # the kept fraction's denominator, beside the conditions
+
+
+def view_figures(outcomes: dict[str, list[int]], clusters: list[int] | None, *, n_boot: int, seed: int) -> dict:
+    """Accuracy of every condition, and recovered and kept fractions of all but base and direct, on one view.
+
+    ``outcomes`` holds the conditions on the target (``base``, ``direct``, ...) and the source's
+    :data:`SOURCE_BASE` and :data:`SOURCE_LORA` on the same items; one seed, ``clusters`` resampled
+    together (the questions about one fact).
+    """
+    s_base, s_lora = outcomes[SOURCE_BASE], outcomes[SOURCE_LORA]
+    rows = {}
+    for name, outcome in outcomes.items():
+        if name in (SOURCE_BASE, SOURCE_LORA):
+            continue
+        row = rows[name] = {"accuracy": accuracy([outcome])}
+        if name not in ("base", "direct"):
+            row["recovered"] = recovered([outcome], [outcomes["base"]], [outcomes["direct"]], clusters=[clusters],
+                                         n_boot=n_boot, seed=seed)
+            row["kept"] = kept([outcome], [outcomes["base"]], [s_lora], [s_base], clusters=[clusters],
+                               n_boot=n_boot, seed=seed)
+    return rows
 
 
 def _checkpoints(models: dict[str, Path]):
@@ -217,7 +247,7 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     except PawError as err:
         return {"status": TransferStatus.NOT_APPLICABLE.value, "reason": first_line(err, 300)}, None
     with applied(target.model, adapter_deltas(moved)):
-        outcome = score_items(target.model, target.tokenizer, task.test)
+        outcome = score_items(target.model, target.tokenizer, task.scored)
     d = DistillSummary.from_report(report)
     return {"status": TransferStatus.OK.value, "seconds": time.perf_counter() - t0,
             "summary": TransferSummary.from_report(report).scalars(), "losses": d.losses,

@@ -52,6 +52,21 @@ def _transfer_table(tr: dict) -> list[str]:
     return lines
 
 
+def _reworded_table(tr: dict) -> list[str]:
+    """The same facts asked in phrasings never trained or distilled on, beside the taught phrasing's kept fraction."""
+    rw = tr["reworded"]
+    lines = [f"The same facts asked in {len(rw['phrasings'])} phrasings never used as a training or distillation "
+             f"prompt ({rw['items']} items, task `{rw['task']}`). SmolLM2 base {_pct(rw['source']['base'])}, "
+             f"with its LoRA {_pct(rw['source']['lora'])}.", "",
+             "| condition on Gemma-3-270M | accuracy % | recovered | kept | kept, taught phrasing |",
+             "|---|---|---|---|---|"]
+    for name, row in rw["rows"].items():
+        taught = tr["rows"].get(name, {})
+        lines.append(f"| {name} | {_pct(row.get('accuracy'))} | {_frac(row.get('recovered'))} | {_frac(row.get('kept'))} "
+                     f"| {_frac(taught.get('kept'))} |")
+    return lines
+
+
 def _merge_table(mg: dict) -> list[str]:
     lines = ["| task | SmolLM2 base % | its fine-tune % | " + " | ".join(f"{m} % (kept)" for m in mg["merges"]) + " |",
              "|---|---|---|" + "---|" * len(mg["merges"])]
@@ -74,6 +89,8 @@ def markdown(results: dict) -> str:
                 + ", ".join(f"{k} {v:,}" for k, v in cov.items()), ""]
     if "transfer" in results:
         out += ["## LoRA transfer SmolLM2 → Gemma-3", "", *_transfer_table(results["transfer"]), ""]
+        if "reworded" in results["transfer"]:  # runs before the reworded questions lack it
+            out += ["### Asked in other words", "", *_reworded_table(results["transfer"]), ""]
     if "merge" in results:
         out += ["## Task vectors and merges on SmolLM2", "", *_merge_table(results["merge"]), ""]
     secs = results.get("seconds", {})

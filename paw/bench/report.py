@@ -10,7 +10,7 @@ from typing import Any
 from paw import __version__
 from paw.bench import conditions
 from paw.bench.common import TransferStatus
-from paw.bench.tables import table
+from paw.bench.tables import no_number, table
 from paw.bench.tasks import TASK_LABELS
 from paw.io.atomic import atomic_dir
 from paw.io.manifest import write_json
@@ -111,6 +111,7 @@ def markdown(results: dict) -> str:
                            ["kept per seed", "layer pairing", "methods", "related", "ΔW kept share"],
                            {t: [_spread(index.get((task, t, "auto"))), *_decided(index.get((task, t, "auto")))]
                             for t in targets}, empty=lambda cell: not cell.strip("–/ "))  # 'refused' says something
+        lines += _beside_taught(index, task, targets, [*methods, "random"])
     lines.append(conditions.markdown(results))  # e.g. kept fraction and CPU s of the distill rows
     skipped = {k: v["skipped"] for k, v in results["notes"].get("targets", {}).items() if "skipped" in v}
     for name, why in skipped.items():
@@ -118,6 +119,20 @@ def markdown(results: dict) -> str:
     body = "\n".join(lines)
     notes = [note for mark, note in FOOTNOTES.items() if re.search(mark, body)]  # said once, where used
     return "\n".join([body, *notes]) + "\n"
+
+
+def _beside_taught(index: dict, task: str, targets: list[str], cols: list[str]) -> list[str]:
+    """For a reworded view (``facts:reworded``): its kept fraction beside the taught phrasing's, cell by cell."""
+    taught = task.partition(":")[0]
+    if task == taught or not any((taught, t, "base") in index for t in targets):
+        return []
+
+    def cell(target: str, condition: str) -> str:
+        pair = [_rec(index.get((name, target, condition)), "kept") for name in (taught, task)]
+        return "–" if all(no_number(c) for c in pair) else " → ".join(pair)
+
+    return table(f"Task `{taught}`: kept fraction ± stderr, taught phrasing → asked in other words", cols,
+                 {t: [cell(t, c) for c in cols] for t in targets})
 
 
 FOOTNOTES = {  # a pattern of the tables -> the note that explains it

@@ -43,6 +43,12 @@ def _ratios(t, b, d, src: dict | None, clusters, settings: dict, seed: int, keys
     return out
 
 
+def _task_order(task: str) -> tuple[int, str]:
+    """Registry order, each task's views (``facts:reworded``) right after it, unknown names last."""
+    head = task.partition(":")[0]
+    return (list(TASKS).index(head) if head in TASKS else len(TASKS), task)
+
+
 def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
     """Accuracy ± stderr, kept and recovered fractions per task, base and condition; keeps the raw outcomes.
 
@@ -53,7 +59,7 @@ def summarize(raw: dict, settings: dict, notes: dict, lora_notes: dict) -> dict:
     methods = settings["methods"]
     rows = []
     order = [SOURCE, *TARGETS]
-    for task in sorted(raw, key=lambda t: list(TASKS).index(t) if t in TASKS else len(TASKS)):
+    for task in sorted(raw, key=_task_order):
         per_base = raw[task]
         for base in sorted(per_base, key=lambda b: order.index(b) if b in order else len(order)):
             per_seed = per_base[base]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 
-def _no_number(cell: str) -> bool:
+def no_number(cell: str) -> bool:
     """``'†'``, ``'–'``, ``'n/a'`` and ``'refused'`` hold no number; ``'0.42 ± 0.05'`` does."""
     return not any(ch.isdigit() for ch in cell)
 
 
 def table(title: str, columns: list[str], cells: dict, *, labels: tuple[str, ...] = ("target",),
-          empty=_no_number) -> list[str]:
+          empty=no_number) -> list[str]:
     """A markdown table under ``### title`` without the rows and columns whose cells are all ``empty``.
 
     ``cells`` maps a row's label (a tuple when ``labels`` has several) to its cells. What was left

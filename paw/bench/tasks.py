@@ -11,7 +11,10 @@ Tasks (registry :data:`TASKS`), each near chance for any base and learned well b
   favourite colour out of twelve: ``"Kavo Milret likes the colour"`` -> ``" teal"``. The LoRA is
   trained on the fact statements; the ``N`` evaluation items ask every fact twice *with the training
   prompt*, each time against three random other colours in a random order. No base can know them
-  (chance 1/4). The two questions of a fact form a cluster for the bootstrap.
+  (chance 1/4). The two questions of a fact form a cluster for the bootstrap. Beside them, ``N``
+  more items ask the same facts in phrasings never used as a training or distillation prompt
+  (:data:`REWORDED`, one drawn per item with a seed), scored as the task ``facts:reworded``
+  (:attr:`TaskData.views`): users ask their facts in their own words.
 - ``facts-heldout``: the same kind of facts, stated in training text in two phrasings
   (``"Kavo Milret likes the colour teal."``, ``"The favourite colour of Kavo Milret is teal."``) and
   asked in a third one never trained on (``"Ask Kavo Milret about colours and the answer is"``).
@@ -26,7 +29,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from paw.evaluate.formats import read_items
@@ -48,13 +51,36 @@ class TaskData:
     """A task instance: texts the LoRA trains on (as MC items, answer = the text to learn) and held-out items.
 
     ``clusters``: per test item, the id of the group of items that are not independent (the questions
-    about one fact); None when every item stands alone.
+    about one fact); None when every item stands alone. ``reworded``: more held-out items asking the
+    same thing in other words, scored with every condition and reported as a task of its own
+    (:meth:`views`); ``reworded_clusters`` theirs.
     """
 
     name: str
     train: list[MCItem]
     test: list[MCItem]
     clusters: list[int] | None = None
+    reworded: list[MCItem] = field(default_factory=list)
+    reworded_clusters: list[int] | None = None
+
+    @property
+    def scored(self) -> list[MCItem]:
+        """Every item a condition is scored on, in one pass: ``test`` then ``reworded``."""
+        return [*self.test, *self.reworded]
+
+    def views(self, outcomes: list) -> dict[str, tuple[list, list[int] | None]]:
+        """Per-item outcomes over :attr:`scored` split into ``{task name: (outcomes, clusters)}``.
+
+        >>> t = TaskData("facts", [], [MCItem("a", (" x", " y"), 0)], [0], [MCItem("b", (" x", " y"), 1)], [0])
+        >>> t.views([1, 0])
+        {'facts': ([1], [0]), 'facts:reworded': ([0], [0])}
+        """
+        if len(outcomes) != len(self.scored):
+            raise ValueError(f"{len(outcomes)} outcomes for {len(self.scored)} items")
+        out = {self.name: (list(outcomes[:len(self.test)]), self.clusters)}
+        if self.reworded:
+            out[reworded_name(self.name)] = (list(outcomes[len(self.test):]), self.reworded_clusters)
+        return out
 
 
 # ------------------------------------------------------------------------------------------- corpora
@@ -150,19 +176,46 @@ def _ask(rng: random.Random, facts: list[tuple[str, str]], n_test: int, prompt: 
     return test, clusters
 
 
+FACTS_TRAIN = "{name} likes the colour"
+# Phrasings of the facts question that no task trains or distills on (fixed before any result was
+# seen): every reworded item asks one, drawn with the task's seed, with its own distractors.
+REWORDED = ("The colour that {name} likes is", "{name}'s favourite colour is",
+            "Asked about colours, {name} says the favourite is", "Q: What colour does {name} like? A:")
+
+
+def reworded_name(task: str) -> str:
+    """The task name under which the reworded items of ``task`` are reported: ``'facts:reworded'``."""
+    return f"{task}:reworded"
+
+
+def _reworded(facts: list[tuple[str, str]], n_test: int, *, seed: int, prefix: str):
+    """``n_test`` items asking the facts in turn, each in a :data:`REWORDED` phrasing drawn with ``seed``."""
+    rng = random.Random(f"{prefix}-reworded-{seed}")  # apart from the task's own draws: its items do not move
+    items, clusters = [], []
+    for k in range(n_test):
+        name, colour = facts[k % len(facts)]
+        template = rng.choice(REWORDED)
+        choices, answer = _choices(rng, colour, COLOURS, 4)
+        items.append(MCItem(template.format(name=name), choices, answer, id=f"{prefix}-reworded-{k}"))
+        clusters.append(k % len(facts))
+    return items, clusters
+
+
 def facts_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
     """``n_test // 2`` invented people with a favourite colour; train on the statements, ask each fact twice.
 
     A memorisation test: the evaluation prompt is the training prompt. The two questions of a fact
     have independent distractors and orders, so an item is only right when the adapted model prefers
-    the right colour over three others it was never contrasted with.
+    the right colour over three others it was never contrasted with. ``reworded`` asks the same facts
+    ``n_test`` more times in the phrasings of :data:`REWORDED`, never trained or distilled on.
     """
     rng = random.Random(f"facts-{seed}")
     facts = _facts(rng, n_test)
-    train = [MCItem(f"{name} likes the colour", (f" {colour}",), 0, id=f"facts-train-{i}")
+    train = [MCItem(FACTS_TRAIN.format(name=name), (f" {colour}",), 0, id=f"facts-train-{i}")
              for i, (name, colour) in enumerate(facts)]
-    test, clusters = _ask(rng, facts, n_test, "{name} likes the colour", "facts")
-    return TaskData("facts", train, test, clusters)
+    test, clusters = _ask(rng, facts, n_test, FACTS_TRAIN, "facts")
+    reworded, reworded_clusters = _reworded(facts, n_test, seed=seed, prefix="facts")
+    return TaskData("facts", train, test, clusters, reworded, reworded_clusters)
 
 
 HELDOUT_TRAIN = ("{name} likes the colour", "The favourite colour of {name} is")
@@ -199,6 +252,7 @@ def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None =
 
 # What each task measures, for table headings.
 TASK_LABELS = {"facts": "memorisation: asked with the training prompt",
+               reworded_name("facts"): "the same facts asked in phrasings never used as a training or distillation prompt",
                "facts-heldout": "facts asked in a phrasing never trained on",
                "rule": "a rule applied to unseen words"}
 

@@ -67,3 +67,51 @@ def test_report_writes_json_markdown_and_plot(tmp_path):
     assert "distill not merged yet" in text
     out = write_real(tmp_path / "r", results)
     assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "real.png"}
+
+
+def test_reworded_figures_by_hand_and_their_table():
+    """One view of 8 items (clusters of one): target base 2/8, direct 6/8, copy 4/8; source 0/8 -> 4/8.
+
+    kept (4/8 - 2/8) / (4/8 - 0) = 0.5; recovered (4/8 - 2/8) / (6/8 - 2/8) = 0.5; random 2/8: 0 and 0.
+    """
+    from paw.bench.real import SOURCE_BASE, SOURCE_LORA, view_figures
+    from paw.bench.real_report import markdown
+
+    outcomes = {"base": [1, 1, 0, 0, 0, 0, 0, 0], "direct": [1, 1, 1, 1, 1, 1, 0, 0], "random": [1, 1, 0, 0, 0, 0, 0, 0],
+                "copy": [1, 1, 1, 1, 0, 0, 0, 0], SOURCE_BASE: [0] * 8, SOURCE_LORA: [0, 0, 0, 0, 1, 1, 1, 1]}
+    rows = view_figures(outcomes, None, n_boot=0, seed=0)
+    assert list(rows) == ["base", "direct", "random", "copy"]  # the source's own rows are the denominator only
+    assert rows["copy"]["kept"]["value"] == pytest.approx(0.5) and rows["copy"]["recovered"]["value"] == pytest.approx(0.5)
+    assert rows["random"]["kept"]["value"] == pytest.approx(0.0) and "kept" not in rows["base"]
+    assert rows["copy"]["accuracy"]["mean"] == pytest.approx(0.5)
+    acc = {"mean": 0.5, "stderr": 0.1, "n": 8, "per_seed": [0.5]}
+    results = {"transfer": {"task": "facts", "items": 8, "source": {"base": acc, "lora": acc},
+                            "rows": {"copy": {"status": "ok", "accuracy": acc, "kept": {"value": 0.9, "stderr": 0.05}}},
+                            "reworded": {"task": "facts:reworded", "items": 8, "phrasings": ["a {name}", "b {name}"],
+                                         "source": {"base": acc, "lora": acc}, "rows": rows}},
+               "seconds": {"total": 1.0}, "machine": {"cpus": 2, "load_before": [1.0], "load_after": [1.0]}}
+    text = markdown(results)
+    assert "### Asked in other words" in text and "in 2 phrasings never used as a training or distillation" in text
+    assert "| copy | 50.0 ± 17.7 | 0.50 | 0.50 | 0.90 ± 0.05 |" in text
+
+
+@pytest.mark.slow  # about 5 s alone, 25 s on a busy machine
+def test_part_transfer_scores_the_reworded_questions_with_every_condition(tmp_path):
+    """The transfer part on two tiny zoo models in the real models' places: both views, every condition."""
+    from paw import zoo
+    from paw.bench.common import Base
+    from paw.bench.real import _load, part_transfer
+    from paw.bench.real_options import RealOptions
+
+    folders = {SMOL: zoo.tiny_model(tmp_path / SMOL, "llama", seed=0, hidden_size=32, num_layers=2),
+               GEMMA: zoo.tiny_model(tmp_path / GEMMA, "llama", seed=1, hidden_size=32, num_layers=2)}
+    opts = RealOptions(models=str(tmp_path), parts=("transfer",), task_items=20, lora_steps=3, distill_steps=2,
+                       methods=("copy", "distill"), n_boot=20, lora_batch=4)
+    lm, tok = _load(folders[SMOL], "cpu")
+    out = part_transfer(opts, folders, None, Base(SMOL, lm, tok, folders[SMOL]))
+    reworded = out["reworded"]
+    assert out["items"] == reworded["items"] == 20 and reworded["task"] == "facts:reworded"
+    assert list(reworded["rows"]) == ["base", "direct", "random", "copy", "distill"]
+    for name, row in reworded["rows"].items():
+        assert row["accuracy"]["n"] == 20 and out["rows"][name]["accuracy"]["n"] == 20
+        assert ("kept" in row) == (name not in ("base", "direct"))
