@@ -12,8 +12,9 @@ decay, so a row whose gradient is always zero has zero first and second moments 
 back, so every other value in the checkpoint keeps its bytes.
 
 Bits per byte, the check before and after, is ``sum(-log2 p(token)) / bytes`` over held-out texts,
-each text scored in windows of ``seq_len`` tokens whose first token is context only; it is
-comparable across tokenizers because it is normalised by bytes, not tokens.
+each text scored in windows of ``seq_len`` tokens after the tokenizer's BOS (where it has one; else
+a window's first token is context only); it is comparable across tokenizers because it is
+normalised by bytes, not tokens.
 """
 
 from __future__ import annotations
@@ -50,8 +51,12 @@ def token_stream(encoded: Sequence[Sequence[int]], *, unk_id: int | None, seq_le
 
 
 def bits_per_byte(model, windows: Iterable[list[int]], token_bytes: Callable[[int], int], *,
-                  device: Any = "cpu") -> float:
-    """``sum(-log2 p(w[i] | w[:i]) for i >= 1) / bytes of the scored tokens`` over ``windows``."""
+                  prefix: Sequence[int] = (), device: Any = "cpu") -> float:
+    """``sum(-log2 p(token | context)) / bytes of the scored tokens`` over ``windows``.
+
+    With a ``prefix`` (the tokenizer's BOS: Gemma is lost without it) every token of a window is
+    scored after it; without one, a window's first token is context only.
+    """
     import torch
     import torch.nn.functional as F
 
@@ -60,11 +65,12 @@ def bits_per_byte(model, windows: Iterable[list[int]], token_bytes: Callable[[in
     model.eval()
     with torch.no_grad():
         for w in windows:
-            if len(w) < 2:
+            ids = [*prefix, *w]
+            if len(ids) < 2:
                 continue
-            logits = model(torch.tensor([w], device=device)).logits[0, :-1].float()
-            nll += float(F.cross_entropy(logits, torch.tensor(w[1:], device=device), reduction="sum"))
-            nbytes += sum(token_bytes(i) for i in w[1:])
+            logits = model(torch.tensor([ids], device=device)).logits[0, :-1].float()
+            nll += float(F.cross_entropy(logits, torch.tensor(ids[1:], device=device), reduction="sum"))
+            nbytes += sum(token_bytes(i) for i in (w if prefix else w[1:]))
     model.train(was_training)
     if nbytes == 0:
         raise PawError("the held-out texts give no token to score")

@@ -32,6 +32,7 @@ from paw.io.vocab_map import mapping_to_json, read_vocab_map
 from paw.io.writer import write_checkpoint
 from paw.progress import track
 from paw.vocab import heal as H
+from paw.vocab.roles import role_id
 from paw.vocab.transplant import embedding_names, vocab_rows
 
 PathLike = str | Path
@@ -111,10 +112,11 @@ def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, 
     dev = resolve_device(options.device)
     lm, _ = load_lm(model, device=dev, dtype="float32")
     width = lambda i: len(tok.token_bytes(i))  # noqa: E731
+    bos = bos_prefix(tok)
     plan = options.plan()
     start = time.monotonic()
     curve = H.heal_rows(lm, heal_ids, stream, plan, device=dev,
-                        evaluate=lambda: H.bits_per_byte(lm, eval_windows, width, device=dev),
+                        evaluate=lambda: H.bits_per_byte(lm, eval_windows, width, prefix=bos, device=dev),
                         track=lambda it: track(it, "healing", total=plan.steps, unit="steps"))
     seconds = time.monotonic() - start
     original = _original_bpb(options, held, dev) if options.original else None
@@ -157,7 +159,13 @@ def _original_bpb(options: HealOptions, held: list[str], dev) -> float:
     tok = open_tokenizer(options.original)
     lm, _ = load_lm(options.original, device=dev, dtype="float32")
     wins = H.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
-    return H.bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), device=dev)
+    return H.bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), prefix=bos_prefix(tok), device=dev)
+
+
+def bos_prefix(tok) -> list[int]:
+    """``[bos id]`` for a tokenizer with a BOS token, else ``[]``: the context every scored window starts from."""
+    i = role_id(tok, "bos")
+    return [] if i is None else [i]
 
 
 def _healed_matrices(lm, names: list[str]) -> dict[str, Any]:
