@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 
 from paw.errors import PawError
-from paw.io.train_state import (STATE_NAME, append_continuations, load_train_state, read_continuations,
-                                save_train_state, work_dir)
+from paw.io.train_state import (
+    STATE_NAME,
+    append_continuations,
+    load_train_state,
+    read_continuations,
+    save_train_state,
+    work_dir,
+)
 from paw.train_state import Checkpoints, capture
 
 
