@@ -101,6 +101,11 @@ def test_gate_reports_no_gain_when_the_teacher_is_worse_than_the_target(cli, wor
     lines = refused.stderr.strip().splitlines()
     assert "NO GAIN" in lines[-1] and "nothing was written (--require-gain)" in lines[-1], lines
     assert _listing(tmp_path) == ["moved"]  # no output folder, no staging folder left behind
+    (tmp_path / "moved" / "old.txt").write_text("the previous output")  # a replacement would not have it
+    again = _move(cli, w, tmp_path / "moved", w["random"], w["knows"], "--method", "copy", "--require-gain",
+                  "--overwrite")
+    assert again.exit_code == 3 and _listing(tmp_path) == ["moved"]
+    assert (tmp_path / "moved" / "old.txt").read_text() == "the previous output"  # --overwrite replaced nothing
 
 
 def test_gate_on_a_distillation(cli, world, tmp_path):
