@@ -32,7 +32,7 @@ _HELP = {
     "base": "The common base model (folder, .safetensors or .gguf file, or cached ID); optional for --method linear.",
     "models": "Fine-tunes of the base, space separated: --models A B C.",
     "output": "Folder to write (sharded safetensors + config + tokenizer + paw_merge.json).",
-    "method": "task-arithmetic, ties, dare-linear, dare-ties, breadcrumbs or linear; with --adapters: "
+    "method": "A merge method (see docs/commands/merge.md for each one's paper); with --adapters: "
               "cat (default, exact, ranks add), svd, ties-svd, dare-linear-svd, dare-ties-svd or magnitude-prune-svd.",
     "adapters": "PEFT LoRA folders of one base, space separated, merged into one LoRA folder (instead of "
                 "--base/--models); weights 1 each unless --weights or --mode.",
@@ -50,7 +50,17 @@ _HELP = {
     "gamma": "breadcrumbs: fraction of the largest entries dropped.",
     "dtype": "Output dtype: auto (the base's), float32, bfloat16 or float16.",
     "vocab_policy": "refuse (default) or base: merge shared vocabulary rows, keep the base's for the rest.",
-    "config": "YAML file with the same keys as the flags (drop_rate for --drop-rate); flags win.",
+    "config": "YAML file: PAW's keys (the flag names, drop_rate for --drop-rate; flags win), or a mergekit config "
+              "(merge_method, base_model, models/slices, parameters, dtype, tokenizer_source, chat_template).",
+    "t": "slerp/nearswap: interpolation factor, 0 = the base, 1 = the model.",
+    "epsilon": "della/della-linear: keep probabilities span density ± epsilon by magnitude rank.",
+    "select_topk": "sce: fraction of entries kept by their variance across the models.",
+    "normalize": "Divide by the weights that take part (default: the method's own: on for ties/della, off for task-arithmetic).",
+    "rescale": "dare/della: rescale the entries that survive the random drop.",
+    "filter_wise": "model-stock: one interpolation ratio per row instead of per tensor.",
+    "max_iter": "karcher: iterations at most.",
+    "tol": "karcher: convergence tolerance.",
+    "tokenizer_from": "Copy the tokenizer files from this model instead of the base.",
     "max_shard_size": "Largest safetensors shard, e.g. 2GB or 500MB.",
 }
 
@@ -82,6 +92,15 @@ def register(app: typer.Typer) -> None:
         max_shard_size: str = typer.Option("2GB", "--max-shard-size", help=_HELP["max_shard_size"]),
         overwrite: bool = OVERWRITE,
         allow_nonfinite: bool = ALLOW_NONFINITE,
+        t: float = typer.Option(0.5, "--t", help=_HELP["t"]),
+        epsilon: float = typer.Option(0.15, "--epsilon", help=_HELP["epsilon"]),
+        select_topk: float = typer.Option(1.0, "--select-topk", help=_HELP["select_topk"]),
+        normalize: bool = typer.Option(None, "--normalize/--no-normalize", help=_HELP["normalize"]),
+        rescale: bool = typer.Option(True, "--rescale/--no-rescale", help=_HELP["rescale"]),
+        filter_wise: bool = typer.Option(False, "--filter-wise", help=_HELP["filter_wise"]),
+        max_iter: int = typer.Option(10, "--max-iter", help=_HELP["max_iter"]),
+        tol: float = typer.Option(1e-5, "--tol", help=_HELP["tol"]),
+        tokenizer_from: str = typer.Option(None, "--tokenizer-from", help=_HELP["tokenizer_from"]),
         config: Path = typer.Option(None, "--config", help=_HELP["config"]),
         track: str = TRACK,
     ):
@@ -93,14 +112,22 @@ def register(app: typer.Typer) -> None:
 
         Example: paw merge --base ./tiny/base --models ./ft1 ./ft2 --method ties --output ./merged
 
+        mergekit's YAML: paw merge --config gradient-slerp.yml --output ./merged
+
         Adapters: paw merge --adapters ./lora1 ./lora2 --method svd --rank 8 --output ./merged-lora
         """
         from paw.io.tracking import check_kind
-        from paw.merge import MergeOptions, execute, prepare
+        from paw.io.yaml_file import read_yaml_mapping
+        from paw.merge import MergeOptions, prepare
+        from paw.merge.mergekit import is_mergekit_config
 
         check_kind(track)
-        if adapters:
-            _merge_adapters(ctx, track)
+        data = read_yaml_mapping(config) if config is not None else None
+        if adapters or (data is not None and "adapters" in data and not is_mergekit_config(data)):
+            _merge_adapters(ctx, track, data, config)
+            return
+        if data is not None and is_mergekit_config(data):
+            _merge_mergekit(ctx, data, config, track)
             return
         if rank is not None or method.value in ADAPTER_METHODS:
             from paw.errors import PawError
@@ -108,32 +135,62 @@ def register(app: typer.Typer) -> None:
             flag = "--rank" if rank is not None else f"--method {method.value}"
             raise PawError(f"{flag} applies to adapter merges only: pass --adapters A1 A2 ...")
         given = {k: v for k, v in ctx.params.items() if k not in ("config", "track", "adapters", "rank")}
-        options = MergeOptions(**_with_config(ctx, given, config))
-        job = prepare(options)
-        _print_table(job)
-        out = execute(job, command=command_line())
-        typer.echo(f"merged {len(job.models)} model(s) with {job.method.name} into {out}")
-        track_once(track, out, {"command": command_line(), "method": job.method.name},
-                   {"merge": {name: {"l2": norm, "weight": w} for name, norm, w in job.table()}})
+        options = MergeOptions(**_with_config(ctx, given, data, config))
+        _run(prepare(options), track)
+
+
+def _run(job, track: str) -> None:
+    """Print the weights table, stream the merge, print one line, log to the tracker."""
+    from paw.merge import execute
+
+    _print_table(job)
+    out = execute(job, command=command_line())
+    typer.echo(f"merged {len(job.models)} model(s) with {job.method.name} into {out}")
+    track_once(track, out, {"command": command_line(), "method": job.method.name},
+               {"merge": {name: {"l2": norm, "weight": w} for name, norm, w in job.table()}})
+
+
+# flags that say how to run, not what to merge: the only ones that combine with a mergekit config
+_RUN_FLAGS = ("output", "overwrite", "device", "max_shard_size", "allow_nonfinite", "seed", "config", "track")
+
+
+def _merge_mergekit(ctx: typer.Context, data: dict, config: Path, track: str) -> None:
+    """``--config`` holding mergekit's schema: translate it (refusing what PAW cannot do), then merge."""
+    from paw.errors import PawError
+    from paw.merge import prepare
+    from paw.merge.mergekit import options_from_mergekit
+
+    typed = [k for k in ctx.params if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"]
+    stray = [k for k in typed if k not in _RUN_FLAGS]
+    if stray:
+        raise PawError(f"--{stray[0].replace('_', '-')} does not combine with a mergekit config ({config}): "
+                       "set it in the YAML")
+    options = options_from_mergekit(data, source=str(config))
+    for key in _RUN_FLAGS[:-2]:
+        value = ctx.params[key]
+        setattr(options, key, str(value) if isinstance(value, Path) else value)
+    _run(prepare(options), track)
 
 
 _ADAPTER_FLAGS = ("adapters", "output", "method", "weights", "mode", "beta", "alpha", "scale", "rank",
                   "density", "drop_rate", "seed", "device", "overwrite", "allow_nonfinite")
 
 
-def _merge_adapters(ctx: typer.Context, track: str) -> None:
-    """``--adapters``: one call to :func:`paw.merge.adapter_pipeline.merge_adapters`, then one summary line."""
+def _merge_adapters(ctx: typer.Context, track: str, data: dict | None, config: Path | None) -> None:
+    """``--adapters`` (or ``adapters:`` in a PAW config): one call to
+    :func:`paw.merge.adapter_pipeline.merge_adapters`, then one summary line. Flags typed win over the file."""
     from paw.errors import PawError
-    from paw.merge.adapter_pipeline import AdapterMergeOptions, merge_adapters
+    from paw.merge.adapter_pipeline import AdapterMergeOptions, adapter_options_from_mapping, merge_adapters
 
     typed = [k for k in ctx.params if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"]
     if "base" in typed or "models" in typed:
         raise PawError("--adapters replaces --base/--models: pass adapters or models, not both")
-    stray = [k for k in typed if k not in (*_ADAPTER_FLAGS, "track")]
+    stray = [k for k in typed if k not in (*_ADAPTER_FLAGS, "track", "config")]
     if stray:
         raise PawError(f"--{stray[0].replace('_', '-')} does not apply to --adapters merges")
-    values = {k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)
-              for k, v in ctx.params.items() if k in typed and k in _ADAPTER_FLAGS}
+    values = adapter_options_from_mapping(data, source=str(config)) if data is not None else {}
+    values.update({k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)
+                   for k, v in ctx.params.items() if k in typed and k in _ADAPTER_FLAGS})
     values["adapters"] = list(values["adapters"])
     if "weights" in values:
         values["weights"] = list(values["weights"])
@@ -150,38 +207,22 @@ def _merge_adapters(ctx: typer.Context, track: str) -> None:
                {"merge": {"weights": report["weights"], "max_relative_error": merged.max_relative_error}})
 
 
-def _with_config(ctx: typer.Context, given: dict, config: Path | None) -> dict:
+def _with_config(ctx: typer.Context, given: dict, data: dict | None, config: Path | None) -> dict:
     """Flags typed on the command line win; the config fills the rest; defaults fill what is left."""
     values = {k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)
               for k, v in given.items()}
     for key in ("models", "l2_norms", "weights"):
         values[key] = list(values[key]) if values[key] else None
     values["models"] = values["models"] or []
-    if config is None:
+    if data is None:
         return values
     from paw.merge.options import options_from_mapping
 
-    from_file = options_from_mapping(_read_yaml(config), source=str(config))
+    from_file = options_from_mapping(data, source=str(config))
     for key, value in from_file.items():
         if getattr(ctx.get_parameter_source(key), "name", None) != "COMMANDLINE":
             values[key] = value
     return values
-
-
-def _read_yaml(path: Path) -> dict:
-    import yaml
-
-    from paw.errors import PawError
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PawError("config file not found", path=path) from None
-    except yaml.YAMLError as err:
-        raise PawError(f"not valid YAML ({str(err).splitlines()[0]})", path=path) from None
-    if not isinstance(data, dict):
-        raise PawError("expected a YAML mapping of option names to values", path=path)
-    return data
 
 
 def _print_table(job) -> None:
@@ -190,6 +231,9 @@ def _print_table(job) -> None:
     from paw.cli._options import console as make_console
 
     mode = "explicit --weights" if job.options.weights is not None else f"mode {job.options.mode}"
+    per_tensor = job.options.rules is not None
+    if per_tensor:
+        mode = f"mergekit config (merge_method {job.options.rules.method}): weights per tensor from the config"
     console = make_console()
     console.print(f"paw merge: {job.method.name}, {mode}, L2 norms {job.norm_source}")
     table = Table()
@@ -197,5 +241,5 @@ def _print_table(job) -> None:
     table.add_column("L2", justify="right")
     table.add_column("weight", justify="right")
     for name, norm, weight in job.table():
-        table.add_row(name, "-" if norm is None else f"{norm:.6g}", f"{weight:.4f}")
+        table.add_row(name, "-" if norm is None else f"{norm:.6g}", "per tensor" if per_tensor else f"{weight:.4f}")
     console.print(table)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,48 @@ class AdapterMergeOptions:
         if not 0.0 <= self.drop_rate < 1.0:
             raise PawError(f"--drop-rate {self.drop_rate} is outside [0, 1)")
         check_device(self.device)
+
+
+_ADAPTER_FIELDS = {f.name: f for f in fields(AdapterMergeOptions)}
+_ADAPTER_KIND = {"weights": list, "adapters": list, "mode": str, "rank": int, "output": str}
+
+
+def adapter_options_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> dict[str, Any]:
+    """Check a PAW config holding ``adapters:`` (an adapter-space merge): known keys only, typed values.
+
+    The keys are :class:`AdapterMergeOptions`' fields (``drop_rate`` or ``drop-rate``). Returns
+    ``{field: value}`` for the command-line flags to lay over. Raises :class:`PawError` naming the key.
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in _ADAPTER_FIELDS:
+            raise PawError(f"unknown key {key!r} for an adapter merge (adapters: is set); valid keys: "
+                           f"{', '.join(_ADAPTER_FIELDS)}", path=source)
+        if value is None:
+            out[name] = None
+            continue
+        kind = _ADAPTER_KIND.get(name) or type(_ADAPTER_FIELDS[name].default)
+        if kind is list:
+            value = [value] if isinstance(value, (str, int, float)) else value
+            if not isinstance(value, list):
+                raise PawError(f"{key!r} must be a list", path=source)
+            try:
+                value = [str(v) for v in value] if name == "adapters" else [float(v) for v in value]
+            except (TypeError, ValueError):
+                raise PawError(f"{key!r} must be a list of numbers, got {value!r}", path=source) from None
+        elif kind is bool:
+            if not isinstance(value, bool):
+                raise PawError(f"{key!r} must be true or false, got {value!r}", path=source)
+        else:
+            try:
+                if kind is int and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
+                    raise ValueError
+                value = kind(value)
+            except (TypeError, ValueError):
+                raise PawError(f"{key!r} must be a {kind.__name__}, got {value!r}", path=source) from None
+        out[name] = value
+    return out
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from paw import __version__
 from paw.device import resolve_device
 from paw.errors import PawError
 from paw.io.atomic import check_output, input_scope
+from paw.io.chat_template import with_chat_template
 from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint
 from paw.io.json_file import read_json
 from paw.io.manifest import call_text, describe_input
@@ -31,6 +32,7 @@ from paw.merge.norms import task_vector_norms
 from paw.merge.options import MergeOptions
 from paw.merge.params import TensorParams, flat_params
 from paw.merge.plan import MergePlan, plan_merge
+from paw.merge.slices import layer_count, open_sliced
 from paw.merge.weights import weights_from_norms
 from paw.progress import track
 from paw.validate import NonFinite, nonfinite
@@ -73,11 +75,19 @@ def prepare(options: MergeOptions) -> MergeJob:
     inputs = [*options.models, *([options.base] if options.base else []), options.stats_dir]
     check_output(options.output, overwrite=options.overwrite, inputs=inputs)
     device = resolve_device(options.device)
-    models = [open_checkpoint(m) for m in options.models]
-    reference = open_checkpoint(options.base) if options.base is not None else models[0]
-    distinct_names([reference, *models])  # messages tell a/base from b/base
+    if options.slices:  # mergekit slices: each role is a lazy view stacking layer ranges of its sources
+        base, models = open_sliced(options.slices, open_checkpoint, stacking=method.name == "passthrough")
+        reference = base if base is not None else models[0]
+    else:
+        models = [open_checkpoint(m) for m in options.models]
+        reference = open_checkpoint(options.base) if options.base is not None else models[0]
+        distinct_names([reference, *models])  # messages tell a/base from b/base
     check_output(options.output, overwrite=options.overwrite, inputs=[m.path for m in [reference, *models]])
     plan = plan_merge(reference, models, vocab_policy=options.vocab_policy)
+    if options.rules is not None:  # every tensor's parameters resolved now: a missing one fails before writing
+        options.rules.bind(layer_count(reference))
+        for name in [*plan.merge, *plan.vocab_rows]:
+            options.rules.for_tensor(name)
     norms, source = _norms(options, reference, models, plan, device)
     if options.weights is not None:
         weights = [float(w) for w in options.weights]
@@ -256,7 +266,8 @@ def manifest(job: MergeJob, command: str) -> dict[str, Any]:
         "dtype": opts.dtype, "vocab_policy": opts.vocab_policy,
         "copied_from_base": job.plan.copy,
         "vocab_rows_merged": job.plan.vocab_rows,
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "device")},
+        "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "device", "rules", "slices")},
+        "mergekit_config": None if opts.rules is None else opts.rules.source,
         "nonfinite_written": dict(job.nonfinite),  # tensor -> NaN/Inf count, only with allow_nonfinite
     }
 
@@ -268,15 +279,18 @@ def execute(job: MergeJob, *, command: str | None = None) -> Path:
     """
     opts = job.options
     command = command or call_text(merge, {"options": opts})
-    config = None
+    config = job.reference.config if opts.slices else None  # sliced: the new layer count
     if opts.dtype != "auto" and job.reference.config is not None:  # say the new dtype to from_pretrained
         config = {**job.reference.config, "dtype": opts.dtype}
         if "torch_dtype" in config:
             config["torch_dtype"] = opts.dtype
+    extra: dict[str, Any] = {MANIFEST: lambda: manifest(job, command)}  # after the tensors
+    if opts.chat_template is not None:
+        tokenizer = opts.tokenizer_from or job.reference.path
+        extra["tokenizer_config.json"] = lambda: with_chat_template(tokenizer, opts.chat_template)
     return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
-                            max_shard_size=opts.max_shard_size, overwrite=opts.overwrite,
-                            allow_nonfinite=opts.allow_nonfinite,
-                            extra_files={MANIFEST: lambda: manifest(job, command)})  # after the tensors
+                            tokenizer_from=opts.tokenizer_from, max_shard_size=opts.max_shard_size,
+                            overwrite=opts.overwrite, allow_nonfinite=opts.allow_nonfinite, extra_files=extra)
 
 
 def merge(options: MergeOptions, *, command: str | None = None) -> Path:
