@@ -65,14 +65,14 @@ def read_check_items(path: str | Path, *, prompts: dict[str, str | Path] | None 
     path = Path(path)
     if not path.is_file():
         raise PawError("--check-data: no such file", path=path)
-    records = list(read_records(path))
-    for number, record in records:
-        if detect_format(record) is None and detect_format(record, labels=False) is not None:
-            raise PawError(f"--check-data {path}: line {number}: the item has no answer; the gate scores "
-                           "labeled items (the answer field of its layout, e.g. 'answer')")
     try:
+        records = list(read_records(path))
+        for number, record in records:
+            if detect_format(record) is None and detect_format(record, labels=False) is not None:
+                raise PawError(f"line {number}: the item has no answer; the gate scores labeled items (the answer "
+                               "field of its layout, e.g. 'answer')", path=path)
         items = items_from_records(records, path)
-    except PawError as err:
+    except PawError as err:  # the file and line are in the message: say which flag gave it
         raise PawError(f"--check-data {err}") from None
     if len(items) < MIN_ITEMS:
         raise PawError(f"--check-data {path}: {len(items)} item; the paired standard error needs at least {MIN_ITEMS}")
