@@ -45,6 +45,21 @@ def score(model_path: Path, test: Path, limit: int | None, adapter: Path | None 
     return evaluate(lm, tokenizer, items, batch_size=16, per_item=True, progress=False)
 
 
+def cached(out: Path, label: str, work) -> dict:
+    """``work()`` (a dict), saved as ``OUT/scores/LABEL.json`` and read back on a rerun, so that
+    several processes can share the rows of one fine-tune and a last run only summarises."""
+    path = out / "scores" / f"{label}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    t = _cpu()
+    result = {**work(), "cpu_s": _cpu() - t}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(path)
+    return result
+
+
 def kept(row: dict, base: dict, ft: dict, key: str) -> dict:
     from paw.bench.stats import gain_ratio
 
@@ -70,6 +85,8 @@ def main() -> None:
     p.add_argument("--ranks", type=int, nargs="*", default=[8, 32, 128])
     p.add_argument("--energies", type=float, nargs="*", default=[0.5, 0.9])
     p.add_argument("--max-rank", type=int, default=256, help="cap for the --energies runs")
+    p.add_argument("--rows-first", action="store_true", help="score the extractions before the base and the "
+                   "fine-tune (a second process sharing OUT)")
     args = p.parse_args()
 
     from paw.evaluate.finetune import FinetuneOptions, finetune_model
@@ -96,12 +113,31 @@ def main() -> None:
           f"{ft_metrics['train_seconds']:.0f} CPU s", flush=True)
     save()
 
-    t = _cpu()
-    base = score(args.base, args.test, args.test_limit)
-    results["base"] = {**summary_of(base), "cpu_s": _cpu() - t}
-    t = _cpu()
-    ft = score(ft_dir, args.test, args.test_limit)
-    results["finetune"].update(summary_of(ft), eval_cpu_s=_cpu() - t)
+    def reference(label: str, model: Path) -> dict:
+        return cached(args.out, label, lambda: score(model, args.test, args.test_limit))
+
+    def extracted_row(kind: str, value, opts) -> dict:
+        lora_dir = args.out / f"lora-{kind}-{value}"
+
+        def work() -> dict:
+            t = _cpu()
+            if not lora_dir.exists():
+                extract_lora(args.base, ft_dir, lora_dir, opts)
+            extract_cpu = _cpu() - t
+            report = json.loads((lora_dir / "extract_report.json").read_text())
+            return {**score(args.base, args.test, args.test_limit, adapter=lora_dir), "extract_cpu_s": extract_cpu,
+                    "summary": report["summary"], "notes": report["notes"]}
+
+        return cached(args.out, f"lora-{kind}-{value}", work)
+
+    runs = [("rank", r, ExtractOptions(rank=r)) for r in args.ranks]
+    runs += [("energy", e, ExtractOptions(energy=e, max_rank=args.max_rank)) for e in args.energies]
+    if args.rows_first:  # a second process: the rows, while the first one scores the references
+        for run in runs:
+            extracted_row(*run)
+    base, ft = reference("base", args.base), reference("finetune", ft_dir)
+    results["base"] = summary_of(base) | {"cpu_s": base["cpu_s"]}
+    results["finetune"].update(summary_of(ft), eval_cpu_s=ft["cpu_s"])
     for key, name in (("correct", "accuracy"), ("correct_norm", "accuracy_norm")):
         diff = [a - b for a, b in zip(ft[key], base[key], strict=True)]
         mean = sum(diff) / len(diff)
@@ -110,26 +146,17 @@ def main() -> None:
     print(f"base {base['accuracy']:.4f} / {base['accuracy_norm']:.4f}; fine-tune {ft['accuracy']:.4f} / "
           f"{ft['accuracy_norm']:.4f}", flush=True)
     save()
-
-    runs = [("rank", r, ExtractOptions(rank=r)) for r in args.ranks]
-    runs += [("energy", e, ExtractOptions(energy=e, max_rank=args.max_rank)) for e in args.energies]
     for kind, value, opts in runs:
-        lora_dir = args.out / f"lora-{kind}-{value}"
-        t = _cpu()
-        extracted = extract_lora(args.base, ft_dir, lora_dir, opts, ) if not lora_dir.exists() else None
-        extract_cpu = _cpu() - t
-        report = extracted.report if extracted else json.loads((lora_dir / "extract_report.json").read_text())
-        t = _cpu()
-        scored = score(args.base, args.test, args.test_limit, adapter=lora_dir)
-        row = {"kind": kind, "value": value, "extract_cpu_s": extract_cpu, "eval_cpu_s": _cpu() - t,
-               **summary_of(scored), "summary": report["summary"], "notes": report["notes"],
+        scored = extracted_row(kind, value, opts)
+        s = scored["summary"]
+        row = {"kind": kind, "value": value, "extract_cpu_s": scored["extract_cpu_s"], "eval_cpu_s": scored["cpu_s"],
+               **summary_of(scored), "summary": s, "notes": scored["notes"],
                "kept_accuracy": kept(scored, base, ft, "correct"),
                "kept_accuracy_norm": kept(scored, base, ft, "correct_norm")}
         results["rows"].append(row)
         k = row["kept_accuracy"]
         print(f"{kind} {value}: acc {scored['accuracy']:.4f}, kept {k['value']} ± {k['stderr']}, "
-              f"energy {report['summary']['energy_held']:.3f}, ranks {report['summary']['rank_min']}-"
-              f"{report['summary']['rank_max']}", flush=True)
+              f"energy {s['energy_held']:.3f}, ranks {s['rank_min']}-{s['rank_max']}", flush=True)
         save()
 
 
