@@ -113,3 +113,14 @@ def test_bad_input_exits_2_in_one_line_writing_nothing(cli, tmp_path, tiny_llama
     assert res.exit_code == 2 and message in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("error: ")
     assert list(tmp_path.iterdir()) == []  # neither the output nor a staging folder
+
+
+def test_gain_gate_and_extraction_share_one_report(cli, tmp_path, tiny_llama, llama_ft, target, commonsense):
+    check = commonsense / "formatted" / "arc-easy_test_formatted.jsonl"
+    res = cli("transfer-lora", "--finetune", llama_ft, "--source-base", tiny_llama, "--target-base", target,
+              "-o", tmp_path / "g", "--rank", "2", "--check-data", check)
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.startswith("extracted 14 modules") and res.stdout.strip().splitlines()[-1].startswith("gain gate")
+    report = json.loads((tmp_path / "g" / "transfer_report.json").read_text())
+    assert {"gate", "extraction"} <= set(report) and {"finetune", "check_data"} <= set(report["inputs"])
+    assert (tmp_path / "g" / "gate.md").is_file() and [p.name for p in tmp_path.iterdir()] == ["g"]
