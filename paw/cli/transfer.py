@@ -45,10 +45,11 @@ def _echo_transfer(result) -> None:
 def _echo_distill(result) -> None:
     d = result.distill
     typer.echo(f"distilled {d.student_modules} LoRA modules on {d.train_used} inputs ({d.inputs_source}), "
-               f"{d.steps} steps ({' + '.join(d.losses)}; init: {d.init}) -> {result.output}")
+               f"{d.steps} steps{d.stopped_note} ({' + '.join(d.losses)}; init: {d.init}) -> {result.output}")
     before, after = d.agreement_before, d.agreement_after
-    for key, label in (("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
-        if after[key] is not None:
+    for key, label in (("adapter_agreement", "agreement where the adapter changed the teacher"),
+                       ("top1_agreement", "top-1 agreement"), ("kl", "KL"), ("choice_agreement", "choice agreement")):
+        if after.get(key) is not None:
             typer.echo(f"{label} with the teacher on {d.measured_on}: {before[key]} -> {after[key]}")
 
 
@@ -109,7 +110,8 @@ def register(app: typer.Typer) -> None:
                                            "the teacher finds task-like (likelihood ratio vs generic text)."),
         eval_prompts: Path = typer.Option(D.eval_prompts, "--eval-prompts", help="[distill] Held-out inputs for the "
                                           "agreement figures [default: --holdout of the inputs]."),
-        holdout: float = typer.Option(D.holdout, "--holdout", help="[distill] Fraction of inputs kept for agreement."),
+        holdout: float = typer.Option(D.holdout, "--holdout", help="[distill] Fraction of inputs kept apart, never "
+                                      "trained on, to measure agreement (0: train on all)."),
         init: DistillInit = typer.Option(D.init, "--init", help="[distill] auto: start from the weight-space "
                                          "transfer when the target is related; none: PEFT init."),
         rank: int = typer.Option(D.rank, "--rank", min=1, help="[distill] LoRA rank [default: the source's]; "
@@ -117,7 +119,9 @@ def register(app: typer.Typer) -> None:
         alpha: float = typer.Option(D.alpha, "--alpha", help="[distill] LoRA alpha [default: the source's]."),
         target_modules: str = typer.Option(D.target_modules, "--target-modules", help="[distill] Comma list [default: the "
                                            "source adapter's module types that the target has]."),
-        max_steps: int = typer.Option(D.max_steps, "--max-steps", min=1, help="[distill] Optimiser steps."),
+        max_steps: int = typer.Option(D.max_steps, "--max-steps", min=1, help="[distill] Optimiser steps [default: "
+                                      "set by the input count, stopped once the loss on what the adapter "
+                                      "changed levels off]."),
         batch_size: int = typer.Option(D.batch_size, "--batch-size", min=1, max=4096, help="[distill] Inputs per step."),
         lr: float = typer.Option(D.lr, "--lr", help="[distill] AdamW learning rate."),
         max_new_tokens: int = typer.Option(D.max_new_tokens, "--max-new-tokens", min=1, help="[distill] Teacher continuation "
@@ -128,7 +132,17 @@ def register(app: typer.Typer) -> None:
         next_words: int = typer.Option(D.next_words, "--next-words", min=0, help="[distill] Across tokenizers, teach the "
                                        "teacher's distribution over its K likeliest next words of every input "
                                        "(0: off)."),
+        token_focus: float = typer.Option(D.token_focus, "--token-focus", help="[distill] Train on this fraction of "
+                                          "each batch's tokens, those the adapter changed most (TiTok; 0: all)."),
         seed: int = typer.Option(D.seed, *SEED.param_decls, help=SEED.help),
+        save_every: int = typer.Option(D.save_every, "--save-every", min=1,
+                                       help="[distill] Checkpoint every K steps."),
+        resume: bool = typer.Option(D.resume, "--resume", help="[distill] Continue from OUT-work/."),
+        offload_teacher: bool = typer.Option(D.offload_teacher, "--offload-teacher",
+                                             help="[distill] Free the teacher before training."),
+        gradient_checkpointing: bool = typer.Option(D.gradient_checkpointing, "--gradient-checkpointing",
+                                                    help="[distill] Less memory, more compute."),
+        dtype: str = typer.Option(D.dtype, "--dtype", help="[distill] Weights: auto, float32, bfloat16."),
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.
 
@@ -142,6 +156,7 @@ def register(app: typer.Typer) -> None:
         import functools
 
         from paw.cli._options import command_line, track_once
+        from paw.distributed import is_main
         from paw.extract.transfer import source_choice, transfer_finetune
         from paw.io.tracking import check_kind
         from paw.transfer.run import transfer_adapter
@@ -152,7 +167,10 @@ def register(app: typer.Typer) -> None:
                                  discriminator=discriminator, eval_prompts=eval_prompts, holdout=holdout,
                                  init=init.value, rank=rank, alpha=alpha, target_modules=_modules(target_modules),
                                  max_steps=max_steps, batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens,
-                                 byte_kl=byte_kl, next_words=next_words, seed=seed)
+                                 byte_kl=byte_kl, next_words=next_words, token_focus=token_focus, seed=seed,
+                                 save_every=save_every,
+                                 resume=resume, offload_teacher=offload_teacher,
+                                 gradient_checkpointing=gradient_checkpointing, dtype=dtype)
         move = transfer_adapter if extract is None else functools.partial(transfer_finetune, extract=extract)
         result = move(adapter or finetune, source_base, target_base, output, method=method.value,
                                   subspace_rank=subspace_rank, min_similarity=min_similarity,
@@ -160,6 +178,8 @@ def register(app: typer.Typer) -> None:
                                   distill=distill, device=device, overwrite=overwrite,
                                   allow_nonfinite=allow_nonfinite, check_data=check_data, require_gain=require_gain,
                                   command=command_line())
+        if not is_main():  # under torchrun, rank 0 alone reports
+            return
         if extract is not None:  # what the LoRA held of the fine-tune, before anything moved
             typer.echo(result.report["extraction"]["held"])
         (_echo_transfer if result.distill is None else _echo_distill)(result)

@@ -91,6 +91,15 @@ class DistillSummary:
     agreement_before: dict[str, Any]                # agreement figures with the teacher (top1_agreement, kl ...)
     agreement_after: dict[str, Any]
     measured_on: str                                # which inputs the agreement was measured on
+    budget: dict[str, Any] | None = None            # steps run and why training ended (lora._budget)
+
+    @property
+    def stopped_note(self) -> str:
+        """``' (levelled off; cap 200)'`` for an automatic budget, ``''`` for --max-steps."""
+        b = self.budget or {}
+        if not b.get("auto"):
+            return ""
+        return f" ({b['stopped']}; cap {b['max_steps']})"
 
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> DistillSummary:
@@ -98,8 +107,9 @@ class DistillSummary:
         d = report["distill"]
         inputs, agreement = d["inputs"], d["agreement"]
         return cls(student_modules=d["student"]["modules"], inputs_source=inputs["source"], train=inputs["train"],
-                   train_used=inputs["train_used"], synthesis=inputs.get("synthesis"), steps=d["steps"],
+                   train_used=inputs["train_used"], synthesis=inputs.get("synthesis"),
+                   steps=(d.get("budget") or {}).get("steps_run", d["steps"]),
                    losses=list(d["losses"]), init=d["init"]["how"], vocabulary=d["vocabulary"],
                    loss_start=d["loss_start"], loss_end=d["loss_end"], loss_tail_drop=d["loss_tail_drop"],
                    agreement_before=agreement["before"], agreement_after=agreement["after"],
-                   measured_on=agreement["measured_on"])
+                   measured_on=agreement["measured_on"], budget=d.get("budget"))

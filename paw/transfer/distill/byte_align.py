@@ -50,3 +50,35 @@ def aligned_positions(student: tuple[bytes, dict[int, int]], teacher: tuple[byte
     if student[0] != teacher[0]:
         return []
     return [(student[1][cut], teacher[1][cut]) for cut in sorted(student[1].keys() & teacher[1].keys())]
+
+
+def spread(values: Sequence[float], pieces_from: Sequence[bytes], pieces_to: Sequence[bytes]) -> list[float] | None:
+    """Per-token ``values`` of one tokenization moved onto another of the same bytes, by byte overlap.
+
+    Each ``from`` token's value is shared among the ``to`` tokens its bytes overlap, in proportion
+    to the overlap (the total is kept); a token without bytes (a special token) gives its value to
+    the ``to`` token that starts where it stands. None when the two do not spell the same bytes.
+
+    >>> spread([2.0, 4.0], [b"ab", b"cd"], [b"a", b"bc", b"d"])
+    [1.0, 3.0, 2.0]
+    """
+    if b"".join(pieces_from) != b"".join(pieces_to) or not pieces_to:
+        return None
+    ends, total = [], 0
+    for piece in pieces_to:
+        total += len(piece)
+        ends.append(total)
+    out = [0.0] * len(pieces_to)
+    start = 0
+    for value, piece in zip(values, pieces_from, strict=True):
+        stop = start + len(piece)
+        k = next((i for i, e in enumerate(ends) if e > start), len(ends) - 1)
+        if stop == start:
+            out[k] += value
+        while start < stop:
+            begin = ends[k - 1] if k else 0
+            share = min(stop, ends[k]) - max(start, begin)
+            out[k] += value * share / len(piece)
+            start = min(stop, ends[k])
+            k += 1
+    return out

@@ -29,9 +29,11 @@ from paw.errors import PawError
 from paw.evaluate.items import MCItem
 from paw.evaluate.train import batches_in_order
 from paw.io.adapter import LoraAdapter, lora_config_dict
+from paw.memory import prepare_student
 from paw.progress import format_duration, status
 from paw.transfer.distill import data
 from paw.transfer.distill import loss as L
+from paw.transfer.distill import scale as S
 from paw.transfer.distill import train as T
 from paw.transfer.distill.data import Prompt
 from paw.transfer.distill.options import DISTILL, GENERIC, DistillOptions
@@ -42,7 +44,12 @@ from paw.vocab.align import AlignContext, exact, match_specials
 from paw.zoo import sample_texts
 
 LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
-STILL_FALLING = 0.05        # relative loss fall over the last fifth of the steps above which the report warns
+STILL_FALLING = 0.05        # relative loss fall over the last fifth of the steps above which the report warns ...
+STILL_FALLING_ABS = 0.02    # ... when it is also this many nats (a loss of 0.006 -> 0.005 has levelled off)
+# the automatic budget (no --max-steps): at most AUTO_EPOCHS passes over the inputs, within these bounds,
+# stopped earlier when the agreement on what the adapter changed stops improving (train.Stop)
+AUTO_MIN_STEPS, AUTO_EPOCHS, AUTO_MAX_STEPS = 200, 30, 3000
+PROBE_INPUTS = 64           # training inputs whose loss decides when to stop
 
 
 def token_columns(teacher_info, student_info, rows: int) -> Any:
@@ -76,11 +83,12 @@ def shared_vocabulary(teacher_info, student_info, columns) -> bool:
 def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | MCItem | Prompt] | str | None = None,
                  synthesize: int = 0, seed_examples: Sequence[str | MCItem | Prompt] | None = None,
                  discriminator: bool = False, init: str = "auto", rank: int | None = None,
-                 alpha: float | None = None, target_modules: Sequence[str] | None = None, steps: int = 200,
-                 batch_size: int = 8, lr: float = 1e-4, max_new_tokens: int = 16, holdout: float = 0.1,
+                 alpha: float | None = None, target_modules: Sequence[str] | None = None, steps: int | None = None,
+                 batch_size: int = 8, lr: float = 1e-3, max_new_tokens: int = 16, holdout: float = 0.0,
                  eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = False,
-                 next_words: int = 0, seed: int = 0,
-                 device="cpu", target_name: str | None = None, progress: bool = True) -> tuple[Any, dict]:
+                 next_words: int = 0, token_focus: float = 0.0, seed: int = 0,
+                 device="cpu", target_name: str | None = None, progress: bool = True,
+                 scale: S.Scale | None = None) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
     Inputs, all label-free: ``prompts`` (inputs; answers of MC items are dropped) or ``'generic'``
@@ -88,20 +96,30 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     ``seed_examples`` (``discriminator`` filters them). ``holdout`` of the inputs (or
     ``eval_prompts``) measure agreement and are never trained on. Across tokenizers ``byte_kl`` adds
     the KL at the cuts both tokenizations share (needs both ``tokenizer_info``), and inputs without
-    choices get the teacher's ``next_words`` likeliest next words as choices (0: none). Returns ``(LoraAdapter for the
+    choices get the teacher's ``next_words`` likeliest next words as choices (0: none). ``steps=None`` (the
+    default) sets the budget from the inputs (:func:`auto_steps`) and stops once the student's loss on
+    the tokens the adapter changed levels off (:class:`~paw.transfer.distill.train.Stop`); a number runs
+    exactly that many steps. ``token_focus`` > 0 trains on that fraction of each batch's continuation
+    tokens, those the adapter changed most (TiTok). Returns ``(LoraAdapter for the
     target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
+    ``scale`` (:class:`~paw.transfer.distill.scale.Scale`): ranks, cached continuations, checkpoints,
+    teacher offload and gradient checkpointing (docs/scale.md).
     """
     DistillOptions(prompts=prompts, synthesize=synthesize, seed_examples=seed_examples, init=init, alpha=alpha,
                    max_steps=steps, batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, holdout=holdout,
-                   next_words=next_words).check()  # the one check of knobs and of which inputs go together
+                   next_words=next_words, token_focus=token_focus).check()  # the one check of knobs and of which inputs go together
     if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
         lora_rank("--rank", rank, student.model, _target_modules(adapter, student.model, target_modules))
     device = resolve_device(device) if isinstance(device, str) else device
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device)
+    auto = steps is None
+    steps = auto_steps(len(inputs), batch_size) if auto else steps
     inputs = _visited(inputs, steps, batch_size, seed)
     info["train_used"] = len(inputs)
     vocab = _vocabulary(teacher, student, byte_kl)
+    if scale is not None and scale.offload_teacher:
+        S.refuse_offload([T.TOKEN_KL] if vocab.shared else [T.ALIGNED_KL] if vocab.aligned else [])
     teacher.model.to(device).eval()
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
         inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
@@ -118,19 +136,31 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                          teacher_per_step=vocab.shared or vocab.aligned)
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
-    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab)
-    tests = T.examples(held, teacher, student, max_new_tokens, device, vocab) if held else []
+    key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
+    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key)
+    tests = T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key) if held else []
+    excess = T.add_excess(train + tests, teacher, student, device)  # what the adapter changed, per token
+    if token_focus and not excess:
+        raise PawError("--token-focus needs the teacher with its adapter unmerged (a PEFT model), to compare "
+                       "it with and without the adapter")
+    if scale is not None and scale.offload_teacher:
+        S.free_teacher(teacher)  # every continuation and choice score is made: training needs no teacher
     losses_used = _losses(vocab, train)
     if not any(e.sequence is not None or e.choices for e in train):
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
     grads = {n: p.requires_grad for n, p in student.model.named_parameters()}
     peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed, device)
+    prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
+    main = scale is None or scale.ranks.main   # the other ranks train their share and report nothing
     try:
-        before = T.agreement(peft_model, teacher.model, tests or train, vocab, device)
+        before = (scale.checkpoints.extra("before") if scale is not None else None) or \
+            (T.agreement(peft_model, teacher.model, tests or train, vocab, device) if main else None)
+        stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
         curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
-                       seed=seed, device=device, progress=progress)
-        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device)
+                        seed=seed, device=device, progress=progress and main, scale=scale, extra={"before": before},
+                        focus=token_focus, stop=stop)
+        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device) if main else None
         moved = _adapter_of(peft_model, adapter, target_name or student.name)
     finally:
         peft_model.unload()
@@ -140,8 +170,46 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                      init_note, curve, cost,
                      {"before": before, "after": after, "measured_on": "held-out prompts" if tests
                       else "training prompts (none held out)"},
-                     steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens)
+                     steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
+                     token_focus=token_focus, budget=_budget(auto, steps, curve, stop, excess))
     return moved, report
+
+
+def auto_steps(n_inputs: int, batch_size: int) -> int:
+    """The step cap when none is given: ``AUTO_EPOCHS`` passes over the inputs, within
+    [``AUTO_MIN_STEPS``, ``AUTO_MAX_STEPS``]; training usually stops before it (:class:`train.Stop`).
+
+    >>> auto_steps(16, 8), auto_steps(300, 16), auto_steps(100_000, 8)
+    (200, 563, 3000)
+    """
+    return min(AUTO_MAX_STEPS, max(AUTO_MIN_STEPS, math.ceil(AUTO_EPOCHS * n_inputs / batch_size)))
+
+
+def check_every(n_inputs: int, batch_size: int) -> int:
+    """Steps between two probe measurements: about one pass over the inputs, within [10, 100]."""
+    return max(10, min(100, math.ceil(n_inputs / batch_size)))
+
+
+def _probe(train: list) -> list:
+    """The first ``PROBE_INPUTS`` training examples that carry a loss: the inputs whose agreement decides when to stop."""
+    return [e for e in train if e.sequence is not None or e.choices][:PROBE_INPUTS]
+
+
+def _budget(auto: bool, steps: int, curve: dict, stop, excess: bool) -> dict:
+    """The report's ``budget``: how many steps ran and why training ended."""
+    ran = len(curve.get("loss", []))
+    if not auto:
+        why = "--max-steps"
+    elif stop is not None and stop.done(curve.get("probe", [])):
+        why = "levelled off"
+    else:
+        why = "reached the cap"
+    return {"auto": auto, "max_steps": steps, "steps_run": ran, "stopped": why,
+            "probe_every": stop.every if stop is not None else None,
+            "probe_inputs": len(stop.probe) if stop is not None else None,
+            "probe_agreement": [round(x, 6) for x in curve.get("probe", [])],
+            "excess_known": excess}
+
 
 
 # ---------------------------------------------------------------------------------- checks, inputs
@@ -339,6 +407,10 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
     finite = [x for x in curve["loss"] if math.isfinite(x)]
     window = max(1, min(10, len(finite)))
     drop = L.tail_drop(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
+    budget = settings.get("budget") or {}
+    falling = still_falling(drop, _tail_level(finite), budget)
+    if budget:
+        settings["budget"] = {**budget, "loss_levelled_off": drop is not None and not falling}
     return {
         "format": "paw-transfer-report", "version": 1, "method": DISTILL,
         "source": teacher.name, "target": student.name,
@@ -357,14 +429,35 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
             "agreement": agreement,
             "loss_tail_drop": None if drop is None else round(drop, 6),
         },
-        "warnings": _warnings(drop, info),
+        "warnings": _warnings(drop if falling else None, info),
     }
 
 
+def _tail_level(finite: list[float], fraction: float = 0.2) -> float:
+    """Mean loss of the fifth of the steps before the last fifth (what :func:`loss.tail_drop` compares with)."""
+    k = int(len(finite) * fraction)
+    return sum(finite[-2 * k:-k]) / k if k >= 2 and 2 * k <= len(finite) else 0.0
+
+
+def still_falling(drop: float | None, tail_level: float, budget: dict) -> bool:
+    """Whether the loss was still falling at the end: it fell by more than ``STILL_FALLING`` of its level
+    *and* ``STILL_FALLING_ABS`` nats over the last fifth of the steps (``drop`` is
+    :func:`loss.tail_drop`, ``tail_level`` the loss it fell from), and the automatic budget did not stop
+    training for the agreement having levelled off.
+
+    >>> still_falling(0.2, 2.0, {}), still_falling(0.2, 0.006, {}), still_falling(0.2, 2.0, {"stopped": "levelled off"})
+    (True, False, False)
+    """
+    if drop is None or budget.get("stopped") == "levelled off":
+        return False
+    return drop > STILL_FALLING and drop * tail_level > STILL_FALLING_ABS
+
+
 def _warnings(drop: float | None, info: dict) -> list[str]:
-    """What the user should know about the run: a loss still falling, inputs never reached."""
+    """What the user should know about the run: a loss still falling (``drop``, None when not), inputs
+    never reached."""
     out = []
-    if drop is not None and drop > STILL_FALLING:
+    if drop is not None:
         out.append(f"the distillation loss fell {drop:.0%} over the last fifth of the steps: it had not levelled "
                    "off, and more --max-steps would likely keep more of the adapter (docs/distill.md#steps)")
     if info["train_used"] < info["train"]:

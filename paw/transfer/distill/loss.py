@@ -44,21 +44,31 @@ def to_student_vocab(teacher_logits: Tensor, columns: Tensor) -> Tensor:
     return torch.log_softmax(picked, dim=-1)
 
 
-def token_kl(student_logits: Tensor, teacher_logprobs: Tensor, mask: Tensor) -> Tensor:
+def token_kl(student_logits: Tensor, teacher_logprobs: Tensor, mask: Tensor, weights: Tensor | None = None) -> Tensor:
     """Mean over masked positions of ``sum_v p_t(v) (log p_t(v) - log p_s(v))``.
 
     ``student_logits`` (B, T, V); ``teacher_logprobs`` (B, T, V), may hold -inf (probability 0);
-    ``mask`` (B, T) bool. Teacher p = [0.5, 0.5] against student p = [0.25, 0.75] gives
-    ``0.5 ln 2 + 0.5 ln(2/3) = 0.1438``.
+    ``mask`` (B, T) bool; ``weights`` (B, T), if given, weigh the positions (:func:`weighted_mean`).
+    Teacher p = [0.5, 0.5] against student p = [0.25, 0.75] gives ``0.5 ln 2 + 0.5 ln(2/3) = 0.1438``.
     """
     import torch
 
     log_q = torch.log_softmax(student_logits.float(), dim=-1)
     p = teacher_logprobs.exp()
     terms = torch.where(p > 0, p * (teacher_logprobs - log_q), torch.zeros_like(log_q))
-    per_position = terms.sum(-1)
-    weights = mask.to(per_position.dtype)
-    return (per_position * weights).sum() / weights.sum().clamp(min=1.0)
+    return weighted_mean(terms.sum(-1), mask, weights)
+
+
+def weighted_mean(values: Tensor, mask: Tensor, weights: Tensor | None = None) -> Tensor:
+    """``sum(w * values) / sum(w)`` over the masked positions, ``w`` = ``weights`` (default 1); 0 when
+    nothing is weighed.
+
+    >>> weighted_mean(torch.tensor([[1.0, 3.0, 5.0]]), torch.tensor([[True, True, False]]),
+    ...               torch.tensor([[1.0, 3.0, 9.0]]))  # doctest: +SKIP
+    tensor(2.5000)
+    """
+    w = mask.to(values.dtype) if weights is None else weights.to(values.dtype) * mask.to(values.dtype)
+    return (values * w).sum() / w.sum().clamp(min=1e-12) if bool(w.sum() > 0) else (values * w).sum()
 
 
 def aligned_kl(student_logits: Tensor, teacher_logits: Tensor, columns: Tensor) -> Tensor:
@@ -80,13 +90,18 @@ def aligned_kl(student_logits: Tensor, teacher_logits: Tensor, columns: Tensor) 
     return terms.sum(-1).mean()
 
 
-def sequence_nll(student_logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Mean cross-entropy of ``targets`` (B, T) at the masked positions (the teacher's text, re-tokenised)."""
+def sequence_nll(student_logits: Tensor, targets: Tensor, mask: Tensor, weights: Tensor | None = None) -> Tensor:
+    """Mean cross-entropy of ``targets`` (B, T) at the masked positions (the teacher's text, re-tokenised),
+    each position weighed by ``weights`` (B, T) when given (token focus)."""
     import torch
 
     labels = torch.where(mask, targets, torch.full_like(targets, -100))
-    return torch.nn.functional.cross_entropy(student_logits.float().flatten(0, 1), labels.flatten(),
-                                             ignore_index=-100)
+    if weights is None:
+        return torch.nn.functional.cross_entropy(student_logits.float().flatten(0, 1), labels.flatten(),
+                                                 ignore_index=-100)
+    per_position = torch.nn.functional.cross_entropy(student_logits.float().flatten(0, 1), labels.flatten(),
+                                                     ignore_index=-100, reduction="none").view(targets.shape)
+    return weighted_mean(per_position, mask, weights)
 
 
 def choice_logprobs(choice_ll: Tensor, valid: Tensor) -> Tensor:

@@ -15,6 +15,7 @@ from paw.errors import PawError
 from paw.validate import finite, lora_alpha, lora_rank
 
 DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
+DTYPES = ("auto", "float32", "bfloat16", "float16")   # what paw.io.lm.load_lm accepts
 INITS = ("auto", "none")     # auto: start from the weight-space transfer when it applies; none: PEFT init
 GENERIC = "generic"          # --prompts generic: the embedded sample text, no task data
 
@@ -28,18 +29,25 @@ class DistillOptions:
     seed_examples: str | Path | None = None   # at most 5 task inputs for synthesize
     discriminator: bool = False               # keep only synthetic inputs the teacher finds task-like
     eval_prompts: str | Path | None = None    # held-out inputs for the agreement figures
-    holdout: float = 0.1                      # fraction of the inputs kept for agreement when no eval_prompts
+    holdout: float = 0.0                      # fraction of the inputs kept for agreement (0: train on all)
     init: str = "auto"                        # one of INITS
     rank: int | None = None                   # student LoRA rank (None: the source adapter's)
     alpha: float | None = None                # student LoRA alpha (None: the source adapter's)
     target_modules: tuple[str, ...] | None = None  # module types (None: the source's that the target has)
-    max_steps: int = 200                      # optimiser steps
+    max_steps: int | None = None              # optimiser steps (None: set by the inputs, stop once levelled off)
     batch_size: int = 8                       # inputs per step
-    lr: float = 1e-4                          # AdamW learning rate
+    lr: float = 1e-3                          # AdamW learning rate (docs/distill.md#learning-rate)
     max_new_tokens: int = 16                  # teacher continuation length (it also stops at a line break)
     byte_kl: bool = False                     # across tokenizers, also match distributions at shared cuts
     next_words: int = 0                       # across tokenizers, teach the teacher's K likeliest next words
+    token_focus: float = 0.0                  # train on this fraction of tokens the adapter changed most (0: all)
     seed: int = 0                             # same inputs and seed give byte-identical outputs
+    # ---- scale (docs/scale.md) ----
+    save_every: int | None = None             # resumable checkpoint in OUT-work/ every K steps
+    resume: bool = False                      # continue from OUT-work/'s checkpoint
+    offload_teacher: bool = False             # free the teacher after its continuations, before training
+    gradient_checkpointing: bool = False      # recompute the student's activations in the backward pass
+    dtype: str = "auto"                       # both bases: auto (checkpoint's on GPU, float32 on CPU) or a dtype
 
     def check(self) -> None:
         """Refuse a knob out of range or inputs that do not go together, naming the one flag at fault."""
@@ -60,8 +68,15 @@ class DistillOptions:
             raise PawError(f"--synthesize {self.synthesize}: must not be negative")
         if self.init not in INITS:
             raise PawError(f"unknown --init {self.init!r}; choose one of {', '.join(INITS)}")
+        if self.save_every is not None and self.save_every < 1:
+            raise PawError(f"--save-every {self.save_every}: must be at least 1")
+        if self.dtype not in DTYPES:
+            raise PawError(f"--dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        finite("--token-focus", self.token_focus)
+        if not 0 <= self.token_focus <= 1:
+            raise PawError(f"--token-focus {self.token_focus}: must be in [0, 1] (0: off; the fraction of tokens kept)")
         for flag in ("max_steps", "batch_size", "max_new_tokens"):
-            if getattr(self, flag) < 1:
+            if getattr(self, flag) is not None and getattr(self, flag) < 1:
                 raise PawError(f"{_flag(flag)} {getattr(self, flag)}: must be at least 1")
         finite("--lr", self.lr, positive=True)
         finite("--holdout", self.holdout)

@@ -11,10 +11,12 @@ lower ``--lr`` unless ``allow_nonfinite``.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from paw.device import resolve_device
+from paw.distributed import setup
 from paw.errors import PawError
 from paw.evaluate.formats import detect_format, items_from_records
 from paw.io.adapter import WEIGHTS_NAME, read_adapter, refuse_nonfinite_adapter
@@ -26,10 +28,15 @@ from paw.io.lm import load_lm
 from paw.io.manifest import describe_input
 from paw.io.mcdata import parse_record
 from paw.io.tokenizer import open_tokenizer
+from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
+from paw.memory import plan, plan_line, with_measured
+from paw.progress import status
+from paw.train_state import Checkpoints
 from paw.transfer.distill.data import MAX_SEEDS
-from paw.transfer.distill.lora import distill_lora
+from paw.transfer.distill.lora import auto_steps, distill_lora
 from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.plots import curve_figure
+from paw.transfer.distill.scale import Scale
 from paw.transfer.distill.train import LM
 
 TEXT_KEYS = ("text", "prompt")
@@ -62,20 +69,57 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
         inputs["eval_prompts"] = describe_input(o.eval_prompts)
     lora = read_adapter(adapter)
     refuse_nonfinite_adapter(lora, why="the source adapter cannot teach")
-    dev = resolve_device(device)
+    ranks, dev = setup(resolve_device(device))
     infos = open_tokenizer(source_base), open_tokenizer(target_base)  # before any model is loaded
-    teacher, student = _side(source_base, infos[0], dev, adapter=adapter), _side(target_base, infos[1], dev)
+    predicted = _announce(source_base, target_base, lora, o, dev, ranks, n_inputs=len(texts) if texts != GENERIC else 256)
+    teacher = _side(source_base, infos[0], dev, adapter=adapter, dtype=o.dtype)
+    student = _side(target_base, infos[1], dev, dtype=o.dtype)
+    scale = _scale(output, o, ranks, inputs)
     moved, report = distill_lora(lora, teacher, student, prompts=texts if not o.synthesize else None,
                                  synthesize=o.synthesize, seed_examples=seeds, discriminator=o.discriminator,
                                  init=o.init, rank=o.rank, alpha=o.alpha, target_modules=o.target_modules,
                                  steps=o.max_steps, batch_size=o.batch_size, lr=o.lr, max_new_tokens=o.max_new_tokens,
                                  holdout=o.holdout, eval_prompts=held, byte_kl=o.byte_kl, next_words=o.next_words,
-                                 seed=o.seed, device=dev, target_name=str(target_base), progress=progress)
+                                 token_focus=o.token_focus, seed=o.seed, device=dev, target_name=str(target_base), progress=progress,
+                                 scale=scale)
+    if not ranks.main:  # rank 0 alone writes
+        return report, inputs
+    report = {**report, "memory": with_measured(predicted, dev)}
     with nonfinite_policy(allow_nonfinite):
         report = _refuse_diverged(output, moved, report, o.lr)
         write_distill(output, moved, report, curve=curve_figure(report), command=command, inputs=inputs,
                       overwrite=overwrite)
+    remove_train_state(work_dir(output))  # the output is complete: nothing left to resume
     return report, inputs
+
+
+def _announce(source_base, target_base, lora, o: DistillOptions, device, ranks, *, n_inputs: int) -> dict | None:
+    """Predict peak memory per device and time from the two configs, and say it before any model is loaded."""
+    predicted = plan(open_checkpoint(target_base).config or {}, teacher_config=open_checkpoint(source_base).config or {},
+                     lora_rank=o.rank or lora.r, target_modules=o.target_modules or sorted({m.rsplit(".", 1)[-1]
+                                                                                             for m in lora.modules()}),
+                     batch_size=o.batch_size, steps=o.max_steps or auto_steps(o.synthesize or n_inputs, o.batch_size),
+                     max_new_tokens=o.max_new_tokens,
+                     n_inputs=min(o.synthesize or n_inputs, o.batch_size * (o.max_steps or n_inputs)),
+                     device_type=device.type, world=ranks.world, dtype=o.dtype,
+                     teacher_per_step=True, offload_teacher=o.offload_teacher,
+                     gradient_checkpointing=o.gradient_checkpointing)
+    if predicted is not None:
+        status(f"distill: {plan_line(predicted)}")
+    return predicted
+
+
+def _scale(output, o: DistillOptions, ranks, inputs: dict) -> Scale:
+    """Ranks, the work folder beside ``output`` and its checkpoints (rank 0 writes them, every rank resumes)."""
+    work = work_dir(output)
+    settings = {k: getattr(o, k) for k in ("max_steps", "batch_size", "lr", "seed", "init", "rank", "alpha",
+                                           "max_new_tokens", "holdout", "byte_kl", "next_words", "synthesize",
+                                           "token_focus")}
+    settings["inputs"] = {k: v for k, v in inputs.items()}
+    checkpoints = Checkpoints(o.save_every, save=partial(save_train_state, work) if ranks.main else None,
+                              state=load_train_state(work) if o.resume else None, settings=settings)
+    return Scale(ranks=ranks, work=work, checkpoints=checkpoints, offload_teacher=o.offload_teacher,
+                 gradient_checkpointing=o.gradient_checkpointing)
 
 
 def _refuse_diverged(output: str | Path, moved, report: dict, lr: float) -> dict:
@@ -88,11 +132,13 @@ def _refuse_diverged(output: str | Path, moved, report: dict, lr: float) -> dict
     return {**report, "nonfinite_written": counts} if counts else report
 
 
-def _side(base: str | Path, info, device, *, adapter: str | Path | None = None) -> LM:
-    """A base folder (with ``adapter`` merged in, for the teacher) opened for distillation."""
-    model, tokenizer = load_lm(base, adapter=adapter, device=device)
-    if adapter is not None:
-        model = model.merge_and_unload()  # the teacher only runs forward: merged weights are faster
+def _side(base: str | Path, info, device, *, adapter: str | Path | None = None, dtype: str = "auto") -> LM:
+    """A base folder (with ``adapter`` on it, for the teacher) opened for distillation.
+
+    The teacher's adapter stays a PEFT layer, unmerged: the excess (what the adapter changed, per
+    token; :func:`paw.transfer.distill.train.add_excess`) compares the teacher with and without it.
+    """
+    model, tokenizer = load_lm(base, adapter=adapter, device=device, dtype=dtype)
     return LM(model.eval(), tokenizer, str(base), checkpoint=open_checkpoint(base), tokenizer_info=info)
 
 

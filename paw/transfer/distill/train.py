@@ -18,8 +18,9 @@ from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_o
 from paw.evaluate.mc import continuation_logprobs, forward_logits, score_encoded
 from paw.evaluate.train import batches_in_order
 from paw.progress import track
-from paw.transfer.distill import byte_align, data
+from paw.transfer.distill import byte_align
 from paw.transfer.distill import loss as L
+from paw.transfer.distill import scale as S
 from paw.transfer.distill.data import START, Prompt
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
@@ -75,13 +76,16 @@ class Example:
     teacher_choice_ll: list[float] = field(default_factory=list)
     teacher_sequence: Any = None   # Encoded of prompt + continuation in the teacher's ids (byte-aligned KL)
     aligned: list = field(default_factory=list)   # (student position, teacher position) at shared cuts
+    excess: list[float] | None = None   # per student continuation token: what the LoRA added to the teacher's log-prob
 
 
 def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device,
-             vocab: Vocab = Vocab()) -> list[Example]:
-    """Teacher continuations, student encodings and the teacher's choice scores, once per input."""
-    texts = data.generate(teacher.model, teacher.tokenizer, [p.text for p in prompts],
-                          max_new_tokens=max_new_tokens, device=device)
+             vocab: Vocab = Vocab(), scale: S.Scale | None = None, key: str = "") -> list[Example]:
+    """Teacher continuations, student encodings and the teacher's choice scores, once per input.
+
+    ``scale`` (:mod:`paw.transfer.distill.scale`): continuations cached under ``key`` and shared out over ranks.
+    """
+    texts = S.continuations(teacher, [p.text for p in prompts], max_new_tokens, device, scale, key)
     limit = max_length_of(student.model)
     out = []
     for prompt, text in zip(prompts, texts, strict=True):
@@ -115,6 +119,93 @@ def _align(ex: Example, teacher: LM, vocab: Vocab) -> None:
         ex.teacher_sequence, ex.aligned = seq, pairs
 
 
+# ---------------------------------------------------------------------------------- what the adapter changed
+
+def token_logprobs(model, encoded: list, pad_id: int, device, *, batch_size: int = 16) -> list[list[float]]:
+    """Per encoding, the log-probability of each continuation token, in order (``Encoded.n_cont`` values)."""
+    import torch
+
+    out: list[list[float]] = []
+    with torch.no_grad():
+        for start in range(0, len(encoded), batch_size):
+            batch = make_batch(encoded[start:start + batch_size], pad_id=pad_id, padding_side="left")
+            with _autocast(device):
+                logits, skip = forward_logits(model, batch, device)
+            targets, mask = batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device)
+            lp = torch.log_softmax(logits.float(), -1).gather(-1, targets[..., None])[..., 0]
+            out += [lp[r][mask[r]].tolist() for r in range(lp.shape[0])]
+    return out
+
+
+def add_excess(examples: list[Example], teacher: LM, student: LM, device) -> bool:
+    """Fill each example's ``excess``: how much the LoRA raised the teacher's log-probability of each
+    token of its own continuation (with the adapter minus without it), on the student's tokens.
+
+    This is TiTok's contrastive excess (Jung & Kim, ICLR 2026, arXiv 2510.04682): where the excess is large
+    the adapter taught something, where it is near zero the base model would have written the same.
+    Across tokenizers the teacher's per-token figures are shared out over the student's tokens by byte
+    overlap (:func:`paw.transfer.distill.byte_align.spread`), or spread evenly when the two texts'
+    bytes cannot be lined up. False (nothing filled) when the teacher offers no adapter-free view
+    (:func:`adapter_off`).
+    """
+    off = adapter_off(teacher.model)
+    rows = [e for e in examples if e.sequence is not None]
+    if off is None or not rows:
+        return off is not None
+    limit = max_length_of(teacher.model)
+    encoded = [e.teacher_sequence or encode_pair(teacher.tokenizer, e.prompt.text, e.continuation, max_length=limit,
+                                                 start=START) for e in rows]
+    pad = pad_id_of(teacher.tokenizer)
+    with_lora = token_logprobs(teacher.model, encoded, pad, device)
+    with off():
+        without = token_logprobs(teacher.model, encoded, pad, device)
+    t_vocab = getattr(teacher.tokenizer_info, "vocab", None)
+    s_vocab = getattr(student.tokenizer_info, "vocab", None)
+    for e, enc, a, b in zip(rows, encoded, with_lora, without, strict=True):
+        gain = [x - y for x, y in zip(a, b, strict=True)]
+        n = e.sequence.n_cont
+        moved = None
+        if t_vocab is not None and s_vocab is not None:
+            moved = byte_align.spread(gain, _pieces(enc, t_vocab), _pieces(e.sequence, s_vocab))
+        e.excess = moved if moved is not None else [sum(gain) / n] * n
+    return True
+
+
+def adapter_off(model):
+    """A context factory running ``model`` without its LoRA (PEFT's ``disable_adapter``), or None
+    when the adapter is merged into the weights."""
+    return getattr(model, "disable_adapter", None)
+
+
+def _pieces(encoded, vocab) -> list[bytes]:
+    cont = encoded.ids[len(encoded.ids) - encoded.n_cont:]
+    return [vocab[i] if 0 <= i < len(vocab) and vocab[i] is not None else b"" for i in cont]
+
+
+def excess_weights(excess: list[float]) -> list[float]:
+    """Agreement weights from the teacher's excess: the gain where the LoRA raised the token, else 0.
+
+    >>> excess_weights([2.0, -1.0, 0.0])
+    [2.0, 0.0, 0.0]
+    """
+    return [max(x, 0.0) for x in excess]
+
+
+def _focus_mask(examples, mask, fraction: float, device):
+    """TiTok's token selection: a (B, K) float mask keeping the ``fraction`` of the batch's continuation
+    tokens with the largest excess (ties kept), or None when an example has no excess."""
+    import torch
+
+    if any(e.excess is None for e in examples):
+        return None
+    values = torch.tensor([x for e in examples for x in e.excess], dtype=torch.float32, device=device)
+    keep = max(1, math.ceil(fraction * values.numel()))
+    threshold = values.topk(keep).values[-1]
+    weights = torch.zeros(mask.shape, dtype=torch.float32, device=device)
+    weights[mask] = (values >= threshold).float()
+    return weights
+
+
 def _autocast(device):
     import torch
 
@@ -123,7 +214,7 @@ def _autocast(device):
     return contextlib.nullcontext()
 
 
-def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, device):
+def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, device, focus: float = 0.0):
     """``({loss name: value}, logits, targets, mask, aligned positions)`` over the teacher's continuations.
 
     Always the sequence NLL of the teacher's tokens; with a shared vocabulary also the token KL to
@@ -137,14 +228,15 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
     with _autocast(device):
         logits, skip = forward_logits(peft_model, batch, device)
     mask, targets = batch.target_mask[:, skip:].to(device), batch.targets[:, skip:].to(device)
-    parts = {SEQUENCE: L.sequence_nll(logits, targets, mask)}
+    weights = _focus_mask(examples, mask, focus, device) if focus else None  # token focus (TiTok)
+    parts = {SEQUENCE: L.sequence_nll(logits, targets, mask, weights)}
     n_aligned = 0
     if vocab.shared:
         columns = vocab.columns
         teacher_batch = replace(batch, input_ids=columns.clamp(min=0)[batch.input_ids])
         with torch.no_grad(), _autocast(device):
             teacher_lp = L.to_student_vocab(forward_logits(teacher_model, teacher_batch, device)[0], columns)
-        parts[TOKEN_KL] = L.token_kl(logits, teacher_lp, mask)
+        parts[TOKEN_KL] = L.token_kl(logits, teacher_lp, mask, weights)
     elif vocab.aligned and any(e.aligned for e in examples):
         rows = [(r, e) for r, e in enumerate(examples) if e.aligned]
         t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="left")
@@ -191,33 +283,104 @@ def _choice_loss(peft_model, examples, pad_id, device):
     return L.choice_kl(student, teacher, valid), student, teacher, valid
 
 
-def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress) -> dict:
+@dataclass(frozen=True)
+class Stop:
+    """When a distillation with an automatic budget stops: every ``every`` steps the student's agreement
+    with the teacher on ``probe`` is measured (:func:`probe_score`: on what the adapter changed); training
+    stops once ``patience`` measurements in a row have not bettered the best before them by ``min_gain``."""
+
+    probe: list
+    every: int
+    patience: int = 3
+    min_gain: float = 0.005    # half a point of agreement
+
+    def done(self, history: list[float]) -> bool:
+        """Whether the probe scores so far say stop.
+
+        >>> Stop([], 10).done([0.2, 0.8, 0.9, 0.902, 0.9, 0.89])
+        True
+        >>> Stop([], 10).done([0.2, 0.5, 0.6, 0.7])
+        False
+        """
+        if len(history) <= self.patience:
+            return False
+        return max(history[-self.patience:]) < max(history[:-self.patience]) + self.min_gain
+
+
+def probe_score(peft_model, teacher_model, probe, vocab: Vocab, device) -> float:
+    """The stopping signal: the mean of the student's agreement with the teacher where the adapter changed
+    it (``adapter_agreement``, top-1 weighed by the excess) and its choice agreement, whichever
+    :func:`agreement` has (plain top-1 agreement when neither)."""
+    a = agreement(peft_model, teacher_model, probe, vocab, device)
+    values = [a[k] for k in ("adapter_agreement", "choice_agreement") if a[k] is not None]
+    if not values:
+        values = [a["top1_agreement"] or 0.0]
+    return sum(values) / len(values)
+
+
+def _excess_tensor(examples, mask, device):
+    """(B, K) agreement weights (:func:`excess_weights`) at ``mask``, or None when an example has no excess."""
+    import torch
+
+    if any(e.excess is None for e in examples):
+        return None
+    weights = torch.zeros(mask.shape, dtype=torch.float32, device=device)
+    weights[mask] = torch.tensor([w for e in examples for w in excess_weights(e.excess)], dtype=torch.float32,
+                                 device=device)
+    return weights
+
+
+def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress,
+          scale: S.Scale | None = None, extra: dict | None = None, focus: float = 0.0,
+          stop: Stop | None = None) -> dict:
+    """The loss curve of at most ``steps`` AdamW steps; under ``scale`` each rank trains its share of every
+    batch and checkpoints (with ``extra`` beside the curve) let a killed run resume. ``focus`` > 0 keeps
+    that fraction of each batch's continuation tokens, those the adapter changed most (TiTok's token
+    selection); ``stop`` ends training early (the curve's ``probe`` holds its measurements)."""
     import torch
 
     pad_id = PAD_ID
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     order = batches_in_order(len(examples), batch_size, steps, seed)
-    curve: dict[str, list[float]] = {"loss": [], **{k: [] for k in LOSSES}}
+    checkpoints = scale.checkpoints if scale is not None else None
+    start = checkpoints.resume(params, optimizer) if checkpoints else 0
+    curve: dict[str, list[float]] = (checkpoints.extra("curve") if checkpoints else None) or \
+        {"loss": [], **{k: [] for k in LOSSES}}
     peft_model.train()
-    for step in (track(range(steps), "distilling", total=steps, unit="steps") if progress else range(steps)):
+    todo = range(start, steps)
+    for step in (track(todo, "distilling", total=len(todo), unit="steps") if progress else todo):
         chosen = [examples[i] for i in order[step]]
+        if not any(e.sequence is not None or e.choices for e in chosen):
+            continue
+        local = S.mine(chosen, scale)
         parts = {}
-        with_seq = [e for e in chosen if e.sequence is not None]
-        with_choices = [e for e in chosen if e.choices]
+        with_seq = [e for e in local if e.sequence is not None]
+        with_choices = [e for e in local if e.choices]
         if with_seq:
-            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device)[0])
+            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device, focus)[0])
         if with_choices:
             parts[CHOICE] = _choice_loss(peft_model, with_choices, pad_id, device)[0]
-        if not parts:
-            continue
-        loss = sum(parts.values())
+        parts = S.weigh(parts, local, chosen, scale)
+        loss = sum(parts.values()) if parts else None
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if loss is not None:
+            loss.backward()
+        S.sync(params, scale)
         optimizer.step()
-        curve["loss"].append(float(loss.detach()))
+        values = S.reduce_parts(parts, list(LOSSES), scale)
+        curve["loss"].append(float(loss.detach()) if scale is None or not scale.ranks.parallel
+                             else sum(values.values()))
         for key in LOSSES:
-            curve[key].append(float(parts[key].detach()) if key in parts else math.nan)
+            curve[key].append(values.get(key, math.nan))
+        stopping = False
+        if stop is not None and (step + 1) % stop.every == 0:  # the same weights on every rank: the same decision
+            curve.setdefault("probe", []).append(probe_score(peft_model, teacher_model, stop.probe, vocab, device))
+            stopping = stop.done(curve["probe"])
+        if checkpoints and scale.ranks.main:
+            checkpoints.after(step + 1, steps, params, optimizer, curve=curve, **(extra or {}))
+        if stopping:
+            break
     peft_model.eval()
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
 
@@ -225,13 +388,18 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
 def agreement(peft_model, teacher_model, examples, vocab: Vocab, device) -> dict:
     """Teacher-student agreement on ``examples``: top-1 on the continuation tokens, KL, best choice.
 
+    ``adapter_agreement`` is the top-1 agreement weighed by the teacher's excess (:func:`add_excess`):
+    it counts the tokens the adapter taught, so a student that continues text as well as the teacher's
+    base does, but has not learned what the adapter added, scores low on it (``top1_agreement`` can be
+    high then). None when the examples carry no excess.
+
     ``kl`` is per continuation position with a shared vocabulary, per shared cut across tokenizers
     (``kl_positions`` counts those), None when nothing is matched.
     """
     import torch
 
     hits = positions = choice_hits = rows = kl_positions = 0
-    kl_sum = choice_kl_sum = 0.0
+    kl_sum = choice_kl_sum = focus_hits = focus_total = 0.0
     was_training = peft_model.training
     peft_model.eval()
     with torch.no_grad():
@@ -243,6 +411,10 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device) -> dict
                                                                            PAD_ID, device)
                 h, n = L.top1_agreement(logits, targets, mask)
                 hits, positions = hits + h, positions + n
+                weights = _excess_tensor(seqs, mask, device)
+                if weights is not None:
+                    focus_hits += float((weights * (logits.argmax(-1) == targets)).sum())
+                    focus_total += float(weights.sum())
                 if TOKEN_KL in parts:
                     kl_sum, kl_positions = kl_sum + float(parts[TOKEN_KL]) * n, kl_positions + n
                 elif ALIGNED_KL in parts:
@@ -255,6 +427,7 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device) -> dict
     peft_model.train(was_training)
     return {"prompts": len(examples), "positions": positions,
             "top1_agreement": _ratio(hits, positions), "kl": _ratio(kl_sum, kl_positions), "kl_positions": kl_positions,
+            "adapter_agreement": round(focus_hits / focus_total, 6) if focus_total > 0 else None,
             "choice_items": rows, "choice_agreement": _ratio(choice_hits, rows), "choice_kl": _ratio(choice_kl_sum, rows)}
 
 

@@ -1,0 +1,118 @@
+"""What the adapter changed: the teacher's excess, the agreement weighed by it, token focus, the
+automatic budget and the report's 'still falling' warning, on hand-built cases."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from paw.evaluate.encode import Encoded
+from paw.transfer.distill import lora as D
+from paw.transfer.distill import train as T
+from paw.transfer.distill.byte_align import spread
+from paw.transfer.distill.data import Prompt
+from paw.transfer.distill.loss import sequence_nll, weighted_mean
+
+VOCAB = 12
+
+
+class Memoriser(torch.nn.Module):
+    """A fake causal LM that predicts, after each prefix of ``sequences``, the token that follows it,
+    except after the prefixes listed in ``wrong``, where it predicts token 0."""
+
+    def __init__(self, sequences, wrong=()):
+        super().__init__()
+        self.next = {tuple(s[:p + 1]): s[p + 1] for s in sequences for p in range(len(s) - 1)}
+        self.wrong = {tuple(w) for w in wrong}
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask, position_ids=None, logits_to_keep=None):
+        rows = []
+        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist(), strict=True):
+            real = [i for i, m in zip(ids, mask, strict=True) if m]
+            pad = len(ids) - len(real)
+            row = torch.full((len(ids), VOCAB), -10.0)
+            for p in range(len(real)):
+                prefix = tuple(real[:p + 1])
+                row[pad + p, 0 if prefix in self.wrong else self.next.get(prefix, 0)] = 10.0
+            rows.append(row)
+        logits = torch.stack(rows)
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
+
+
+SEQ = (1, 5, 6, 7, 8)                      # context (1, 5), continuation (6, 7, 8)
+EXCESS = [0.1, 3.0, -0.2]                  # the adapter taught the second continuation token (7)
+
+
+def _examples():
+    return [T.Example(Prompt("q"), "c", sequence=Encoded(SEQ, 3), excess=list(EXCESS))]
+
+
+def _agreement(wrong):
+    model = Memoriser([SEQ], wrong=wrong)
+    return T.agreement(model, None, _examples(), T.Vocab(), "cpu")
+
+
+def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learned():
+    generic = _agreement(wrong=[SEQ[:3]])          # right everywhere but where the adapter taught (token 7)
+    taught = _agreement(wrong=[SEQ[:2], SEQ[:4]])  # right only where the adapter taught
+    perfect = _agreement(wrong=[])
+    assert generic["top1_agreement"] == pytest.approx(2 / 3, abs=1e-6) and generic["adapter_agreement"] == pytest.approx(0.1 / 3.1, abs=1e-6)
+    assert taught["top1_agreement"] == pytest.approx(1 / 3, abs=1e-6) and taught["adapter_agreement"] == pytest.approx(3.0 / 3.1, abs=1e-6)
+    assert perfect["top1_agreement"] == 1.0 and perfect["adapter_agreement"] == 1.0
+
+
+def test_probe_score_and_stop_rule_use_that_agreement():
+    model = Memoriser([SEQ], wrong=[SEQ[:3]])
+    assert T.probe_score(model, None, _examples(), T.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
+    stop = T.Stop([], every=10, patience=2, min_gain=0.01)
+    assert not stop.done([0.1, 0.5]) and not stop.done([0.1, 0.5, 0.6, 0.6])
+    assert stop.done([0.1, 0.5, 0.6, 0.605, 0.6]) and not stop.done([0.1, 0.5, 0.6, 0.605, 0.62])
+
+
+def test_token_focus_keeps_the_tokens_the_adapter_changed_most():
+    examples = _examples() + [T.Example(Prompt("r"), "d", sequence=Encoded((1, 9, 10), 2), excess=[2.0, 0.5])]
+    mask = torch.tensor([[True, True, True], [False, True, True]])
+    kept = T._focus_mask(examples, mask, 0.4, "cpu")   # 40% of 5 tokens -> the 2 largest: 3.0 and 2.0
+    assert kept.tolist() == [[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
+    assert T._focus_mask(examples, mask, 1.0, "cpu").sum() == 5
+    examples[1].excess = None
+    assert T._focus_mask(examples, mask, 0.4, "cpu") is None
+
+
+def test_weighted_losses_against_hand_values():
+    values, mask = torch.tensor([[1.0, 3.0, 5.0]]), torch.tensor([[True, True, False]])
+    assert float(weighted_mean(values, mask, torch.tensor([[1.0, 3.0, 9.0]]))) == pytest.approx(2.5)
+    assert float(weighted_mean(values, mask)) == pytest.approx(2.0)
+    assert float(weighted_mean(values, mask, torch.zeros(1, 3))) == 0.0
+    logits = torch.log(torch.tensor([[[0.5, 0.5], [0.25, 0.75]]]))
+    targets, both = torch.tensor([[0, 1]]), torch.tensor([[True, True]])
+    want = (1.0 * -torch.log(torch.tensor(0.5)) + 3.0 * -torch.log(torch.tensor(0.75))) / 4
+    assert float(sequence_nll(logits, targets, both, torch.tensor([[1.0, 3.0]]))) == pytest.approx(float(want))
+
+
+def test_excess_is_shared_out_by_bytes_across_tokenizations():
+    assert spread([2.0, 4.0], [b"ab", b"cd"], [b"a", b"bc", b"d"]) == [1.0, 3.0, 2.0]
+    assert spread([1.0, 2.0], [b"", b"xy"], [b"x", b"y"]) == [2.0, 1.0]   # a special token's value goes on
+    assert spread([1.0], [b"ab"], [b"abc"]) is None                        # not the same text
+    assert sum(spread([0.3, 1.7, -0.5], [b"a", b"bcd", b"e"], [b"ab", b"c", b"de"])) == pytest.approx(1.5)
+
+
+def test_automatic_budget_and_probe_interval():
+    assert (D.auto_steps(16, 8), D.auto_steps(300, 16), D.auto_steps(10**6, 8)) == (200, 563, 3000)
+    assert (D.check_every(16, 8), D.check_every(2000, 8), D.check_every(10**6, 8)) == (10, 100, 100)
+
+
+@pytest.mark.parametrize(("drop", "level", "budget", "falling"), [
+    (0.20, 2.0, {}, True),                            # fell 0.4 nats over the last fifth: still learning
+    (0.20, 0.006, {}, False),                         # 0.006 -> 0.0048: a converged near-zero loss
+    (0.03, 2.0, {}, False),                           # levelled off
+    (0.20, 2.0, {"stopped": "levelled off"}, False),  # the automatic budget saw the agreement level off
+    (None, 2.0, {}, False),                           # too few steps to tell
+])
+def test_still_falling_needs_a_real_fall(drop, level, budget, falling):
+    assert D.still_falling(drop, level, budget) is falling
+    warned = D._warnings(drop if falling else None, {"train_used": 10, "train": 10})
+    assert bool(warned) is falling
