@@ -93,12 +93,10 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = OVERWRITE,
         allow_nonfinite: bool = ALLOW_NONFINITE,
         track: str = TRACK,
-        check_data: Path = typer.Option(T.check_data, "--check-data", help="Labeled multiple-choice file, never "
-                                        "trained on: score the target base, the target + moved adapter and the "
-                                        "source + adapter, and report the paired gain (any method)."),
-        require_gain: bool = typer.Option(T.require_gain, "--require-gain", help="With --check-data: exit 3 and "
-                                          "write nothing when the moved adapter is not better than the target "
-                                          "base by one paired stderr."),
+        check_data: Path = typer.Option(T.check_data, "--check-data", help="Labeled MC file never trained on: "
+                                        "the moved adapter's paired gain over the target base."),
+        require_gain: bool = typer.Option(T.require_gain, "--require-gain", help="With --check-data: no gain "
+                                          "by one stderr: exit 3, write nothing."),
         # ---- --method distill only (label-free inputs; see docs/distill.md) ----
         prompts: str = typer.Option(D.prompts, "--prompts", help="[distill] Task inputs: a file paw eval reads "
                                     "(answers ignored) or text, one input per line; or 'generic'."),
