@@ -12,7 +12,8 @@ Pipeline (:func:`run_benchmark`):
    included; a refusal counts as the base), a random adapter with the same per-module ``||ΔW||``,
    and a LoRA trained directly on that base (the ceiling). Every condition is scored item by item
    on the same held-out items, so the recovered fraction ``(t - b) / (d - b)`` gets a paired
-   bootstrap (:mod:`paw.bench.stats`).
+   bootstrap (:mod:`paw.bench.stats`). ``facts`` items asked in other words
+   (:data:`paw.bench.tasks.REWORDED`) are scored in the same pass and reported as ``facts:reworded``.
 
 Transferred adapters are merged into a copy of the base weights (``W + s B A``), which is what PEFT
 computes; the folders ``paw transfer-lora`` writes are tested to load in PEFT by its own tests.
