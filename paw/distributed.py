@@ -87,12 +87,12 @@ def setup(device) -> tuple[Ranks, Any]:
     On CUDA each rank takes GPU ``LOCAL_RANK`` (``--device cuda`` means "my GPU"); on CPU every
     rank uses the CPU. A single process gets ``(SINGLE, device)`` unchanged.
     """
-    import torch
-    import torch.distributed as dist
-
     ranks = ranks_from_env()
     if not ranks.parallel:
         return SINGLE, device
+    import torch
+    import torch.distributed as dist
+
     if device.type == "cuda":
         if ranks.local >= torch.cuda.device_count():
             raise PawError(f"LOCAL_RANK={ranks.local}: only {torch.cuda.device_count()} GPU(s) visible; "

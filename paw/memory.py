@@ -33,6 +33,8 @@ RUNTIME_BYTES = {"cpu": 0.55e9, "cuda": 1.0e9}   # torch + transformers resident
 ACT_PER_HIDDEN = 18        # bytes-units kept per token and layer, per hidden unit (see _activation_bytes)
 ACT_PER_INTER = 5          # ... per MLP unit
 RATES = {"cpu": 5e10, "cuda": 2e14}   # effective FLOP/s: a laptop-class CPU in float32, one H100 in bf16
+BANDWIDTH = {"cpu": 2e10, "cuda": 2e12}   # effective bytes/s of weight reads: DDR, ~60% of an H100's HBM3
+GENERATION_BATCH = 16      # inputs per generation batch (paw.transfer.distill.scale.CHUNK)
 
 
 def prepare_student(peft_model, *, gradient_checkpointing: bool = False) -> None:
@@ -122,30 +124,46 @@ def predict(student: Shape, *, teacher: Shape | None = None, lora_rank: int = 16
     else:
         activations = tokens * student.layers * per_token_layer
     logit_bytes = rows * kept_tokens * student.vocab * 4
+    teacher_weights = 0 if teacher is None else teacher.parameters * teacher_bytes
     parts = {
         "student_weights": student.parameters * student_bytes,
-        "teacher_weights": 0 if teacher is None or offload_teacher else teacher.parameters * teacher_bytes,
+        "teacher_weights": 0 if offload_teacher else teacher_weights,
         "lora_and_adam": student.lora_parameters(lora_rank, lora_roles) * ADAM_BYTES,
         "activations": activations,
         "logits": logit_bytes * (4 + (3 if teacher_per_step and teacher is not None else 0)),
         "runtime": RUNTIME_BYTES["cuda" if device_type == "cuda" else "cpu"],
     }
-    return {"peak_bytes": int(sum(parts.values())), "parts": {k: int(v) for k, v in parts.items()},
-            "per_device_rows": rows, "tokens_per_device_step": tokens}
+    training = sum(parts.values())
+    # before training both models are loaded while the teacher generates (with its KV cache)
+    kv = 0 if teacher is None else (GENERATION_BATCH * seq_tokens * teacher.layers * 2 * teacher.kv_heads
+                                    * teacher.head_dim * teacher_bytes)
+    generation = parts["student_weights"] + teacher_weights + kv + parts["runtime"]
+    if generation > training:   # with --offload-teacher the generation phase can be the peak
+        parts = {"student_weights": parts["student_weights"], "teacher_weights": teacher_weights, "kv_cache": kv,
+                 "runtime": parts["runtime"]}
+    return {"peak_bytes": int(max(training, generation)), "parts": {k: int(v) for k, v in parts.items()},
+            "phase": "generation" if generation > training else "training", "per_device_rows": rows,
+            "tokens_per_device_step": tokens}
 
 
 def predict_time(student: Shape, *, teacher: Shape | None, steps: int, batch_size: int, seq_tokens: int,
                  n_inputs: int, max_new_tokens: int, world: int = 1, device_type: str = "cpu",
-                 teacher_per_step: bool = False, gradient_checkpointing: bool = False) -> dict:
-    """Seconds, from FLOPs (2N per token forward, 4N forward and backward through a frozen base, +2N
-    recomputed with gradient checkpointing) over an effective rate per device (:data:`RATES`)."""
+                 teacher_per_step: bool = False, gradient_checkpointing: bool = False, teacher_bytes: int = 2) -> dict:
+    """Seconds: training from FLOPs (2N per token forward, 4N forward and backward through a frozen
+    base, +2N recomputed with gradient checkpointing) over an effective rate per device
+    (:data:`RATES`); generation by the larger of its FLOPs and its weight reads (decoding is bound
+    by memory bandwidth, :data:`BANDWIDTH`). Both split over ``world`` devices."""
     ns, nt = student.parameters, teacher.parameters if teacher is not None else 0
+    kind = "cuda" if device_type == "cuda" else "cpu"
     per_token = (4 + 2 * gradient_checkpointing) * ns + (2 * nt if teacher_per_step else 0)
     train = steps * batch_size * seq_tokens * per_token
-    generate = n_inputs * (seq_tokens + max_new_tokens) * 2 * nt
-    rate = RATES["cuda" if device_type == "cuda" else "cpu"] * world
-    return {"flop": float(train + generate), "seconds": (train + generate) / rate,
-            "rate_flop_per_s_per_device": RATES["cuda" if device_type == "cuda" else "cpu"]}
+    generate = n_inputs * seq_tokens * 2 * nt
+    # greedy decoding reads every teacher weight once per new token of a batch of GENERATION_BATCH inputs
+    decode_steps = -(-n_inputs // GENERATION_BATCH) * max_new_tokens
+    read = decode_steps * nt * teacher_bytes / BANDWIDTH[kind]
+    seconds = train / (RATES[kind] * world) + max(generate / RATES[kind], read) / world
+    return {"flop": float(train + generate), "seconds": seconds, "rate_flop_per_s_per_device": RATES[kind],
+            "generation_read_seconds": read / world}
 
 
 def gib(n: float) -> str:
@@ -180,9 +198,14 @@ def roles_of(target_modules) -> tuple[str, ...] | None:
 
 def plan(student_config: dict, *, teacher_config: dict | None = None, lora_rank: int, target_modules=None,
          batch_size: int, steps: int, max_new_tokens: int, n_inputs: int, device_type: str, world: int = 1,
+         kept_tokens: int | None = None,
          dtype: str = "auto", prompt_tokens: int = PROMPT_TOKENS, teacher_per_step: bool = False,
          offload_teacher: bool = False, gradient_checkpointing: bool = False) -> dict | None:
-    """The prediction printed before a run and kept in its report; None for a config this model cannot read."""
+    """The prediction printed before a run and kept in its report; None for a config this model cannot read.
+
+    ``kept_tokens``: positions per input that go through the LM head (the continuation; all of them
+    for ``paw train-lora``, which pads on the right).
+    """
     try:
         student = Shape.of(student_config)
         teacher = Shape.of(teacher_config) if teacher_config is not None else None
@@ -192,12 +215,13 @@ def plan(student_config: dict, *, teacher_config: dict | None = None, lora_rank:
     common = dict(teacher=teacher, teacher_per_step=teacher_per_step and not offload_teacher,
                   gradient_checkpointing=gradient_checkpointing, world=world, device_type=device_type)
     memory = predict(student, lora_rank=lora_rank, lora_roles=roles_of(target_modules), batch_size=batch_size,
-                     seq_tokens=seq, kept_tokens=max_new_tokens, offload_teacher=offload_teacher,
+                     seq_tokens=seq, kept_tokens=kept_tokens or max_new_tokens, offload_teacher=offload_teacher,
                      student_bytes=dtype_bytes(dtype, device_type, student_config),
                      teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), **common)
     time = predict_time(student, steps=steps, batch_size=batch_size, seq_tokens=seq, n_inputs=n_inputs,
-                        max_new_tokens=max_new_tokens if teacher is not None else 0, **common)
-    return {"predicted_peak_bytes": memory["peak_bytes"], "parts": memory["parts"],
+                        max_new_tokens=max_new_tokens if teacher is not None else 0,
+                        teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), **common)
+    return {"predicted_peak_bytes": memory["peak_bytes"], "parts": memory["parts"], "phase": memory["phase"],
             "predicted_seconds": round(time["seconds"], 1), "flop": time["flop"],
             "assumptions": {"device": device_type, "world": world, "prompt_tokens": prompt_tokens,
                             "rate_flop_per_s_per_device": time["rate_flop_per_s_per_device"],
@@ -210,7 +234,7 @@ def plan_line(p: dict) -> str:
     from paw.progress import format_duration
 
     parts = ", ".join(f"{k.replace('_', ' ')} {v / 2**30:.1f}" for k, v in p["parts"].items() if v >= 0.05 * 2**30)
-    return (f"expected peak {gib(p['predicted_peak_bytes'])} per device ({parts} GiB), "
+    return (f"expected peak {gib(p['predicted_peak_bytes'])} per device in {p['phase']} ({parts} GiB), "
             f"about {format_duration(p['predicted_seconds'])} at {p['assumptions']['rate_flop_per_s_per_device']:.0e} "
             "FLOP/s per device")
 

@@ -17,15 +17,19 @@ from typing import Any
 
 from paw.device import resolve_device
 from paw.distributed import setup
+from paw.errors import PawError
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
 from paw.evaluate.train import train_lora
 from paw.io.atomic import atomic_dir, atomic_outputs, check_output
+from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
 from paw.io.lm import load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
+from paw.memory import plan, plan_line, with_measured
+from paw.progress import status
 from paw.train_state import Checkpoints, every
 from paw.validate import finite
 
@@ -109,6 +113,8 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     items = read_items(data, format=format, limit=limit)
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
     ranks, dev = setup(resolve_device(device))
+    predicted = _announce(model, items, rank=rank, target_modules=target_modules, batch_size=batch_size, steps=steps,
+                          device=dev, world=ranks.world, dtype=dtype)
     lm, tokenizer = load_lm(model, device=dev, dtype=dtype)
     settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
                     lr=lr, seed=seed)
@@ -134,11 +140,30 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
                                              gradient_checkpointing=gradient_checkpointing)
         finally:
             tracker.finish()
+        metrics["memory"] = with_measured(predicted, dev)
         write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
         write_manifest(tmp, "paw_train_lora.json", command=command, inputs=inputs,
                        settings=settings)
     remove_train_state(work)  # the output is complete: nothing left to resume
     return TrainedAdapter(output, metrics, run_dir if track != "none" else None)
+
+
+def _announce(model: PathLike, items, *, rank: int, target_modules: str, batch_size: int, steps: int, device, world: int,
+              dtype: str) -> dict | None:
+    """Predict peak memory per device and time from the model's config; say it before the model is loaded."""
+    try:
+        config = open_checkpoint(model).config or {}
+    except PawError:  # a hub id or a GGUF file: load_lm reports what is wrong with it, if anything
+        return None
+    tokens = sum(len(" ".join((it.question, *it.choices[:1])).split()) for it in items[:256]) * 4 // 3
+    seq = max(8, tokens // max(1, min(len(items), 256)))   # about 4 tokens per 3 words
+    modules = None if target_modules == "all-linear" else [m.strip() for m in target_modules.split(",")]
+    predicted = plan(config, lora_rank=rank, target_modules=modules, batch_size=batch_size, steps=steps,
+                     max_new_tokens=0, n_inputs=0, prompt_tokens=seq, kept_tokens=seq, device_type=device.type,
+                     world=world, dtype=dtype)
+    if predicted is not None:
+        status(f"train-lora: {plan_line(predicted)}")
+    return predicted
 
 
 def describe_inputs(**paths) -> dict:

@@ -1,0 +1,107 @@
+"""Check PAW's memory prediction against the measured peak RSS of a one-step distillation on CPU.
+
+Builds a pair of the shape of a real model from its config with random weights (Llama-3.2-1B by
+default: 1.24B parameters, bf16 on disk), a random rank-16 LoRA on all seven projections as the
+teacher's adapter, then runs ``paw transfer-lora --method distill --max-steps 1`` in a child process
+and compares the child's peak resident set (``getrusage(RUSAGE_CHILDREN).ru_maxrss``) with the
+``memory.predicted`` of its report. The teacher and the student share the base folder (the same
+shape is what the prediction depends on). Needs about 2.5 GB of disk and 6-7 GB of RAM in bf16.
+
+    nice -n 10 python scripts/bench_scale_memory.py --work /tmp/paw-1b [--dtype bfloat16]
+
+Prints one JSON object: predicted parts, measured peak, their ratio, and the run's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LLAMA_3_2_1B = {  # the public config.json of meta-llama/Llama-3.2-1B (shape fields)
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0, "hidden_act": "silu", "torch_dtype": "bfloat16",
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+}
+
+
+def build(work: Path, config: dict, rank: int) -> tuple[Path, Path]:
+    """``(base folder, adapter folder)``: random bf16 weights of ``config``, a zoo tokenizer, a random LoRA."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from paw import zoo
+
+    base, lora = work / "base", work / "lora"
+    if (base / "config.json").is_file() and (lora / "adapter_config.json").is_file():
+        return base, lora
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(LlamaConfig(**config), dtype=torch.bfloat16)
+    tokenizer = zoo.train_tokenizer(zoo.sample_texts("multi"), 300)
+    with torch.no_grad():  # tied head: ids past the tokenizer get logit 0, so greedy text decodes to words
+        model.get_input_embeddings().weight[len(tokenizer):] = 0
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear",
+                                                  lora_dropout=0.0, task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for p in peft_model.parameters():
+            if p.requires_grad:
+                p.normal_(0.0, 0.02)
+    peft_model.save_pretrained(lora)
+    model = peft_model.unload()
+    model.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    return base, lora
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/paw-scale-1b"))
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (then the allocator's peak is compared)")
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    base, lora = build(args.work, LLAMA_3_2_1B, args.rank)
+    built = time.perf_counter() - t0
+    out = args.work / f"out-{args.dtype}{'-gc' if args.gradient_checkpointing else ''}"
+    cmd = [sys.executable, "-m", "paw", "transfer-lora", "--method", "distill", "--adapter", str(lora),
+           "--source-base", str(base), "--target-base", str(base), "--output", str(out), "--overwrite",
+           "--prompts", "generic", "--max-steps", "1", "--batch-size", str(args.batch_size),
+           "--max-new-tokens", str(args.max_new_tokens), "--init", "none", "--dtype", args.dtype, "--device", args.device,
+           *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
+    t1 = time.perf_counter()
+    run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PAW_PROGRESS": "1"})
+    wall = time.perf_counter() - t1
+    if run.returncode != 0:
+        print(run.stderr[-4000:], file=sys.stderr)
+        return run.returncode
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    memory = json.loads((out / "transfer_report.json").read_text())["memory"]
+    peak = memory["measured"].get("cuda_max_allocated_bytes", peak)
+    predicted = memory["predicted"]
+    print(json.dumps({"shape": "Llama-3.2-1B", "dtype": args.dtype, "batch_size": args.batch_size,
+                      "max_new_tokens": args.max_new_tokens, "gradient_checkpointing": args.gradient_checkpointing,
+                      "predicted_peak_gib": round(predicted["predicted_peak_bytes"] / 2**30, 3),
+                      "predicted_parts_gib": {k: round(v / 2**30, 3) for k, v in predicted["parts"].items()},
+                      "device": args.device, "measured_peak_gib": round(peak / 2**30, 3),
+                      "measured_over_predicted": round(peak / predicted["predicted_peak_bytes"], 3),
+                      "run_seconds": round(wall, 1), "build_seconds": round(built, 1),
+                      "stderr_tail": run.stderr.strip().splitlines()[-4:]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Distillation at scale (paw.transfer.distill.scale): rank-weighted losses, a killed run resumed to the same bytes,
+cached teacher continuations reused, the teacher offloaded. The launched torchrun and SIGKILL runs: tests/test_torchrun.py."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+ADAPTER = "adapter_model.safetensors"
+FAST = ("--prompts", "generic", "--max-steps", "6", "--batch-size", "4", "--max-new-tokens", "3", "--init", "none",
+        "--lr", "1e-2", "--device", "cpu")
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL in-process, past the CLI's error handling."""
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer(troot) -> Path:
+    """A Llama like ``src`` with a smaller tokenizer of its own: only the sequence loss applies."""
+    from paw import zoo
+
+    return zoo.tiny_model(troot / "other-tokenizer", "llama", seed=98, vocab_size=260, hidden_size=32, num_layers=2,
+                          num_heads=4, num_kv_heads=2, intermediate_size=64)
+
+
+def _distill(cli, src, src_lora, target, out, *extra):
+    return cli("transfer-lora", "--method", "distill", "--adapter", src_lora, "--source-base", src,
+               "--target-base", target, "--output", out, *FAST, *extra)
+
+
+def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independent):
+    """Token KL, sequence NLL and choice KL over unequal shards (3 ranks, 5 inputs, some with choices)."""
+    import torch
+
+    from paw.distributed import Ranks
+    from paw.io.adapter import read_adapter
+    from paw.io.tokenizer import open_tokenizer
+    from paw.transfer.distill import scale as S
+    from paw.transfer.distill import train as T
+    from paw.transfer.distill.data import Prompt
+    from paw.transfer.distill.lora import _student, _vocabulary
+    from paw.transfer.distill.run import _side
+
+    teacher = _side(src, open_tokenizer(src), "cpu", adapter=src_lora)
+    student = _side(independent, open_tokenizer(independent), "cpu")
+    vocab = _vocabulary(teacher, student, False)
+    assert vocab.shared
+    prompts = [Prompt("The cat sat"), Prompt("Over the hills and far away we went", (("Q:", " yes"), ("Q:", " no"))),
+               Prompt("Numbers: 1 2 3"), Prompt("A", (("Pick", " red"), ("Pick", " green"), ("Pick", " blue"))),
+               Prompt("Hello there, friend")]
+    examples = T.examples(prompts, teacher, student, 4, "cpu", vocab)
+    model = _student(read_adapter(src_lora), copy.deepcopy(student.model), None, None, None, None, 0, "cpu")
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+
+    def loss(chosen, scale):
+        local = S.mine(chosen, scale)
+        parts = {}
+        seq = [e for e in local if e.sequence is not None]
+        if seq:
+            parts.update(T._sequence_losses(model, teacher.model, seq, vocab, T.PAD_ID, "cpu")[0])
+        if any(e.choices for e in local):
+            parts[T.CHOICE] = T._choice_loss(model, [e for e in local if e.choices], T.PAD_ID, "cpu")[0]
+        parts = S.weigh(parts, local, chosen, scale)
+        return sum(parts.values()) if parts else None, parts
+
+    def grads():
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    model.zero_grad(set_to_none=True)
+    whole_loss, whole_parts = loss(examples, None)
+    assert {T.TOKEN_KL, T.SEQUENCE, T.CHOICE} <= set(whole_parts)
+    whole_loss.backward()
+    whole = grads()
+    total: dict = {}
+    for r in range(3):
+        model.zero_grad(set_to_none=True)
+        part, _ = loss(examples, S.Scale(ranks=Ranks(r, 3)))
+        if part is not None:
+            part.backward()
+            total = {n: total.get(n, 0) + g for n, g in grads().items()}
+    assert max(float((whole[n] - total[n]).abs().max()) for n in whole) < 1e-6
+    assert max(float(g.abs().max()) for g in whole.values()) > 1e-4
+
+
+def test_a_killed_distillation_resumes_to_the_bytes_of_an_uninterrupted_one(cli, src, src_lora, independent,
+                                                                         tmp_path, monkeypatch):
+    from paw.io import train_state as io_state
+    from paw.io.train_state import load_train_state
+
+    assert _distill(cli, src, src_lora, independent, tmp_path / "whole").exit_code == 0
+    real = io_state.save_train_state
+
+    def save_then_die(folder, state):
+        real(folder, state)
+        raise Killed
+
+    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", save_then_die)
+    with pytest.raises(Killed):
+        _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2")
+    assert not (tmp_path / "cut").exists() and load_train_state(tmp_path / "cut-work")["step"] == 2
+    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", real)
+    from paw.transfer.distill import scale as S
+
+    steps, sync = [], S.sync
+    monkeypatch.setattr(S, "sync", lambda *a: steps.append(1) or sync(*a))  # once per optimiser step
+    result = _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2", "--resume")
+    assert result.exit_code == 0, result.stderr
+    assert len(steps) == 4  # steps 3 to 6: the first two came from the checkpoint
+    assert (tmp_path / "cut" / ADAPTER).read_bytes() == (tmp_path / "whole" / ADAPTER).read_bytes()
+
+
+def test_a_rerun_reuses_the_cached_continuations(cli, src, src_lora, other_tokenizer, tmp_path, monkeypatch):
+    from paw.transfer.distill import data
+
+    assert _distill(cli, src, src_lora, other_tokenizer, tmp_path / "first").exit_code == 0
+    cache = sorted((tmp_path / "first-work").glob("continuations-rank*.jsonl"))
+    assert [p.name for p in cache] == ["continuations-rank0.jsonl"] and cache[0].read_text().count("\n") >= 4
+
+    def no_teacher(*args, **kwargs):
+        raise AssertionError("the teacher generated again")
+
+    monkeypatch.setattr(data, "generate", no_teacher)
+    result = _distill(cli, src, src_lora, other_tokenizer, tmp_path / "first", "--overwrite")
+    assert result.exit_code == 0, result.stderr
+    second = _distill(cli, src, src_lora, other_tokenizer, tmp_path / "longer", "--max-new-tokens", "5")
+    assert second.exit_code != 0  # another length is another continuation: not in the cache, so the teacher runs
+
+
+def test_offload_teacher_frees_it_and_changes_nothing_else(cli, src, src_lora, independent, other_tokenizer, tmp_path,
+                                                          monkeypatch):
+    from paw.transfer.distill import scale as S
+
+    refused = _distill(cli, src, src_lora, independent, tmp_path / "kl", "--offload-teacher")
+    assert refused.exit_code == 2 and "token-kl loss reads the teacher" in refused.stderr
+    assert not (tmp_path / "kl").exists()
+
+    freed = []
+    real = S.free_teacher
+    monkeypatch.setattr(S, "free_teacher", lambda teacher: freed.append(teacher) or real(teacher))
+    assert _distill(cli, src, src_lora, other_tokenizer, tmp_path / "kept").exit_code == 0
+    assert _distill(cli, src, src_lora, other_tokenizer, tmp_path / "freed", "--offload-teacher").exit_code == 0
+    assert len(freed) == 1 and freed[0].model is None
+    assert (tmp_path / "freed" / ADAPTER).read_bytes() == (tmp_path / "kept" / ADAPTER).read_bytes()
+
+
+def test_the_report_records_predicted_and_measured_memory(cli, src, src_lora, other_tokenizer, tmp_path):
+    import json
+
+    result = _distill(cli, src, src_lora, other_tokenizer, tmp_path / "out", "--gradient-checkpointing")
+    assert result.exit_code == 0, result.stderr
+    memory = json.loads((tmp_path / "out" / "transfer_report.json").read_text())["memory"]
+    predicted = memory["predicted"]
+    assert predicted["predicted_peak_bytes"] == sum(predicted["parts"].values())
+    assert memory["measured"]["peak_rss_bytes"] > 2**20
+    assert memory["measured_over_predicted"] > 0
