@@ -67,9 +67,12 @@ def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learne
 def test_probe_score_and_stop_rule_use_that_agreement():
     model = Memoriser([SEQ], wrong=[SEQ[:3]])
     assert T.probe_score(model, None, _examples(), T.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
-    stop = T.Stop([], every=10, patience=2, min_gain=0.01)
+    stop = T.Stop([], every=10, patience=2, min_gain=0.01, min_steps=0)
     assert not stop.done([0.1, 0.5]) and not stop.done([0.1, 0.5, 0.6, 0.6])
     assert stop.done([0.1, 0.5, 0.6, 0.605, 0.6]) and not stop.done([0.1, 0.5, 0.6, 0.605, 0.62])
+    flat_start = [0.3, 0.3, 0.3, 0.3, 0.3]                     # a slow start is not a plateau ...
+    assert not T.Stop([], every=10).done(flat_start)          # ... before 100 steps
+    assert T.Stop([], every=10).done(flat_start * 2)
 
 
 def test_token_focus_keeps_the_tokens_the_adapter_changed_most():

@@ -287,12 +287,15 @@ def _choice_loss(peft_model, examples, pad_id, device):
 class Stop:
     """When a distillation with an automatic budget stops: every ``every`` steps the student's agreement
     with the teacher on ``probe`` is measured (:func:`probe_score`: on what the adapter changed); training
-    stops once ``patience`` measurements in a row have not bettered the best before them by ``min_gain``."""
+    stops once ``patience`` measurements in a row have not bettered the best before them by ``min_gain``,
+    and not before ``min_steps`` (a slow start is not a plateau: at lr 1e-4 the demo's student sat at its
+    starting agreement for 60 steps before it began to learn)."""
 
     probe: list
     every: int
     patience: int = 3
     min_gain: float = 0.005    # half a point of agreement
+    min_steps: int = 100
 
     def done(self, history: list[float]) -> bool:
         """Whether the probe scores so far say stop.
@@ -302,7 +305,7 @@ class Stop:
         >>> Stop([], 10).done([0.2, 0.5, 0.6, 0.7])
         False
         """
-        if len(history) <= self.patience:
+        if len(history) <= self.patience or len(history) * self.every < self.min_steps:
             return False
         return max(history[-self.patience:]) < max(history[:-self.patience]) + self.min_gain
 
