@@ -234,6 +234,9 @@ def _print_table(job) -> None:
     per_tensor = job.options.rules is not None
     if per_tensor:
         mode = f"mergekit config (merge_method {job.options.rules.method}): weights per tensor from the config"
+    if not job.method.weighted:
+        mode = "weights not used by this method" + (f" (mergekit config, {job.options.rules.method})"
+                                                     if per_tensor else "")
     console = make_console()
     console.print(f"paw merge: {job.method.name}, {mode}, L2 norms {job.norm_source}")
     table = Table()
@@ -241,5 +244,5 @@ def _print_table(job) -> None:
     table.add_column("L2", justify="right")
     table.add_column("weight", justify="right")
     for name, norm, weight in job.table():
-        table.add_row(name, "-" if norm is None else f"{norm:.6g}", "per tensor" if per_tensor else f"{weight:.4f}")
+        table.add_row(name, "-" if norm is None else f"{norm:.6g}", "-" if not job.method.weighted else "per tensor" if per_tensor else f"{weight:.4f}")
     console.print(table)

@@ -51,6 +51,7 @@ class MergeMethod:
     elementwise: bool = False           # True: each entry depends on that entry only (blocks are exact)
     paper: str = ""                     # the reference: paper (authors, year, title) or URL
     n_models: tuple[int, int | None] = (1, None)  # how many models besides the base: (least, most or None)
+    weighted: bool = True               # False: the per-model weights are not read (slerp, model-stock, ...)
 
     @property
     def streamed(self) -> bool:
@@ -83,13 +84,13 @@ METHODS: Registry[MergeMethod] = Registry("merge method")
 
 def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = True, summary: str = "",
                  normalise_weights: bool = False, elementwise: bool = False, paper: str = "",
-                 n_models: tuple[int, int | None] = (1, None), **fixed: Any):
+                 n_models: tuple[int, int | None] = (1, None), weighted: bool = True, **fixed: Any):
     """Register the decorated function as method ``name`` with ``fixed`` keyword arguments bound."""
 
     def register(fn: Callable) -> Callable:
         METHODS.add(name, MergeMethod(name, fn, dict(fixed), tuple(params), needs_base, summary,
                                     normalise_weights, random=fixed.get("sparsify") in ("random", "della"), elementwise=elementwise,
-                                    paper=paper, n_models=n_models))
+                                    paper=paper, n_models=n_models, weighted=weighted))
         return fn
 
     return register
@@ -294,7 +295,7 @@ def linear(base, deltas, weights, *, normalize: bool | None = True):
     return merged
 
 
-merge_method("slerp", params=("t",), n_models=(1, 1), summary="spherical interpolation from the base (t=0) to one model (t=1)",
+merge_method("slerp", weighted=False, params=("t",), n_models=(1, 1), summary="spherical interpolation from the base (t=0) to one model (t=1)",
              paper="Shoemake 1985, Animating rotation with quaternion curves (SIGGRAPH); "
                    "https://en.wikipedia.org/wiki/Slerp")(geometric.slerp_delta)
 merge_method("nuslerp", params=("base_given", "row_wise", "flatten"), needs_base=False, n_models=(2, 2),
@@ -304,19 +305,19 @@ merge_method("multislerp", params=("base_given", "normalize_weights"), needs_bas
              summary="barycentric interpolation of N models on the hypersphere",
              paper="Buss & Fillmore 2001, Spherical averages and applications to spherical splines (ACM TOG)"
              )(geometric.multislerp_delta)
-merge_method("karcher", params=("max_iter", "tol"), needs_base=False,
+merge_method("karcher", weighted=False, params=("max_iter", "tol"), needs_base=False,
              summary="Riemannian (Karcher) mean of the models' directions, mean norm",
              paper="Grove & Karcher 1973, How to conjugate C1-close group actions; "
                    "https://en.wikipedia.org/wiki/Karcher_mean")(geometric.karcher_delta)
-merge_method("model-stock", params=("filter_wise",), n_models=(2, None),
+merge_method("model-stock", weighted=False, params=("filter_wise",), n_models=(2, None),
              summary="t x mean task vector, t from the fine-tunes' pairwise angle (no tuning)",
              paper="Jang et al. 2024, Model Stock: All we need is just a few fine-tuned models (ECCV)"
              )(geometric.model_stock_delta)
-merge_method("nearswap", params=("t",), n_models=(1, 1), summary="base moved towards one model where they are close",
+merge_method("nearswap", weighted=False, params=("t",), n_models=(1, 1), summary="base moved towards one model where they are close",
              paper="mergekit's NearSwap (Goddard et al. 2024, arXiv 2403.13257)")(geometric.nearswap_delta)
-merge_method("sce", params=("select_topk",), summary="select by variance, weights from energy, erase minority signs",
+merge_method("sce", weighted=False, params=("select_topk",), summary="select by variance, weights from energy, erase minority signs",
              paper="Wan et al. 2024, FuseChat: Knowledge Fusion of Chat Models (arXiv 2408.07990)")(sparse.sce_delta)
-merge_method("passthrough", params=("multiplier",), needs_base=False, n_models=(1, 1),
+merge_method("passthrough", weighted=False, params=("multiplier",), needs_base=False, n_models=(1, 1),
              summary="one model's tensors as they are (layer slices stack models)",
              paper="mergekit's passthrough (Goddard et al. 2024, arXiv 2403.13257)")(sparse.passthrough_delta)
 

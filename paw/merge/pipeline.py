@@ -107,7 +107,8 @@ def _norms(options: MergeOptions, base: Checkpoint, models: list[Checkpoint], pl
         return [float(n) for n in options.l2_norms], "given"
     if options.stats_dir is not None:
         return [_summary_norm(Path(options.stats_dir), m.name) for m in models], "stats-dir"
-    if options.weights is not None or options.mode == "equal":
+    if options.weights is not None or options.mode == "equal" or options.rules is not None \
+            or not get_method(options.method).weighted:
         return None, "not needed"
     return task_vector_norms(base, models, plan.merge, device=device, block_elements=BLOCK_ELEMENTS,
                              allow_nonfinite=options.allow_nonfinite), "computed"

@@ -66,3 +66,26 @@ def test_a_bad_key_is_refused_before_any_model_is_read(cli, family, tmp_path, mo
     assert r.exit_code == 2, r.stdout + r.stderr
     assert named in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+MERGEKIT = sorted((Path(__file__).resolve().parents[2] / "configs" / "merge" / "mergekit").glob("*.yml"))
+ZOO_NAMES = ("tiny/base", "tiny/ft-math", "tiny/ft-code", "tiny/ft-chat")
+
+
+def test_there_are_mergekit_examples():
+    assert {p.stem for p in MERGEKIT} >= {"gradient-slerp", "ties", "model-stock", "passthrough"}
+
+
+@pytest.mark.parametrize("path", MERGEKIT, ids=lambda p: p.name)
+def test_mergekit_example_is_commented_and_runs_on_zoo_models(cli, family, tmp_path, path):
+    text = path.read_text(encoding="utf-8")
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith(("#", "- ")):
+            assert "#" in line, f"{path.name}: no comment on {line!r}"
+    for name, folder in zip(ZOO_NAMES, [family.base, *family.models], strict=True):
+        text = text.replace(name, str(folder))
+    cfg = tmp_path / path.name
+    cfg.write_text(text)
+    r = cli("merge", "--config", cfg, "--output", tmp_path / "out", "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "out" / "paw_merge.json").read_text())["mergekit_config"] == yaml.safe_load(text)
