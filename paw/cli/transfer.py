@@ -133,14 +133,14 @@ def register(app: typer.Typer) -> None:
         token_focus: float = typer.Option(D.token_focus, "--token-focus", help="[distill] Train on this fraction of "
                                           "each batch's tokens, those the adapter changed most (TiTok; 0: all)."),
         seed: int = typer.Option(D.seed, *SEED.param_decls, help=SEED.help),
-        save_every: int = typer.Option(D.save_every, "--save-every", min=1,
+        save_every: int = typer.Option(D.save_every, "--save-every",  # >= 1: DistillOptions.check
                                        help="[distill] Checkpoint every K steps."),
         resume: bool = typer.Option(D.resume, "--resume", help="[distill] Continue from OUT-work/."),
         offload_teacher: bool = typer.Option(D.offload_teacher, "--offload-teacher",
                                              help="[distill] Free the teacher before training."),
         gradient_checkpointing: bool = typer.Option(D.gradient_checkpointing, "--gradient-checkpointing",
                                                     help="[distill] Less memory, more compute."),
-        dtype: str = typer.Option(D.dtype, "--dtype", help="[distill] Weights: auto, float32, bfloat16."),
+        dtype: str = typer.Option(D.dtype, "--dtype", help="[distill] Weights' dtype."),
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.
 
