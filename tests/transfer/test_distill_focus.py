@@ -119,3 +119,26 @@ def test_still_falling_needs_a_real_fall(drop, level, budget, falling):
     assert D.still_falling(drop, level, budget) is falling
     warned = D._warnings(drop if falling else None, {"train_used": 10, "train": 10})
     assert bool(warned) is falling
+
+
+class ChatTokenizer:
+    """A stand-in with a chat template, as an instruct model's tokenizer has."""
+
+    chat_template = "{{ messages }}"
+    bos_token = "<s>"
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        assert add_generation_prompt and not tokenize
+        return "<s><user>" + messages[0]["content"] + "</user><assistant>"
+
+
+def test_synthesis_asks_an_instruct_teacher_in_its_chat_format():
+    import random
+
+    from paw.transfer.distill.data import chat_context
+
+    seeds = [Prompt("Word: road. Again:"), Prompt("Word: tree. Again:")]
+    text = chat_context(ChatTokenizer(), seeds, random.Random(0))
+    assert text.startswith("<user>Here are examples") and text.endswith("</user><assistant>")  # BOS left out
+    assert "Word: road. Again:\n" in text and "Word: tree. Again:\n" in text and "Reply with the input only." in text
+    assert chat_context(SimpleNamespace(chat_template=None), seeds, random.Random(0)) is None

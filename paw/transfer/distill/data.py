@@ -250,6 +250,27 @@ def few_shot_context(seeds: Sequence[Prompt], rng: random.Random) -> str:
     return sep.join(texts) + sep
 
 
+CHAT_REQUEST = ("Here are examples of inputs for a task, one per example:\n\n{examples}\n"
+                "Write one new input of the same kind. Reply with the input only.")
+
+
+def chat_context(tokenizer, seeds: Sequence[Prompt], rng: random.Random) -> str | None:
+    """The seeds as one user turn of the teacher's chat template asking for one more input, ready for
+    the assistant's reply; None when the tokenizer has no chat template (a base model: plain few-shot).
+
+    An instruct model asked in its own format writes a new input; shown a bare list it may answer the
+    last one instead. A leading BOS the template writes is dropped (:func:`generate` puts the
+    tokenizer's own start tokens first).
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    request = CHAT_REQUEST.format(examples=few_shot_context(seeds, rng))
+    text = tokenizer.apply_chat_template([{"role": "user", "content": request}], add_generation_prompt=True,
+                                         tokenize=False)
+    bos = getattr(tokenizer, "bos_token", None)
+    return text[len(bos):] if bos and text.startswith(bos) else text
+
+
 def template_end(seeds: Sequence[Prompt], *, min_chars: int = 2) -> str:
     """The longest ending every seed shares, from a word boundary on (``'. Again:'``), or ``''`` if short.
 
@@ -277,9 +298,12 @@ def _cut_after(line: str, ending: str) -> str | None:
 
 
 def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, max_new_tokens: int = 48,
-               batch_size: int = 16, filter_lines: Sequence[str] | None = None, device=None) -> tuple[list[Prompt], dict]:
+               batch_size: int = 16, filter_lines: Sequence[str] | None = None, device=None,
+               chat: bool = True) -> tuple[list[Prompt], dict]:
     """``n`` new task inputs written by the teacher from the seeds, and what happened on the way.
 
+    With ``chat`` and a tokenizer that has a chat template, the teacher is asked for a new input in
+    its own chat format (:func:`chat_context`); otherwise the seeds are a plain few-shot list.
     Each candidate is the line the teacher samples after the seeds (shuffled anew per candidate),
     cut after the ending all seeds share (:func:`template_end`; without it, dropped as off-template).
     Blank lines, seeds and repeats are dropped; with ``filter_lines`` (generic text), candidates
@@ -290,8 +314,9 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     known = {_norm(s.text) for s in seeds}
     kept: list[Prompt] = []
     ending = template_end(seeds)
+    use_chat = chat and chat_context(tokenizer, seeds, random.Random(0)) is not None
     stats = {"requested": n, "generated": 0, "blank": 0, "off_template": 0, "duplicates": 0, "filtered": 0,
-             "surplus": 0, "rounds": 0, "template_end": ending}
+             "surplus": 0, "rounds": 0, "template_end": ending, "prompting": "chat template" if use_chat else "few-shot"}
     threshold = None
     if filter_lines is not None:
         threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
@@ -299,7 +324,8 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
         stats["filter_threshold"] = threshold
     while len(kept) < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)) \
             and (kept or stats["rounds"] < BARREN_ROUNDS):
-        contexts = [few_shot_context(seeds, rng) for _ in range(batch_size)]
+        contexts = [chat_context(tokenizer, seeds, rng) if use_chat else few_shot_context(seeds, rng)
+                    for _ in range(batch_size)]
         lines = generate(model, tokenizer, contexts, max_new_tokens=max_new_tokens, sample=True,
                          seed=seed + 7919 * stats["rounds"], batch_size=batch_size, device=device,
                          stop=separator(seeds))
