@@ -37,6 +37,7 @@ from paw.errors import PawError
 from paw.merge.options import MergeOptions
 from paw.merge.params import TensorParams
 from paw.merge.slices import SliceSource, SliceSpec
+from paw.merge.union import ZERO, TokenOverride
 
 REQUIRED = object()  # a parameter without a default
 
@@ -282,25 +283,61 @@ def _dtype(where: str, value: Any) -> str | None:
     return DTYPE_NAMES[value.lower()]
 
 
-def _tokenizer(data: Mapping[str, Any], base: str | None) -> str | None:
-    """``tokenizer_source`` / ``tokenizer.source`` -> the model whose tokenizer files are copied (None: the reference)."""
+def _tokenizer(data: Mapping[str, Any]) -> tuple[str | None, dict, int | None]:
+    """``tokenizer_source`` / ``tokenizer`` -> (source: None for the base, 'union' or a model; tokens; padding)."""
     if data.get("tokenizer_source") is not None and data.get("tokenizer") is not None:
         raise PawError("tokenizer_source: give tokenizer_source or tokenizer, not both")
-    source = data.get("tokenizer_source")
+    source, tokens, pad = data.get("tokenizer_source"), {}, None
     if data.get("tokenizer") is not None:
         tok = _check_keys("tokenizer", data["tokenizer"], ("source", "tokens", "pad_to_multiple_of"))
-        if tok.get("tokens"):
-            raise PawError("tokenizer.tokens: per-token overrides need a union vocabulary, which PAW does not merge "
-                           "yet; use tokenizer_source: base or a model")
-        if tok.get("pad_to_multiple_of") is not None:
-            raise PawError("tokenizer.pad_to_multiple_of: PAW keeps the vocabulary size of the tokenizer's model")
-        source = tok.get("source")
+        source = tok.get("source", "union")  # mergekit's default for a tokenizer: block
+        tokens = tok.get("tokens") or {}
+        if not isinstance(tokens, Mapping):
+            raise PawError("tokenizer.tokens: expected a mapping of token -> {source, force}")
+        pad = tok.get("pad_to_multiple_of")
+        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or pad < 1):
+            raise PawError(f"tokenizer.pad_to_multiple_of: expected a positive integer, got {pad!r}")
+        if (tokens or pad) and source != "union":
+            raise PawError("tokenizer.tokens: per-token sources and padding apply to source: union")
     if source is None or source == "base":
-        return None
+        return None, tokens, pad
     if source == "union":
-        raise PawError("tokenizer_source: 'union' (a merged vocabulary) is not supported by PAW yet; use base or "
-                       "a model, or put the models on one tokenizer first (paw align-vocab)")
-    return _model_ref("tokenizer_source", source)
+        return "union", tokens, pad
+    return _model_ref("tokenizer_source", source), tokens, pad
+
+
+def _overrides(tokens: Mapping[str, Any], members: list[str]) -> dict[str, TokenOverride]:
+    """mergekit's ``tokenizer.tokens`` as :class:`TokenOverride`, with models named by member index."""
+    def member(where: str, ref: Any) -> int:
+        ref = _model_ref(where, ref)
+        if ref not in members:
+            raise PawError(f"{where}: {ref!r} is not one of the merged models ({', '.join(members)})")
+        return members.index(ref)
+
+    out = {}
+    for token, spec in tokens.items():
+        where = f"tokenizer.tokens.{token}"
+        spec = _check_keys(where, spec, ("source", "force"))
+        src = spec.get("source")
+        if isinstance(src, Mapping):
+            kind = src.get("kind")
+            if kind == "zero":
+                src = ZERO
+            elif kind == "model_token":
+                _check_keys(f"{where}.source", src, ("kind", "model", "token", "token_id"))
+                if (src.get("token") is None) == (src.get("token_id") is None):
+                    raise PawError(f"{where}.source: give token or token_id (one of them)")
+                src = (member(f"{where}.source.model", src.get("model")),
+                       src["token_id"] if src.get("token_id") is not None else str(src["token"]))
+            else:
+                raise PawError(f"{where}.source.kind: expected zero or model_token, got {kind!r}")
+        elif src is not None:
+            src = member(f"{where}.source", src)
+        force = spec.get("force", False)
+        if not isinstance(force, bool):
+            raise PawError(f"{where}.force: expected true or false, got {force!r}")
+        out[str(token)] = TokenOverride(src, force)
+    return out
 
 
 def options_from_mergekit(data: Mapping[str, Any], *, source: str = "config") -> MergeOptions:
@@ -350,14 +387,19 @@ def options_from_mergekit(data: Mapping[str, Any], *, source: str = "config") ->
         if isinstance(template, str) and template != "auto" and "{" not in template:
             raise PawError(f"chat_template: {template!r} names one of mergekit's bundled templates, which PAW does "
                            "not ship; give the Jinja text itself, or 'auto' to keep the tokenizer's")
-        tokenizer_from = _tokenizer(data, base)
+        tokenizer, tokens, pad = _tokenizer(data)
+        members = [*([base] if base is not None else []), *models]
+        overrides = _overrides(tokens, members) if tokens else None
     except PawError as err:
         raise PawError(str(err), path=source) from None
     rules = MergekitRules(name, spec, top, sections, len(models), base_given=base is not None,
                           source=dict(data))
+    union = tokenizer == "union"
     return MergeOptions(models=models, base=base, method=spec.paw, mode="equal", dtype=out_dtype or dtype or "auto",
-                        tokenizer_from=tokenizer_from, chat_template=None if template == "auto" else template,
-                        rules=rules, slices=slices)
+                        tokenizer_from=None if union else tokenizer,
+                        chat_template=None if template == "auto" else template, rules=rules, slices=slices,
+                        vocab_policy="union" if union else "refuse", token_overrides=overrides,
+                        pad_to_multiple_of=pad)
 
 
 def _roles(name: str, spec: MethodSpec, base: str | None,

@@ -19,7 +19,7 @@ from paw.merge.weights import WEIGHT_MODES
 from paw.validate import FLOAT32_MAX, finite, finite_all
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-VOCAB_POLICIES = ("refuse", "base")
+VOCAB_POLICIES = ("refuse", "base", "union")
 
 
 @dataclass
@@ -43,7 +43,7 @@ class MergeOptions:
     seed: int = 0                        # dare-*: seed; same seed, same output bytes
     dtype: str = "auto"                  # output dtype; auto = the base's dtype per tensor
     device: str = "auto"                 # where the arithmetic runs: auto, cpu, cuda, cuda:N
-    vocab_policy: str = "refuse"         # embed/lm_head rows of different vocab sizes: refuse or base
+    vocab_policy: str = "refuse"         # embed/lm_head rows of different vocabularies: refuse, base or union
     overwrite: bool = False              # replace an existing output folder
     max_shard_size: str = "2GB"          # safetensors shard size
     allow_nonfinite: bool = False        # write NaN/Inf values the merge produces instead of refusing
@@ -59,6 +59,8 @@ class MergeOptions:
     flatten: bool = True                 # nuslerp: interpolate whole tensors (default) instead of rows
     tokenizer_from: str | None = None    # copy the tokenizer from this model instead of the base
     chat_template: str | None = None     # Jinja chat template written into tokenizer_config.json
+    token_overrides: Any = None          # union: token -> paw.merge.union.TokenOverride (mergekit tokenizer.tokens)
+    pad_to_multiple_of: int | None = None  # union: pad the vocabulary rows to a multiple of this
     rules: Any = None                    # mergekit config: per-tensor, per-model parameters (paw.merge.mergekit)
     slices: Any = None                   # mergekit config: output layers stacked from layer ranges
 
@@ -149,7 +151,7 @@ def options_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> 
         name = str(key).replace("-", "_")
         if name not in FIELDS:
             raise PawError(f"unknown key {key!r}; valid keys: {', '.join(FIELDS)}", path=source)
-        if name in ("rules", "slices"):
+        if name in ("rules", "slices", "token_overrides"):
             raise PawError(f"unknown key {key!r} (set by a mergekit config, not a key of its own)", path=source)
         if name in ("models", "l2_norms", "weights"):
             if isinstance(value, (str, int, float)):

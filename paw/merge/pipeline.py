@@ -24,6 +24,7 @@ from paw.io.chat_template import with_chat_template
 from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint
 from paw.io.json_file import read_json
 from paw.io.manifest import call_text, describe_input
+from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
 from paw.io.writer import write_checkpoint
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
 from paw.merge.blocks import TopK, find_thresholds, row_blocks
@@ -33,6 +34,7 @@ from paw.merge.options import MergeOptions
 from paw.merge.params import TensorParams, flat_params
 from paw.merge.plan import MergePlan, plan_merge
 from paw.merge.slices import layer_count, open_sliced
+from paw.merge.union import UnionVocab, build_union, permuted_matrices
 from paw.merge.weights import weights_from_norms
 from paw.progress import track
 from paw.validate import NonFinite, nonfinite
@@ -55,6 +57,7 @@ class MergeJob:
     weights: list[float]
     device: Any                    # torch.device
     nonfinite: dict[str, int] = field(default_factory=dict)  # tensor -> NaN/Inf written (allow_nonfinite)
+    union: UnionVocab | None = None  # vocab_policy 'union': the merged vocabulary
 
     def params(self, name: str) -> TensorParams:
         """Weights, knobs and scale for tensor ``name``: the mergekit rules' or the flat options'."""
@@ -86,8 +89,9 @@ def prepare(options: MergeOptions) -> MergeJob:
     plan = plan_merge(reference, models, vocab_policy=options.vocab_policy)
     if options.rules is not None:  # every tensor's parameters resolved now: a missing one fails before writing
         options.rules.bind(layer_count(reference))
-        for name in [*plan.merge, *plan.vocab_rows]:
+        for name in [*plan.merge, *plan.vocab_rows, *plan.union]:
             options.rules.for_tensor(name)
+    union = _union(options, reference, models, plan) if plan.union else None
     norms, source = _norms(options, reference, models, plan, device)
     if options.weights is not None:
         weights = [float(w) for w in options.weights]
@@ -98,7 +102,24 @@ def prepare(options: MergeOptions) -> MergeJob:
         raise PawError(f"the weights {weights} are not all finite numbers; nothing was written")
     if method.normalise_weights and abs(sum(weights)) < 1e-12:
         raise PawError(f"--weights sum to zero; method {method.name} divides by their sum")
-    return MergeJob(options, method, reference, models, plan, norms, source, weights, device)
+    return MergeJob(options, method, reference, models, plan, norms, source, weights, device, union=union)
+
+
+def _members(job_or_options, reference: Checkpoint, models: list[Checkpoint]) -> list[Checkpoint]:
+    """The distinct inputs of a union merge: the base and the models, or the models alone."""
+    return [reference, *models] if job_or_options.base is not None else list(models)
+
+
+def _union(options: MergeOptions, reference: Checkpoint, models: list[Checkpoint], plan: MergePlan) -> UnionVocab:
+    """The union vocabulary of every input's ``tokenizer.json`` (rows counted in the first vocabulary tensor)."""
+    members = _members(options, reference, models)
+    first = plan.union[0]
+    union = build_union([read_token_table(c.path) for c in members], [c.shape(first)[0] for c in members],
+                        pad_to_multiple_of=options.pad_to_multiple_of)
+    for token in options.token_overrides or {}:
+        if token not in union.tokens:
+            raise PawError(f"tokenizer.tokens: {token!r} is in no input's vocabulary")
+    return union
 
 
 def _norms(options: MergeOptions, base: Checkpoint, models: list[Checkpoint], plan: MergePlan,
@@ -130,7 +151,7 @@ def merged_tensors(job: MergeJob) -> Iterator[tuple[str, Any]]:
 
     A tensor with NaN/Inf is refused (naming the model it comes from) unless ``allow_nonfinite``.
     """
-    merge = set(job.plan.merge) | set(job.plan.vocab_rows)
+    merge = set(job.plan.merge) | set(job.plan.vocab_rows) | set(job.plan.union)
     for name in track(job.plan.order, f"merging ({job.method.name})"):
         tensor = _merge_tensor(job, name) if name in merge else job.reference[name]
         if nonfinite(tensor):
@@ -145,6 +166,8 @@ def _merge_tensor(job: MergeJob, name: str):
     """
     import torch
 
+    if name in job.plan.union:
+        return _merge_union(job, name)
     opts, ref = job.options, job.reference
     tp = job.params(name)
     out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
@@ -185,6 +208,24 @@ def _merge_tensor(job: MergeJob, name: str):
         full[:rows] = out
         out = full
     return out
+
+
+def _merge_union(job: MergeJob, name: str):
+    """A vocabulary tensor of a union merge: every input laid out on the union ids, then merged whole."""
+    import torch
+
+    opts, ref = job.options, job.reference
+    tp = job.params(name)
+    out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
+    members = _members(opts, ref, job.models)
+    laid = permuted_matrices(job.union, [c[name].to(job.device).float() for c in members],
+                             overrides=opts.token_overrides, base_given=opts.base is not None)
+    base = laid[0]
+    ds = [torch.sub(m, base) for m in (laid if opts.base is None else laid[1:])]
+    if not opts.allow_nonfinite and not all(bool(torch.isfinite(d).all()) for d in ds):
+        _refuse_nonfinite(job, name, None)
+    merged = job.method(base, ds, tp.weights, **tp.params, generators=_generators(job, name, tp))
+    return torch.add(base, merged, alpha=tp.scale).to(out_dtype)
 
 
 def _generators(job: MergeJob, name: str, tp: TensorParams) -> list | None:
@@ -267,8 +308,13 @@ def manifest(job: MergeJob, command: str) -> dict[str, Any]:
         "dtype": opts.dtype, "vocab_policy": opts.vocab_policy,
         "copied_from_base": job.plan.copy,
         "vocab_rows_merged": job.plan.vocab_rows,
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "device", "rules", "slices")},
+        "options": {k: v for k, v in asdict(opts).items()
+                    if k not in ("overwrite", "device", "rules", "slices", "token_overrides")},
         "mergekit_config": None if opts.rules is None else opts.rules.source,
+        "union_vocabulary": None if job.union is None else {
+            "rows": job.union.rows, "tokens": len(job.union.tokens),
+            "added": {t["content"]: _members(job.options, job.reference, job.models)[
+                job.union.from_member[t["content"]]].name for t in job.union.new}},
         "nonfinite_written": dict(job.nonfinite),  # tensor -> NaN/Inf count, only with allow_nonfinite
     }
 
@@ -281,17 +327,29 @@ def execute(job: MergeJob, *, command: str | None = None) -> Path:
     opts = job.options
     command = command or call_text(merge, {"options": opts})
     config = job.reference.config if opts.slices else None  # sliced: the new layer count
+    if job.union is not None and job.reference.config is not None:
+        config = _with_vocab_size(config or job.reference.config, job.union.rows)
     if opts.dtype != "auto" and job.reference.config is not None:  # say the new dtype to from_pretrained
-        config = {**job.reference.config, "dtype": opts.dtype}
+        config = {**(config or job.reference.config), "dtype": opts.dtype}
         if "torch_dtype" in config:
             config["torch_dtype"] = opts.dtype
     extra: dict[str, Any] = {MANIFEST: lambda: manifest(job, command)}  # after the tensors
-    if opts.chat_template is not None:
+    if job.union is not None:
+        extra.update(union_tokenizer_files(job.reference.path, job.union.new, chat_template=opts.chat_template))
+    elif opts.chat_template is not None:
         tokenizer = opts.tokenizer_from or job.reference.path
         extra["tokenizer_config.json"] = lambda: with_chat_template(tokenizer, opts.chat_template)
     return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
                             tokenizer_from=opts.tokenizer_from, max_shard_size=opts.max_shard_size,
                             overwrite=opts.overwrite, allow_nonfinite=opts.allow_nonfinite, extra_files=extra)
+
+
+def _with_vocab_size(config: dict, rows: int) -> dict:
+    out = dict(config)
+    if isinstance(out.get("text_config"), dict) and "vocab_size" in out["text_config"]:
+        out["text_config"] = {**out["text_config"], "vocab_size": rows}
+    out["vocab_size"] = rows
+    return out
 
 
 def merge(options: MergeOptions, *, command: str | None = None) -> Path:

@@ -21,25 +21,31 @@ from paw.taskvec.align import FLOAT_DTYPES, align
 @dataclass
 class MergePlan:
     """``merge``: names merged in full; ``vocab_rows``: name -> rows merged (the rest kept from base);
-    ``copy``: names copied from the base unchanged; ``order``: the base's order, for writing."""
+    ``copy``: names copied from the base unchanged; ``order``: the base's order, for writing;
+    ``union``: vocabulary tensors laid out on a union vocabulary first (``vocab_policy='union'``)."""
 
     order: list[str]
     merge: list[str]
     copy: list[str] = field(default_factory=list)
     vocab_rows: dict[str, int] = field(default_factory=dict)
+    union: list[str] = field(default_factory=list)
 
 
 def plan_merge(base: Checkpoint, models: Sequence[Checkpoint], *, vocab_policy: str = "refuse") -> MergePlan:
     """Classify every tensor; raise :class:`PawError` on names or shapes that do not match."""
     alignment = align(base, models)
-    copy, vocab_rows, problems, vocab_problems = [], {}, [], []
+    copy, vocab_rows, problems, vocab_problems, union = [], {}, [], [], []
+    if vocab_policy == "union":  # every vocabulary tensor goes through the union, even at equal sizes
+        union = [n for n in alignment.names if arch.is_vocab_tensor(n)]
     for name, reason in alignment.skipped.items():
         if name in base and base.dtype(name) not in FLOAT_DTYPES:
             copy.append(name)
             continue
         rows = _vocab_rows(name, base, models)
         if rows is not None:
-            if vocab_policy == "base":
+            if vocab_policy == "union":
+                union.append(name)
+            elif vocab_policy == "base":
                 vocab_rows[name] = rows
             else:
                 vocab_problems.append(name)
@@ -57,7 +63,8 @@ def plan_merge(base: Checkpoint, models: Sequence[Checkpoint], *, vocab_policy: 
                        "rows for the others")
     if not alignment.names and not vocab_rows:
         raise PawError(f"no float tensor in common between the base {base.name} and the models")
-    return MergePlan(order=list(base), merge=alignment.names, copy=copy, vocab_rows=vocab_rows)
+    merged = [n for n in alignment.names if n not in union]
+    return MergePlan(order=list(base), merge=merged, copy=copy, vocab_rows=vocab_rows, union=union)
 
 
 def _vocab_rows(name: str, base: Checkpoint, models: Sequence[Checkpoint]) -> int | None:

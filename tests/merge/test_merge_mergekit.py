@@ -245,8 +245,8 @@ BAD = {
                                         "models:\n  - model: M1\n    parameters: {weight: 1}\n", "parameters.t"),
     "unknown top key": ("merge_method: ties\nbase_model: B\nmodules: {}\nmodels: [{model: M1}]\n", "modules"),
     "missing weight": ("merge_method: ties\nbase_model: B\nmodels:\n  - model: M1\n", "weight"),
-    "union tokenizer": ("merge_method: linear\nmodels: [{model: M1, parameters: {weight: 1}}]\n"
-                        "tokenizer_source: union\n", "union"),
+    "chat template name": ("merge_method: linear\nmodels: [{model: M1, parameters: {weight: 1}}]\n"
+                           "chat_template: chatml\n", "chat_template"),
     "not yaml": ("merge_method: [ties\n", "not valid YAML"),
 }
 
