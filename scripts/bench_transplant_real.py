@@ -33,6 +33,7 @@ from pathlib import Path
 
 DATA = Path("/work/shared/data/commonsense/formatted")
 PEER = Path.home() / ".cache/paw-parity/tokensurgeon-venv"
+HEAL_FROM = {"default": "PAW exact+decompose", "semantic": "PAW exact+semantic", "donor": "PAW donor-aware OMP"}
 
 
 def timed(cmd: list[str], log: Path, env_threads: int) -> dict:
@@ -58,24 +59,50 @@ def parse_time_log(log: Path) -> dict:
     return out
 
 
+PARITY = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from paw.vocab.omp import batch_omp as paw_omp
+from mergekit.tokensurgeon.omp import batch_omp as ts_omp
+g = torch.Generator().manual_seed(0)
+A = torch.randn(2000, 96, generator=g) * torch.rand(2000, 1, generator=g)  # anchors of unequal norms
+X = torch.randn(64, 96, generator=g)
+for k in (8, 32, 64):
+    i1, c1 = paw_omp(X, A, k=k)
+    i2, c2 = ts_omp(X, A, k)
+    same = (i1 == i2).all(1).float().mean().item()
+    r1 = (X - torch.einsum("bk,bkd->bd", c1, A[i1])).norm(dim=1).mean()
+    r2 = (X - torch.einsum("bk,bkd->bd", c2, A[i2])).norm(dim=1).mean()
+    print(f"k={{k}}: same anchors in the same order for {{same:.0%}} of 64 targets; max |coef diff| "
+          f"{{(c1 - c2).abs().max():.1e}}; mean residual PAW {{r1:.5f}}, tokensurgeon {{r2:.5f}}")
+"""
+
+
+def omp_parity(peer: Path) -> None:
+    """PAW's batch_omp against tokensurgeon's on one random dictionary, run in the peer's venv."""
+    code = PARITY.format(root=str(Path(__file__).resolve().parents[1]))
+    subprocess.run([str(peer / "bin/python"), "-c", code], check=True)
+
+
 def build(args, work: Path) -> dict[str, dict]:
     """Every transplanted model of the pair: ``{label: {'path', 'seconds', 'peak_rss_mib', ...}}``."""
     paw = [sys.executable, "-m", "paw"]
     runs = {
-        "PAW exact+decompose (default)": [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer",
-                                          args.donor, "-o", str(work / "paw-default"), "--no-check"],
-        f"PAW donor-aware OMP (--donor, k={args.k})": [*paw, "transplant-tokenizer", "--model", args.source, "--donor",
-                                                      args.donor, "-o", str(work / "paw-donor"), "--no-check",
-                                                      "--omp-k", str(args.k)],
-        f"tokensurgeon default (omp, k={args.k})": [str(args.peer / "bin/mergekit-tokensurgeon"), args.source,
-                                                    args.donor, str(work / "tokensurgeon"), "--k", str(args.k)],
+        "default": ("PAW exact+decompose (default)",
+                    [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer", args.donor,
+                     "-o", str(work / "paw-default"), "--no-check"]),
+        "semantic": ("PAW exact+semantic (no donor)",
+                     [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer", args.donor,
+                      "-o", str(work / "paw-semantic"), "--no-check", "--method", "exact,semantic"]),
+        "donor": (f"PAW donor-aware OMP (--donor, k={args.k})",
+                  [*paw, "transplant-tokenizer", "--model", args.source, "--donor", args.donor,
+                   "-o", str(work / "paw-donor"), "--no-check", "--omp-k", str(args.k)]),
+        "peer": (f"tokensurgeon default (omp, k={args.k})",
+                 [str(args.peer / "bin/mergekit-tokensurgeon"), args.source, args.donor, str(work / "tokensurgeon"),
+                  "--k", str(args.k)]),
     }
-    if args.semantic:
-        runs["PAW exact+semantic (no donor)"] = [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer",
-                                                 args.donor, "-o", str(work / "paw-semantic"), "--no-check",
-                                                 "--method", "exact,semantic"]
     out = {}
-    for label, cmd in runs.items():
+    for label, cmd in (runs[key] for key in args.build):
         folder = Path(cmd[cmd.index("-o") + 1]) if "-o" in cmd else Path(cmd[3])
         log = folder.with_name(folder.name + ".time.log")
         if folder.is_dir() and log.is_file():
@@ -91,12 +118,12 @@ def build(args, work: Path) -> dict[str, dict]:
     return out
 
 
-def heal(args, work: Path, start: Path) -> dict[str, dict]:
-    """100 heal steps from PAW's donor-aware transplant, then 400 more: two models and their curves."""
+def heal(args, work: Path, start: Path, label: str) -> dict[str, dict]:
+    """100 heal steps from one PAW transplant, then 400 more: two models and their curves."""
     out, prev, done = {}, start, 0
     for steps in args.heal:
         more = steps - done
-        folder = work / f"paw-donor-heal{steps}"
+        folder = work / f"{start.name}-heal{steps}"
         log = folder.with_name(folder.name + ".time.log")
         if not (folder.is_dir() and log.is_file()):
             print(f"healing {more} steps -> {steps} ...", flush=True)
@@ -109,7 +136,7 @@ def heal(args, work: Path, start: Path) -> dict[str, dict]:
                 print(f"  heal failed; see {log}", flush=True)
                 break
         record = json.loads((folder / "paw_heal.json").read_text())
-        out[f"PAW donor-aware OMP + heal {steps} steps"] = {"path": str(folder), **parse_time_log(log),
+        out[f"{label} + heal {steps} steps"] = {"path": str(folder), **parse_time_log(log),
                                                              "curve": record["curve"], "rows": record["rows_trained"]}
         prev, done = folder, steps
     return out
@@ -140,14 +167,17 @@ def score(folder: str, args, texts: dict[str, list[str]], items) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--source", required=True, help="model folder that receives the donor's tokenizer")
-    p.add_argument("--donor", required=True, help="model folder whose tokenizer (and rows, for OMP) is used")
-    p.add_argument("--name", required=True, help="label of the pair (file names)")
+    p.add_argument("--source", help="model folder that receives the donor's tokenizer")
+    p.add_argument("--donor", help="model folder whose tokenizer (and rows, for OMP) is used")
+    p.add_argument("--name", help="label of the pair (file names)")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/paw-transplant-real"))
     p.add_argument("--k", type=int, default=64, help="OMP anchors per token, both tools (64: both defaults)")
-    p.add_argument("--semantic", action="store_true", help="also PAW's exact,semantic (OMP in the source space)")
+    p.add_argument("--build", nargs="*", default=["default", "semantic", "donor", "peer"],
+                   choices=["default", "semantic", "donor", "peer"],
+                   help="which transplants: PAW default, PAW exact,semantic, PAW --donor, tokensurgeon")
     p.add_argument("--peer", type=Path, default=PEER, help="venv with mergekit installed")
     p.add_argument("--heal", type=int, nargs="*", default=[100, 500], help="cumulative heal step budgets")
+    p.add_argument("--heal-from", choices=sorted(HEAL_FROM), default="donor", help="which PAW transplant to heal")
     p.add_argument("--heal-batch", type=int, default=2)
     p.add_argument("--heal-seq-len", type=int, default=64)
     p.add_argument("--heal-eval-texts", type=int, default=40)
@@ -158,8 +188,14 @@ def main() -> None:
     p.add_argument("--mc-data", type=Path, default=DATA / "arc-easy_validation_formatted.jsonl")
     p.add_argument("--mc-items", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--omp-parity", action="store_true", help="only compare the two OMP solvers on random data")
     args = p.parse_args()
+    if args.omp_parity:
+        omp_parity(args.peer)
+        return
 
+    if not (args.source and args.donor and args.name):
+        p.error("--source, --donor and --name are required (except with --omp-parity)")
     from paw import zoo
     from paw.evaluate.formats import read_items
     from paw.io.tokenizer import read_corpus
@@ -168,9 +204,9 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     models = {"original (own tokenizer)": {"path": args.source}}
     models.update(build(args, work))
-    donor_label = next((k for k in models if k.startswith("PAW donor")), None)
-    if donor_label and args.heal:
-        models.update(heal(args, work, Path(models[donor_label]["path"])))
+    start = next((k for k in models if k.startswith(HEAL_FROM[args.heal_from])), None)
+    if start and args.heal:
+        models.update(heal(args, work, Path(models[start]["path"]), start.split(" (")[0]))
     texts = {"commonsense": read_corpus([args.bpb_data])[:args.bpb_records],
              "paw_sample": zoo.sample_texts("en") + zoo.sample_texts("multi")}
     items = read_items(args.mc_data, limit=args.mc_items)
