@@ -169,3 +169,13 @@ def test_verdict_by_hand():
                     "source_adapted": [1, 1]})["passed"] is False
     assert verdict({"target_base": [1, 0], "target_adapted": [1, 0], "source_base": [0, 0],
                     "source_adapted": [0, 0]})["passed"] is False
+
+
+def test_a_refused_transfer_leaves_no_staging_folder(cli, world, tmp_path):
+    from paw import zoo
+
+    other = zoo.tiny_model(tmp_path / "other", "llama", seed=9, **DIMS)  # same shapes, trained apart: unrelated
+    (tmp_path / "runs").mkdir()
+    result = _move(cli, world, tmp_path / "runs" / "out", world["lora"], other)
+    assert result.exit_code == 2 and "unrelated" in result.stderr
+    assert _listing(tmp_path / "runs") == []  # neither the output nor the gate's staging folder
