@@ -49,7 +49,8 @@ _HELP = {
     "drop_rate": "dare-*: probability of dropping each entry (survivors rescaled by 1/(1-p)).",
     "gamma": "breadcrumbs: fraction of the largest entries dropped.",
     "dtype": "Output dtype: auto (the base's), float32, bfloat16 or float16.",
-    "vocab_policy": "refuse (default) or base: merge shared vocabulary rows, keep the base's for the rest.",
+    "vocab_policy": "refuse (default); base: merge shared vocabulary rows, keep the base's for the rest; "
+                    "union: merge on the union vocabulary and write the merged tokenizer.",
     "config": "YAML file: PAW's keys (the flag names, drop_rate for --drop-rate; flags win), or a mergekit config "
               "(merge_method, base_model, models/slices, parameters, dtype, tokenizer_source, chat_template).",
     "t": "slerp/nearswap: interpolation factor, 0 = the base, 1 = the model.",
