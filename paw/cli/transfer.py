@@ -55,10 +55,13 @@ def _echo_distill(result) -> None:
 
 def _figures(result, method: str) -> dict:
     """What ``--track`` logs: the transfer summary, or the distillation's loss and agreement."""
+    gate = result.report.get("gate")  # --check-data: the gain and the verdict
+    gated = {} if gate is None else {"gate": {"gain": gate["gain"]["difference"], "gain_stderr": gate["gain"]["stderr"],
+                                              "passed": int(gate["passed"])}}
     if method != DISTILL:
-        return {"transfer": asdict(result.transfer)}
+        return {"transfer": asdict(result.transfer), **gated}
     d = result.distill
-    return {"distill": {"loss_start": d.loss_start, "loss_end": d.loss_end, "agreement": d.agreement_after}}
+    return {"distill": {"loss_start": d.loss_start, "loss_end": d.loss_end, "agreement": d.agreement_after}, **gated}
 
 
 def _echo_warnings(warnings: list[str]) -> None:

@@ -179,3 +179,16 @@ def test_a_refused_transfer_leaves_no_staging_folder(cli, world, tmp_path):
     result = _move(cli, world, tmp_path / "runs" / "out", world["lora"], other)
     assert result.exit_code == 2 and "unrelated" in result.stderr
     assert _listing(tmp_path / "runs") == []  # neither the output nor the gate's staging folder
+
+
+def test_track_logs_the_gate(cli, world, tmp_path):
+    import csv
+
+    w = world
+    result = _move(cli, w, tmp_path / "moved", w["lora"], w["related"], "--method", "copy", "--track", "csv")
+    assert result.exit_code == 0, result.stderr
+    rows = csv.DictReader((tmp_path / "moved-tracking" / "metrics.csv").open())
+    logged = {r["metric"]: float(r["value"]) for r in rows}
+    gate = json.loads((tmp_path / "moved" / "transfer_report.json").read_text())["gate"]
+    assert logged["gate/passed"] == 1.0 and logged["gate/gain"] == pytest.approx(gate["gain"]["difference"])
+    assert logged["gate/gain_stderr"] == pytest.approx(gate["gain"]["stderr"])
