@@ -299,10 +299,10 @@ def _tokenizer(data: Mapping[str, Any]) -> tuple[str | None, dict, int | None]:
             raise PawError(f"tokenizer.pad_to_multiple_of: expected a positive integer, got {pad!r}")
         if (tokens or pad) and source != "union":
             raise PawError("tokenizer.tokens: per-token sources and padding apply to source: union")
-    if source is None or source == "base":
+    if source is None:
         return None, tokens, pad
-    if source == "union":
-        return "union", tokens, pad
+    if source in ("base", "union"):
+        return source, tokens, pad
     return _model_ref("tokenizer_source", source), tokens, pad
 
 
@@ -394,11 +394,13 @@ def options_from_mergekit(data: Mapping[str, Any], *, source: str = "config") ->
         raise PawError(str(err), path=source) from None
     rules = MergekitRules(name, spec, top, sections, len(models), base_given=base is not None,
                           source=dict(data))
-    union = tokenizer == "union"
+    # base: the base's vocabulary; shared rows merged, rows past a model's own kept from the base (mergekit's
+    # permutation onto the base's tokens, for models whose vocabularies extend the base's)
+    policy = tokenizer if tokenizer in ("base", "union") else "refuse"
     return MergeOptions(models=models, base=base, method=spec.paw, mode="equal", dtype=out_dtype or dtype or "auto",
-                        tokenizer_from=None if union else tokenizer,
+                        tokenizer_from=None if policy != "refuse" else tokenizer,
                         chat_template=None if template == "auto" else template, rules=rules, slices=slices,
-                        vocab_policy="union" if union else "refuse", token_overrides=overrides,
+                        vocab_policy=policy, token_overrides=overrides,
                         pad_to_multiple_of=pad)
 
 

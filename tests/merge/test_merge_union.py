@@ -120,3 +120,15 @@ def test_a_token_override_naming_another_model_is_refused(cli, chat, tmp_path):
     r = cli("merge", "--config", _config(tmp_path, base, plain, added, extra), "--output", tmp_path / "out")
     assert r.exit_code == 2 and "tokenizer.tokens.<|im_end|>.source" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_tokenizer_source_base_keeps_the_base_vocabulary(cli, chat, tmp_path):
+    base, plain, added = chat
+    r = cli("merge", "--config", _config(tmp_path, base, plain, added, "tokenizer_source: base"),
+            "--output", tmp_path / "out")
+    assert r.exit_code == 0, r.stderr
+    out, b, p, c = (load_numpy(x) for x in (tmp_path / "out", base, plain, added))
+    n = b[EMBED].shape[0]
+    assert out[EMBED].shape[0] == n   # the added rows are dropped with the tokens, as mergekit does
+    np.testing.assert_allclose(out[EMBED], b[EMBED] + 0.5 * (p[EMBED] - b[EMBED]) + 0.5 * (c[EMBED][:n] - b[EMBED]),
+                               rtol=1e-6, atol=1e-7)
