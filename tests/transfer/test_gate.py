@@ -32,7 +32,7 @@ def world(tmp_path_factory):
     tok = zoo.train_tokenizer(zoo.sample_texts("multi") + tokenizer_corpus(task), 300, kind="byte-bpe")
     source = zoo.build_model("llama", seed=0, init_std=0.2, vocab_size=len(tok), **DIMS)
     zoo.save_model(source, root / "source", tokenizer=tok)
-    peft_model, _ = train_lora(copy.deepcopy(source), tok, task, rank=4, alpha=8, steps=60, batch_size=8, lr=1e-2,
+    peft_model, _ = train_lora(copy.deepcopy(source), tok, task, rank=4, alpha=8, steps=30, batch_size=8, lr=1e-2,
                                seed=0, progress=False)
     tensors = {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
     config = lora_config_dict(r=4, alpha=8, target_modules=zoo.ALL_LINEAR, base_model=str(root / "source"))
