@@ -236,6 +236,66 @@ def tie_split(cfg: Path, a: Path, b: Path, folders: list[Path]) -> tuple[int, in
     return differ, at_ties, elsewhere
 
 
+UNION = """\
+models:
+  - model: {plain}
+    parameters: {{weight: 0.5, density: 0.5}}
+  - model: {chat}
+    parameters: {{weight: 0.5, density: 0.5}}
+merge_method: ties
+base_model: {base}
+tokenizer:
+  source: union
+  tokens:
+    "<|im_end|>":
+      source: {{kind: zero}}
+      force: true
+    "<|im_start|>":
+      source: {{kind: model_token, model: {plain}, token: "<|eos|>"}}
+  pad_to_multiple_of: 8
+dtype: float32
+"""
+
+
+def union_check(workdir: Path, mk_exe: Path, env: dict) -> dict:
+    """Two fine-tunes of a zoo model, one with two chat tokens added; a union merge through both tools."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from paw import zoo
+    from paw.io.checkpoint import open_checkpoint
+    from paw.io.writer import write_checkpoint
+
+    root = workdir / "union"
+    base = zoo.tiny_model(root / "base", "llama", seed=0, hidden_size=64, num_layers=2)
+    plain, raw, chat = root / "ft0", root / "ft1-raw", root / "ft1"
+    zoo.fine_tune(base, plain, seed=1, scale=0.01)
+    zoo.fine_tune(base, raw, seed=2, scale=0.02)
+    tok = AutoTokenizer.from_pretrained(raw)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    ckpt, gen = open_checkpoint(raw), torch.Generator().manual_seed(0)
+    grow = {n: torch.cat([ckpt[n], torch.randn(len(tok) - ckpt.shape(n)[0], ckpt.shape(n)[1], generator=gen)
+                          .mul_(0.02).to(ckpt[n].dtype)]) for n in ckpt if n.endswith(("embed_tokens.weight", "lm_head.weight"))}
+    write_checkpoint(chat, {n: grow.get(n, ckpt[n]) for n in ckpt}, config={**ckpt.config, "vocab_size": len(tok)},
+                     overwrite=True)
+    tok.save_pretrained(chat)
+    cfg = root / "union.yml"
+    cfg.write_text(UNION.format(base=base, plain=plain, chat=chat))
+    rows = {}
+    for tool in ("paw", "mergekit"):
+        out = root / f"out-{tool}"
+        res = run_tool(tool, cfg, out, mk_exe, env, root / "rss.txt", [base, plain, chat])
+        if res["rc"] != 0:
+            return {"config": "union tokenizer", "error": f"{tool} failed: {res['tail'][-300:]}"}
+        rows[tool] = res
+    diff, where = max_difference(root / "out-paw", root / "out-mergekit")
+    encoded = AutoTokenizer.from_pretrained(root / "out-paw").encode("<|im_start|>hi<|im_end|>", add_special_tokens=False)
+    return {"config": "union tokenizer (ties, overrides, padding)", "dtype": "float32", "diff": diff, "where": where,
+            "paw_s": rows["paw"]["wall"], "paw_cpu": rows["paw"]["cpu"], "paw_gib": rows["paw"]["gib"],
+            "mk_s": rows["mergekit"]["wall"], "mk_cpu": rows["mergekit"]["cpu"], "mk_gib": rows["mergekit"]["gib"],
+            "encoded": encoded}
+
+
 def run_tool(tool: str, cfg: Path, out: Path, mk_exe: Path | None, env: dict, record: Path, inputs: list[Path]):
     shutil.rmtree(out, ignore_errors=True)
     if tool == "paw":
@@ -283,6 +343,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the rows here")
     ap.add_argument("--markdown", type=Path, default=None, help="write the table here")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--union", action="store_true", help="also the union-vocabulary check on zoo models")
     args = ap.parse_args()
 
     shape = SHAPES[args.shape]
@@ -328,6 +389,11 @@ def main() -> int:
                         cfg, args.workdir / "out-paw", args.workdir / "out-mk", folders)
             rows.append(row)
             print(json.dumps(row), flush=True)
+    if args.union:
+        row = union_check(args.workdir, mk_exe, env)
+        print(json.dumps(row), flush=True)
+        if "error" not in row:
+            rows.append(row)
     table = markdown(rows, args.shape, n_params)
     print(table)
     if args.json:
