@@ -106,12 +106,12 @@ def trainable_matrices(model) -> list[Any]:
 
 
 def heal_rows(model, rows: Sequence[int], stream: Sequence[int], plan: HealPlan, *,
-              evaluate: Callable[[], float], device: Any = "cpu",
+              evaluate: Callable[[], float], prefix: Sequence[int] = (), device: Any = "cpu",
               track: Callable[[Iterable[int]], Iterable[int]] = iter) -> list[dict[str, float]]:
     """Train ``rows`` of the embedding (and untied head) for ``plan.steps`` steps; return the curve.
 
-    Each step draws ``plan.batch`` random windows of ``plan.seq_len + 1`` ids from ``stream`` and
-    minimises next-token cross-entropy; Adam (no weight decay), linear warm-up over
+    Each step draws ``plan.batch`` random windows of ``plan.seq_len`` ids from ``stream``, puts
+    ``prefix`` (the BOS, as at scoring) before each, and minimises next-token cross-entropy; Adam (no weight decay), linear warm-up over
     ``plan.warmup`` steps, gradient norm clipped to 1. ``evaluate()`` (bits per byte on held-out
     text) runs at step 0, every ``plan.eval_every`` steps and at the end. The curve is a list of
     ``{'step', 'train_loss', 'bpb'}`` (``train_loss`` is the mean since the previous point).
@@ -129,14 +129,15 @@ def heal_rows(model, rows: Sequence[int], stream: Sequence[int], plan: HealPlan,
     opt = torch.optim.Adam(mats, lr=plan.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(plan.warmup, 1)))
     data = torch.tensor(list(stream), dtype=torch.long)
+    head = torch.tensor(list(prefix), dtype=torch.long)
     gen = torch.Generator().manual_seed(plan.seed)
     curve = [{"step": 0, "train_loss": float("nan"), "bpb": evaluate()}]
     losses: list[float] = []
     model.train()
     for step in track(range(1, plan.steps + 1)):
         starts = torch.randint(0, len(data) - plan.seq_len, (plan.batch,), generator=gen)
-        xb = torch.stack([data[s:s + plan.seq_len + 1] for s in starts.tolist()]).to(device)
-        loss = model(xb[:, :-1], labels=xb[:, :-1]).loss
+        xb = torch.stack([torch.cat([head, data[s:s + plan.seq_len]]) for s in starts.tolist()]).to(device)
+        loss = model(xb, labels=xb).loss  # transformers shifts the labels: position i predicts xb[i + 1]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(mats, 1.0)
         opt.step()

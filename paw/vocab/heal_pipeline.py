@@ -115,7 +115,7 @@ def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, 
     bos = bos_prefix(tok)
     plan = options.plan()
     start = time.monotonic()
-    curve = H.heal_rows(lm, heal_ids, stream, plan, device=dev,
+    curve = H.heal_rows(lm, heal_ids, stream, plan, prefix=bos, device=dev,
                         evaluate=lambda: H.bits_per_byte(lm, eval_windows, width, prefix=bos, device=dev),
                         track=lambda it: track(it, "healing", total=plan.steps, unit="steps"))
     seconds = time.monotonic() - start
