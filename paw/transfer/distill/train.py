@@ -34,7 +34,9 @@ class LM:
     """One side of the distillation: a loaded model, its tokenizer, and (optional) lazy views for ``init='auto'``.
 
     ``checkpoint``: :func:`paw.io.checkpoint.open_checkpoint` of the base folder (for the weight-space
-    transfer); ``tokenizer_info``: :func:`paw.io.tokenizer.open_tokenizer` of it (for the vocabulary test).
+    transfer); ``tokenizer_info``: :func:`paw.io.tokenizer.open_tokenizer` of it (for the vocabulary test);
+    ``adapter_off``: for a teacher whose adapter is merged into ``model``, a context factory in which
+    ``model`` runs without it (a PEFT model needs none: its ``disable_adapter`` is used).
     """
 
     model: Any
@@ -42,6 +44,7 @@ class LM:
     name: str = ""
     checkpoint: Any = None
     tokenizer_info: Any = None
+    adapter_off: Any = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,7 @@ def add_excess(examples: list[Example], teacher: LM, student: LM, device) -> boo
     bytes cannot be lined up. False (nothing filled) when the teacher offers no adapter-free view
     (:func:`adapter_off`).
     """
-    off = adapter_off(teacher.model)
+    off = teacher.adapter_off or adapter_off(teacher.model)
     rows = [e for e in examples if e.sequence is not None]
     if off is None or not rows:
         return off is not None
