@@ -1,0 +1,243 @@
+"""Task LoRAs on real benchmarks, moved across families by distillation (issue 26): ``paw bench real --parts tasks``.
+
+The question the invented facts cannot answer: does ``distill`` move the kind of LoRA PAW was made
+for, a task LoRA whose gain is real but modest, onto a target that may already be better than the
+teacher? For each task and each direction (SmolLM2-135M -> Gemma-3-270M and back):
+
+1. a LoRA is trained with labels on the task's training split on the source (the teacher's LoRA)
+   and on the target (the ceiling of the recovered fraction), with one fixed recipe (:data:`RECIPE`);
+2. ``distill_lora`` with its defaults except the step budget moves the source's LoRA to the target
+   from the training inputs *without their answers* (their choices are kept: the choice KL);
+3. every condition is scored item by item on the whole test split: source base, source + LoRA,
+   target base, target + its own LoRA, target + moved LoRA; ``kept`` and ``recovered`` come with a
+   paired bootstrap (:mod:`paw.bench.stats`), the source's own gain with its paired stderr and
+   whether it reaches :data:`MIN_SOURCE_Z` stderrs (the bar for a task to say anything).
+
+The tasks and their splits (:data:`TASKS`) were fixed before any transfer result was seen, for the
+reasons in docs/distill.md#real-tasks. Each scored condition is cached in the work folder as it is
+made (:func:`paw.io.json_file`), so a killed run resumes where it stopped; the whole part takes hours
+on a CPU and minutes on one GPU.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paw.bench.common import adapter_deltas, applied, score_items
+from paw.bench.stats import accuracy, kept, paired_difference, recovered
+from paw.errors import PawError
+from paw.evaluate.formats import read_items
+from paw.evaluate.train import train_lora
+from paw.io.adapter import LoraAdapter, lora_config_dict, read_adapter, write_adapter
+from paw.io.json_file import read_json_if_exists
+from paw.io.manifest import write_json
+from paw.io.tokenizer import open_tokenizer
+from paw.progress import status
+from paw.transfer.distill import LM, distill_lora
+from paw.transfer.distill.data import Prompt
+from paw.transfer.summary import DistillSummary
+
+MIN_SOURCE_Z = 5.0    # the source's gain must reach this many paired stderrs for the task to count
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    """Where a task's training inputs and test items come from (file stems under ``<data>/raw``).
+
+    ``test=None``: the set has one labelled split; it is cut into two seeded disjoint halves, the
+    first for training, the second for testing.
+    """
+
+    train: str
+    test: str | None = None
+
+
+TASKS = {  # decided before any transfer result; docs/distill.md#real-tasks says why
+    "boolq": TaskSplit("boolq_validation"),            # 3,270 -> 1,635 train inputs / 1,635 test items
+    "arc-easy": TaskSplit("arc-easy_train", "arc-easy_test"),   # 2,251 / 2,376
+    "piqa": TaskSplit("piqa_validation"),              # 1,838 -> 919 / 919 (fewer than 1,000 test items)
+}
+DEFAULT_TASKS = ("boolq", "arc-easy")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One LoRA recipe for every task, model and direction (the LoRAs with labels and the distillation)."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    lora_steps: int = 300          # 2,400 labelled examples: about one pass over a task's training inputs
+    batch: int = 8
+    lr: float = 2e-4
+    train_inputs: int = 1000       # training inputs distillation sees (seeded subset; the LoRAs see all)
+    distill_steps: int = 300       # a fixed budget (the automatic one may run 3,000 steps: hours per run on a CPU)
+
+
+RECIPE = Recipe()
+
+
+def split(items: list, task: TaskSplit, test_items: list | None, seed: int) -> tuple[list, list]:
+    """``(train, test)`` of a task: its two splits, or the seeded halves of its one split.
+
+    >>> split(list(range(6)), TaskSplit("x"), None, 0) == split(list(range(6)), TaskSplit("x"), None, 0)
+    True
+    >>> sorted(sum(split(list(range(6)), TaskSplit("x"), None, 0), []))
+    [0, 1, 2, 3, 4, 5]
+    """
+    if test_items is not None:
+        return list(items), list(test_items)
+    order = list(range(len(items)))
+    random.Random(f"paw-real-task-halves-{seed}").shuffle(order)
+    half = len(items) // 2
+    return [items[i] for i in sorted(order[:half])], [items[i] for i in sorted(order[half:])]
+
+
+def load_task(data: str | Path, name: str, seed: int) -> tuple[list, list]:
+    """The training and test items of task ``name`` from the commonsense folder's ``raw/`` files."""
+    if name not in TASKS:
+        raise PawError(f"unknown real task {name!r}; choose from {', '.join(TASKS)}")
+    t = TASKS[name]
+    raw = Path(data) / "raw"
+    train = read_items(raw / f"{t.train}.jsonl")
+    return split(train, t, read_items(raw / f"{t.test}.jsonl") if t.test else None, seed)
+
+
+def _train(model, tokenizer, items, recipe: Recipe, seed: int, base_name: str) -> LoraAdapter:
+    import copy
+
+    from peft import get_peft_model_state_dict
+
+    from paw.bench.common import LINEAR
+
+    peft_model, _ = train_lora(copy.deepcopy(model), tokenizer, items, rank=recipe.rank, alpha=recipe.alpha,
+                               target_modules=LINEAR, steps=recipe.lora_steps, batch_size=recipe.batch,
+                               lr=recipe.lr, seed=seed, device=None, eval_items=None, tracker=None, progress=False)
+    tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
+    config = lora_config_dict(r=recipe.rank, alpha=recipe.alpha, target_modules=LINEAR, base_model=base_name)
+    return LoraAdapter(config=config, tensors=tensors)
+
+
+class Cache:
+    """Scores and adapters of one task kept in ``folder`` as they are made: a rerun reuses them."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def scores(self, key: str, make) -> tuple[list[int], float]:
+        path = self.folder / f"{key}.json"
+        found = read_json_if_exists(path)
+        if found is not None:
+            return found["correct"], found["seconds"]
+        t = time.perf_counter()
+        correct = make()
+        seconds = time.perf_counter() - t
+        write_json(path, {"correct": correct, "seconds": seconds})
+        return correct, seconds
+
+    def adapter(self, key: str, make) -> tuple[LoraAdapter, float, dict]:
+        folder = self.folder / key
+        found = read_json_if_exists(self.folder / f"{key}.meta.json")
+        if found is not None:  # written after the adapter folder: the folder is complete
+            return read_adapter(folder), found["seconds"], found.get("report", {})
+        t = time.perf_counter()
+        adapter, report = make()
+        seconds = time.perf_counter() - t
+        write_adapter(folder, adapter, overwrite=True)
+        write_json(self.folder / f"{key}.meta.json", {"seconds": seconds, "report": report})
+        return adapter, seconds, report
+
+
+def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None) -> list[int]:
+    if adapter is None:
+        return score_items(model, tokenizer, items)
+    with applied(model, adapter_deltas(adapter)):
+        return score_items(model, tokenizer, items)
+
+
+def _side(base, adapter: LoraAdapter | None = None) -> LM:
+    """A distillation side from a bench ``Base``; with ``adapter`` (merged in place by the caller), the
+    context that takes it out again, so the teacher's excess can be measured."""
+    off = None
+    if adapter is not None:
+        minus = {k: -d for k, d in adapter_deltas(adapter).items()}
+        def off():  # noqa: E306 - a closure over the deltas
+            return applied(base.model, minus)
+    return LM(base.model, base.tokenizer, base.name, tokenizer_info=open_tokenizer(base.folder), adapter_off=off)
+
+
+def run_direction(source, target, train_items: list, test_items: list, cache: Cache, *, recipe: Recipe = RECIPE,
+                  seed: int = 0, n_boot: int = 1000, device: str = "cpu") -> dict:
+    """One task moved ``source`` -> ``target`` (bench ``Base`` s): every condition scored on ``test_items``."""
+    s, t = source.name, target.name
+    seconds: dict[str, float] = {}
+    lora_s, seconds[f"train {s}"], _ = cache.adapter(f"lora-{s}", lambda: (
+        _train(source.model, source.tokenizer, train_items, recipe, seed, s), {}))
+    lora_t, seconds[f"train {t}"], _ = cache.adapter(f"lora-{t}", lambda: (
+        _train(target.model, target.tokenizer, train_items, recipe, seed, t), {}))
+    out: dict[str, list[int]] = {}
+    for key, model, tok, adapter in (("source base", source.model, source.tokenizer, None),
+                                     ("source + LoRA", source.model, source.tokenizer, lora_s),
+                                     ("target base", target.model, target.tokenizer, None),
+                                     ("target + own LoRA", target.model, target.tokenizer, lora_t)):
+        name = f"score-{(s if key.startswith('source') else t)}-{'base' if adapter is None else 'lora'}"
+        out[key], seconds[name] = cache.scores(name, lambda m=model, k=tok, a=adapter: _scored(m, k, test_items, a))
+    inputs = random.Random(f"paw-real-task-inputs-{seed}").sample(train_items, min(recipe.train_inputs,
+                                                                                     len(train_items)))
+    prompts = [Prompt.of(item) for item in inputs]   # the answers are dropped here; the choices stay
+
+    def distill():
+        status(f"tasks: distill {s} -> {t} ({recipe.distill_steps} steps, {len(prompts)} label-free inputs)")
+        with applied(source.model, adapter_deltas(lora_s)):
+            moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), prompts=prompts,
+                                         steps=recipe.distill_steps, batch_size=recipe.batch, seed=seed,
+                                         device=device, target_name=t, progress=False)
+        d = DistillSummary.from_report(report)
+        return moved, {"losses": d.losses, "agreement_before": d.agreement_before, "agreement_after": d.agreement_after,
+                       "loss_tail_drop": d.loss_tail_drop, "warnings": report["warnings"]}
+
+    moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{s}-to-{t}", distill)
+    out["target + moved LoRA"], seconds[f"score-{t}-moved"] = cache.scores(
+        f"score-{t}-moved-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved))
+    return summarise(out, seconds, report, n_boot=n_boot, seed=seed)
+
+
+def summarise(out: dict[str, list[int]], seconds: dict[str, float], report: dict, *, n_boot: int, seed: int) -> dict:
+    """Accuracies, the source's gain in paired stderrs, the moved adapter's gain over the target base,
+    and the kept and recovered fractions, from the per-item outcomes of one direction."""
+    gain = paired_difference(out["source + LoRA"], out["source base"])
+    moved = paired_difference(out["target + moved LoRA"], out["target base"])
+    z = gain["difference"] / gain["stderr"] if gain["stderr"] > 0 else float("inf") * (gain["difference"] > 0)
+    return {"items": len(out["target base"]),
+            "accuracy": {k: accuracy([v]) for k, v in out.items()},
+            "source_gain": {**gain, "z": z, "counts": z >= MIN_SOURCE_Z},
+            "moved_gain": moved,
+            "kept": kept([out["target + moved LoRA"]], [out["target base"]], [out["source + LoRA"]],
+                         [out["source base"]], n_boot=n_boot, seed=seed),
+            "recovered": recovered([out["target + moved LoRA"]], [out["target base"]], [out["target + own LoRA"]],
+                                   n_boot=n_boot, seed=seed),
+            "distill": report, "seconds": seconds}
+
+
+def part_tasks(opts, models: dict[str, Path], load, workdir: Path) -> dict[str, Any]:
+    """Every task of ``opts.real_tasks`` in both directions between the two real models."""
+    from paw.bench.common import Base
+
+    names = list(models)
+    sides = {}
+    for name in names:
+        lm, tok = load(models[name], opts.device)
+        sides[name] = Base(name, lm, tok, models[name])
+    out: dict[str, Any] = {"recipe": RECIPE.__dict__, "min_source_z": MIN_SOURCE_Z, "tasks": {}}
+    for task in opts.real_tasks:
+        train_items, test_items = load_task(opts.data, task, opts.seed)
+        status(f"tasks: {task} ({len(train_items)} training items, {len(test_items)} test items)")
+        cache = Cache(workdir / "tasks" / task)
+        out["tasks"][task] = {"train": len(train_items), "test": len(test_items), "directions": {
+            f"{a} -> {b}": run_direction(sides[a], sides[b], train_items, test_items, cache, seed=opts.seed,
+                                         n_boot=opts.n_boot, device=opts.device)
+            for a, b in (names, names[::-1])}}
+    return out

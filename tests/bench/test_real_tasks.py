@@ -1,0 +1,68 @@
+"""``paw bench real --parts tasks`` on zoo models: one task moved across tokenizers, every condition
+scored, the fractions computed from the outcomes, the work cached and reused."""
+
+from __future__ import annotations
+
+import pytest
+
+from paw.bench import real_tasks as R
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Two tiny models of different families and tokenizers, and a 24-fact task split in halves."""
+    from paw import zoo
+    from paw.bench.common import Base
+    from paw.evaluate.synthetic import fact_task, tokenizer_corpus
+    from paw.io.lm import load_lm
+
+    root = tmp_path_factory.mktemp("real-tasks")
+    task = fact_task("colour", n=12, seed=0)
+    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
+    for name, family, kind, seed in (("a", "llama", "byte-bpe", 0), ("b", "qwen2", "sentencepiece-bpe", 1)):
+        tok = zoo.train_tokenizer(texts, 300, kind=kind)
+        model = zoo.build_model(family, seed=seed, init_std=0.2, vocab_size=len(tok), hidden_size=32, num_layers=2,
+                                num_heads=4, num_kv_heads=2)
+        zoo.save_model(model, root / name, tokenizer=tok)
+    sides = {}
+    for name in ("a", "b"):
+        lm, tok = load_lm(root / name, device="cpu")
+        sides[name] = Base(name, lm, tok, root / name)
+    return sides, list(task), root
+
+
+RECIPE = R.Recipe(rank=4, alpha=8, lora_steps=30, batch=8, lr=1e-2, train_inputs=12, distill_steps=10)
+
+
+def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
+    sides, items, root = pair
+    cache = R.Cache(root / "cache")
+    out = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    acc = out["accuracy"]
+    assert set(acc) == {"source base", "source + LoRA", "target base", "target + own LoRA", "target + moved LoRA"}
+    assert all(a["n"] == len(items) for a in acc.values())
+    assert acc["source + LoRA"]["mean"] > acc["source base"]["mean"]           # the LoRA learned the facts
+    gain = out["source_gain"]
+    assert gain["difference"] == pytest.approx(acc["source + LoRA"]["mean"] - acc["source base"]["mean"])
+    assert gain["counts"] is (gain["z"] >= R.MIN_SOURCE_Z)
+    moved_gain = acc["target + moved LoRA"]["mean"] - acc["target base"]["mean"]
+    assert out["kept"]["value"] == pytest.approx(moved_gain / gain["difference"])
+    assert out["distill"]["agreement_after"]["adapter_agreement"] is not None   # the teacher's excess was known
+
+    def fail(*args, **kwargs):
+        raise AssertionError("cached work was done again")
+
+    monkeypatch.setattr(R, "_train", fail)
+    monkeypatch.setattr(R, "distill_lora", fail)
+    monkeypatch.setattr(R, "score_items", fail)
+    again = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    assert again["accuracy"] == out["accuracy"] and again["kept"] == out["kept"]
+
+
+def test_tasks_split_in_seeded_disjoint_halves_or_by_their_own_splits():
+    train, test = R.split(list(range(11)), R.TaskSplit("x"), None, seed=3)
+    assert len(train) == 5 and len(test) == 6 and not set(train) & set(test)
+    assert (train, test) == R.split(list(range(11)), R.TaskSplit("x"), None, seed=3)
+    assert R.split([1, 2], R.TaskSplit("x", "y"), [3], seed=0) == ([1, 2], [3])
+    with pytest.raises(Exception, match="unknown real task 'mmlu'"):
+        R.load_task("nowhere", "mmlu", 0)
