@@ -41,6 +41,7 @@ from paw.bench.common import (
 )
 from paw.bench.options import BenchOptions
 from paw.bench.real_options import GEMMA, SMOL, RealOptions
+from paw.bench.real_tasks import part_tasks
 from paw.bench.stats import accuracy, kept, recovered
 from paw.bench.tasks import REWORDED, TASKS, common_words, reworded_name
 from paw.errors import PawError, Refused
@@ -337,6 +338,11 @@ def run_real(opts: RealOptions, workdir: str | Path) -> dict:
             out["merge"] = part_merge(opts, models, source, workdir)
             seconds["merge"] = time.perf_counter() - t
             _save_partial(workdir, out)
+    if "tasks" in opts.parts:
+        t = time.perf_counter()
+        out["tasks"] = part_tasks(opts, models, _load, workdir)
+        seconds["tasks"] = time.perf_counter() - t
+        _save_partial(workdir, out)
     seconds["total"] = time.perf_counter() - t_all
     out["seconds"] = seconds
     out["machine"]["load_after"] = list(os.getloadavg())

@@ -78,6 +78,21 @@ def _merge_table(mg: dict) -> list[str]:
     return [*lines, "", f"Task vectors (fine-tune − SmolLM2): {tv}."]
 
 
+def _tasks_table(tk: dict) -> list[str]:
+    lines = ["| task | direction | items | source base | source + LoRA | source gain (z) | target base | "
+             "target + own LoRA | target + moved | moved − base | kept | recovered |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for task, t in tk["tasks"].items():
+        for direction, d in t["directions"].items():
+            a, g, m = d["accuracy"], d["source_gain"], d["moved_gain"]
+            lines.append(f"| {task} | {direction} | {d['items']} | {_pct(a['source base'])} | "
+                         f"{_pct(a['source + LoRA'])} | {100 * g['difference']:+.1f} ({g['z']:.1f}) | "
+                         f"{_pct(a['target base'])} | {_pct(a['target + own LoRA'])} | "
+                         f"{_pct(a['target + moved LoRA'])} | {100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
+                         f"{_frac(d['kept'])} | {_frac(d['recovered'])} |")
+    return lines
+
+
 def markdown(results: dict) -> str:
     """The results as markdown tables, one section per part that ran."""
     out = ["# paw bench real", ""]
@@ -93,6 +108,9 @@ def markdown(results: dict) -> str:
             out += ["### Asked in other words", "", *_reworded_table(results["transfer"]), ""]
     if "merge" in results:
         out += ["## Task vectors and merges on SmolLM2", "", *_merge_table(results["merge"]), ""]
+    if "tasks" in results:
+        out += ["## Real task LoRAs moved by distill (%, ± stderr; fractions ± bootstrap stderr)", "",
+                *_tasks_table(results["tasks"]), ""]
     secs = results.get("seconds", {})
     out += ["Wall time: " + ", ".join(f"{k} {format_duration(v)}" for k, v in secs.items())
             + f"; load average before/after {results['machine']['load_before'][0]:.1f}/"

@@ -87,7 +87,11 @@ def register(app: typer.Typer) -> None:
                                     "smollm2-135m-instruct/ and gemma-3-270m/)."),
         data: Path = typer.Option(..., "--data",
                                   help="Commonsense folder with raw/*.jsonl (ARC, OpenBookQA, PIQA, BoolQ, Winogrande)."),
-        parts: str = typer.Option(",".join(_REAL.parts), help="Parts to run (comma list)."),
+        parts: str = typer.Option(",".join(_REAL.parts), help="Parts to run (comma list): eval, tokenizers, "
+                                  "transfer, merge; and tasks (real task LoRAs moved both ways: hours on a CPU, "
+                                  "resumable with --workdir)."),
+        real_tasks: str = typer.Option(",".join(_REAL.real_tasks), "--real-tasks",
+                                       help="Tasks of the part 'tasks' (comma list): boolq, arc-easy, piqa."),
         eval_items: int = typer.Option(_REAL.eval_items, help="Seeded subset of each evaluation set."),
         task_items: int = typer.Option(_REAL.task_items, help="Held-out items of the LoRA tasks."),
         lora_steps: int = typer.Option(_REAL.lora_steps, help="LoRA training steps."),
@@ -111,6 +115,7 @@ def register(app: typer.Typer) -> None:
         opts = RealOptions(models=str(models), data=str(data) if data else None, parts=tuple(split),
                            eval_items=eval_items, task_items=task_items, lora_steps=lora_steps,
                            distill_steps=distill_steps, methods=chosen,
+                           real_tasks=tuple(t.strip() for t in real_tasks.split(",") if t.strip()),
                            seed=seed, device=str(resolve_device(device)))
         results = real_to_folder(opts, output, workdir=workdir, overwrite=overwrite, command=command_line())
         typer.echo(markdown(results))

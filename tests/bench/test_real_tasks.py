@@ -49,6 +49,11 @@ def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
     assert out["kept"]["value"] == pytest.approx(moved_gain / gain["difference"])
     assert out["distill"]["agreement_after"]["adapter_agreement"] is not None   # the teacher's excess was known
 
+    from paw.bench.real_report import _tasks_table
+
+    [_, _, row] = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": out}}}})
+    assert row.startswith(f"| colour | a -> b | {len(items)} |") and row.count("|") == 13
+
     def fail(*args, **kwargs):
         raise AssertionError("cached work was done again")
 
@@ -66,3 +71,17 @@ def test_tasks_split_in_seeded_disjoint_halves_or_by_their_own_splits():
     assert R.split([1, 2], R.TaskSplit("x", "y"), [3], seed=0) == ([1, 2], [3])
     with pytest.raises(Exception, match="unknown real task 'mmlu'"):
         R.load_task("nowhere", "mmlu", 0)
+
+
+def test_options_name_an_unknown_task_and_ask_for_data(tmp_path):
+    from paw.bench.real_options import GEMMA, SMOL, RealOptions
+    from paw.errors import PawError
+
+    for name in (SMOL, GEMMA):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    with pytest.raises(PawError, match="--real-tasks: unknown task 'mmlu'"):
+        RealOptions(models=str(tmp_path), data=str(tmp_path), parts=("tasks",), real_tasks=("mmlu",)).check()
+    with pytest.raises(PawError, match="need --data"):
+        RealOptions(models=str(tmp_path), parts=("tasks",)).check()
+    assert "tasks" not in RealOptions(models=str(tmp_path)).parts   # hours on a CPU: asked for by name
