@@ -110,9 +110,9 @@ def register(app: typer.Typer) -> None:
         discriminator: bool = typer.Option(D.discriminator, "--discriminator", help="[distill] Keep only synthetic inputs "
                                            "the teacher finds task-like (likelihood ratio vs generic text)."),
         eval_prompts: Path = typer.Option(D.eval_prompts, "--eval-prompts", help="[distill] Held-out inputs for the "
-                                          "agreement figures [default: --holdout of the inputs]."),
-        holdout: float = typer.Option(D.holdout, "--holdout", help="[distill] Fraction of inputs kept apart, never "
-                                      "trained on, to measure agreement (0: train on all)."),
+                                          "agreement figures."),
+        holdout: float = typer.Option(D.holdout, "--holdout", help="[distill] Share of inputs set apart for "
+                                      "agreement (0: train on all)."),
         init: DistillInit = typer.Option(D.init, "--init", help="[distill] auto: start from the weight-space "
                                          "transfer when the target is related; none: PEFT init."),
         rank: int = typer.Option(D.rank, "--rank", min=1, help="[distill] LoRA rank [default: the source's]; "
@@ -120,21 +120,18 @@ def register(app: typer.Typer) -> None:
         alpha: float = typer.Option(D.alpha, "--alpha", help="[distill] LoRA alpha [default: the source's]."),
         target_modules: str = typer.Option(D.target_modules, "--target-modules", help="[distill] Comma list [default: the "
                                            "source adapter's module types that the target has]."),
-        max_steps: int = typer.Option(D.max_steps, "--max-steps", min=1, help="[distill] Optimiser steps [default: "
-                                      "set by the input count, stopped once the loss on what the adapter "
-                                      "changed levels off]."),
+        max_steps: int = typer.Option(D.max_steps, "--max-steps", min=1, help="[distill] Optimiser steps [default: until "
+                                      "agreement levels off]."),
         batch_size: int = typer.Option(D.batch_size, "--batch-size", min=1, max=4096, help="[distill] Inputs per step."),
         lr: float = typer.Option(D.lr, "--lr", help="[distill] AdamW learning rate."),
         max_new_tokens: int = typer.Option(D.max_new_tokens, "--max-new-tokens", min=1, help="[distill] Teacher continuation "
                                            "length (it also stops at a line break)."),
         byte_kl: bool = typer.Option(D.byte_kl, "--byte-kl/--no-byte-kl", help="[distill] Across tokenizers, also "
-                                     "match the next-token distributions (over shared tokens) where both "
-                                     "tokenizations cut the text at the same byte."),
+                                     "match next-token distributions where both cut the text alike."),
         next_words: int = typer.Option(D.next_words, "--next-words", min=0, help="[distill] Across tokenizers, teach the "
-                                       "teacher's distribution over its K likeliest next words of every input "
-                                       "(0: off)."),
-        token_focus: float = typer.Option(D.token_focus, "--token-focus", help="[distill] Train on this fraction of "
-                                          "each batch's tokens, those the adapter changed most (TiTok; 0: all)."),
+                                       "teacher's K likeliest next words (0: off)."),
+        token_focus: float = typer.Option(D.token_focus, "--token-focus", help="[distill] Train on the share of tokens "
+                                          "the adapter changed most (TiTok)."),
         seed: int = typer.Option(D.seed, *SEED.param_decls, help=SEED.help),
         save_every: int = typer.Option(D.save_every, "--save-every",  # >= 1: DistillOptions.check
                                        help="[distill] Checkpoint every K steps."),
