@@ -67,7 +67,8 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: every failure is one line on stderr and exit code 2, never a traceback.
+    """Console entry point: every failure is one line on stderr and exit code 2 (3: ``--require-gain``'s
+    ``NoGain``), never a traceback.
 
     ``PawError`` (bad input, named by file), ``OSError`` (disk full, permissions), a bad flag and
     any other library exception all end the same way; ``PAW_TRACEBACK=1`` shows the traceback of the

@@ -303,9 +303,11 @@ class Stop:
     def done(self, history: list[float]) -> bool:
         """Whether the probe scores so far say stop.
 
-        >>> Stop([], 10).done([0.2, 0.8, 0.9, 0.902, 0.9, 0.89])
+        >>> Stop([], 10, min_steps=0).done([0.2, 0.8, 0.9, 0.902, 0.9, 0.89])
         True
-        >>> Stop([], 10).done([0.2, 0.5, 0.6, 0.7])
+        >>> Stop([], 10, min_steps=0).done([0.2, 0.5, 0.6, 0.7])
+        False
+        >>> Stop([], 10).done([0.2, 0.8, 0.9, 0.902, 0.9, 0.89])   # 60 steps: too early to tell
         False
         """
         if len(history) <= self.patience or len(history) * self.every < self.min_steps:
