@@ -65,9 +65,12 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
 
     student, teacher = _side(base), _side(source, copy.deepcopy(source.model))
     params = dict(teacher.model.named_parameters())
+    deltas = adapter_deltas(adapter)
     with torch.no_grad():
-        for name, delta in adapter_deltas(adapter).items():
+        for name, delta in deltas.items():
             params[name].add_(delta.to(params[name].device, params[name].dtype))
+    minus = {k: -d for k, d in deltas.items()}
+    teacher.adapter_off = lambda: applied(teacher.model, minus)  # the teacher's excess: with minus without the LoRA
     for kind, name in names.items():
         cpu, wall = time.process_time(), time.perf_counter()
         try:

@@ -238,8 +238,10 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     t0 = time.perf_counter()
     try:
         with applied(source.model, adapter_deltas(adapter)):
+            minus = {k: -d for k, d in adapter_deltas(adapter).items()}
             moved, report = distill_lora(adapter, LM(source.model, source.tokenizer, SMOL,
-                                                     tokenizer_info=open_tokenizer(source.folder)),
+                                                     tokenizer_info=open_tokenizer(source.folder),
+                                                     adapter_off=lambda: applied(source.model, minus)),
                                          LM(target.model, target.tokenizer, GEMMA,
                                             tokenizer_info=open_tokenizer(target.folder)),
                                          prompts=[item.question for item in task.train],
