@@ -76,7 +76,8 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
         try:
             moved, report = distill_lora(adapter, teacher, student, **inputs_for(kind, task, seed),
                                          steps=opts.distill_budget, batch_size=opts.lora_batch, lr=opts.lora_lr,
-                                         eval_prompts=task.test[:N_EVAL], seed=seed, device=device,
+                                         eval_prompts=task.test[:N_EVAL], token_focus=opts.distill_token_focus,
+                                         seed=seed, device=device,
                                          target_name=base.name, progress=False)
         except PawError as err:  # e.g. the teacher wrote no usable input from the seeds
             out["status"][name], out["summaries"][name] = TransferStatus.NOT_APPLICABLE.value, {}

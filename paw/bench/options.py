@@ -45,6 +45,7 @@ class BenchOptions:
     threads: int = 1                            # torch CPU threads: tiny models run best on one
     distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw.bench.conditions); () = none
     distill_steps: int | None = None            # distillation steps; None = DISTILL_STEPS_PER_LORA_STEP x lora_steps
+    distill_token_focus: float = 0.0            # distill's --token-focus in every distill row (the ablation)
     jobs: int = 1                               # worker processes for the (seed, task) units (CPU only)
 
     @property
@@ -60,6 +61,8 @@ class BenchOptions:
         if not self.seeds:
             raise PawError("give at least one seed")
         chosen(self)  # an unknown row (distill input budget) fails here, before any training
+        if not 0 <= self.distill_token_focus <= 1:
+            raise PawError(f"--distill-token-focus {self.distill_token_focus}: must be in [0, 1]")
         if self.distill_steps is not None and self.distill_steps < 1:
             raise PawError(f"--distill-steps {self.distill_steps}: at least 1")
         if self.jobs < 1:

@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
         distill: str = typer.Option(",".join(budgets), help="Distillation rows (comma list of input budgets: "
                                     f"{', '.join(budgets)}), or none."),
         distill_steps: int = typer.Option(None, help="Steps of each distillation. Default: 3 x --lora-steps."),
+        distill_token_focus: float = typer.Option(0.0, help="Distill's --token-focus in every distill row (0: off)."),
         jobs: int = typer.Option(1, help="Worker processes on the CPU: the (seed, task) units run side by side, "
                                  "with the same results as one."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
@@ -69,7 +70,8 @@ def register(app: typer.Typer) -> None:
         opts = options_from(seeds=seeds, tasks=tasks, targets=targets, methods=methods, items=items,
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
                             lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
-                            distill=distill, distill_steps=distill_steps, jobs=jobs, model_seed=model_seed,
+                            distill=distill, distill_steps=distill_steps, distill_token_focus=distill_token_focus,
+                            jobs=jobs, model_seed=model_seed,
                             threads=threads)
         if data is None:
             typer.echo(FALLBACK_WARNING, err=True)
