@@ -220,8 +220,8 @@ def main() -> None:
         info.update(score(info["path"], args, texts, items))
         print(f"scored {label} in {time.time() - t:.0f} s: {json.dumps({k: v for k, v in info.items() if k != 'curve'})}",
               flush=True)
-        results_path.write_text(json.dumps(models, indent=1))
-    results_path.write_text(json.dumps(models, indent=1))
+        results_path.write_text(json.dumps({**done, **models}, indent=1))
+    results_path.write_text(json.dumps({**done, **models}, indent=1))
     table(models)
 
 
