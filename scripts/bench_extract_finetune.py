@@ -85,6 +85,8 @@ def main() -> None:
     p.add_argument("--ranks", type=int, nargs="*", default=[8, 32, 128])
     p.add_argument("--energies", type=float, nargs="*", default=[0.5, 0.9])
     p.add_argument("--max-rank", type=int, default=256, help="cap for the --energies runs")
+    p.add_argument("--embed-energy", type=float, default=0.99, help="paw extract-lora --embed-energy: below it the "
+                   "embedding and head are saved whole (modules_to_save)")
     p.add_argument("--rows-first", action="store_true", help="score the extractions before the base and the "
                    "fine-tune (a second process sharing OUT)")
     args = p.parse_args()
@@ -117,7 +119,8 @@ def main() -> None:
         return cached(args.out, label, lambda: score(model, args.test, args.test_limit))
 
     def extracted_row(kind: str, value, opts) -> dict:
-        lora_dir = args.out / f"lora-{kind}-{value}"
+        label = f"lora-{kind}-{value}" + ("" if args.embed_energy == 0.99 else f"-embed-{args.embed_energy}")
+        lora_dir = args.out / label
 
         def work() -> dict:
             t = _cpu()
@@ -128,10 +131,11 @@ def main() -> None:
             return {**score(args.base, args.test, args.test_limit, adapter=lora_dir), "extract_cpu_s": extract_cpu,
                     "summary": report["summary"], "notes": report["notes"]}
 
-        return cached(args.out, f"lora-{kind}-{value}", work)
+        return cached(args.out, label, work)
 
-    runs = [("rank", r, ExtractOptions(rank=r)) for r in args.ranks]
-    runs += [("energy", e, ExtractOptions(energy=e, max_rank=args.max_rank)) for e in args.energies]
+    runs = [("rank", r, ExtractOptions(rank=r, embed_energy=args.embed_energy)) for r in args.ranks]
+    runs += [("energy", e, ExtractOptions(energy=e, max_rank=args.max_rank, embed_energy=args.embed_energy))
+             for e in args.energies]
     if args.rows_first:  # a second process: the rows, while the first one scores the references
         for run in runs:
             extracted_row(*run)
