@@ -144,8 +144,8 @@ def register(app: typer.Typer) -> None:
                        f"({o['head_fit']})")
         if result.semantic_check:
             c = result.semantic_check
-            typer.echo(f"semantic check over {c['texts']} texts: cosine mean {c.get('mean')} std {c.get('std')} "
-                       f"min {c.get('min')} max {c.get('max')}")
+            figures = " ".join(f"{k} {_four(c.get(k))}" for k in ("mean", "std", "min", "max"))
+            typer.echo(f"semantic check over {c['texts']} texts: cosine {figures}")  # 4 digits: stable across BLAS
         if "heal" in result.record:
             _print_heal(result.record["heal"])
         typer.echo(f"wrote {output}")
@@ -192,6 +192,10 @@ def _print_heal(record: dict) -> None:
         gap = f"; original {b['original']:.4f}, {closed:.0%} of the gap closed"
     typer.echo(f"healed {record['rows_trained']:,} rows for {record['steps']} steps in {record['seconds']} s: "
                f"held-out bits per byte {b['before']:.4f} -> {b['after']:.4f}{gap}")
+
+
+def _four(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
 
 
 def _print_analysis(report: dict) -> None:
