@@ -38,7 +38,7 @@ def run_paw(args) -> dict:
     from paw.evaluate.train import train_lora
     from paw.io.lm import load_lm
 
-    model, tokenizer = load_lm(args.model, device="cpu")
+    model, tokenizer = load_lm(args.model, device="cpu", dtype=args.dtype)
     items = _items(args.data, args.limit)
     start = time.perf_counter()
     _, metrics = train_lora(model, tokenizer, items, rank=args.rank, alpha=2 * args.rank, target_modules="all-linear",
@@ -54,7 +54,7 @@ def run_peft(args) -> dict:
 
     from paw.evaluate.train import batches_in_order
 
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     items = _items(args.data, args.limit)
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--limit", type=int, default=256)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="weights of the frozen base on both sides (the LoRA factors are float32 on both)")
     parser.add_argument("--side", choices=("paw", "peft"), help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args(argv)
     if args.side:
@@ -104,13 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     for side in ("peft", "paw"):
         child = subprocess.run([sys.executable, __file__, *(argv or sys.argv[1:]), "--side", side],
                                capture_output=True, text=True, env=os.environ)
-        if child.returncode != 0:
-            print(child.stderr[-4000:], file=sys.stderr)
+        if child.returncode != 0:  # -9: killed, most often for memory
+            print(child.stderr[-4000:] + f"\nthe {side} side exited with {child.returncode}", file=sys.stderr)
             return child.returncode
         sides[side] = json.loads(child.stdout.strip().splitlines()[-1])
         sides[side]["items_per_s"] = round(args.steps * args.batch_size / sides[side]["seconds"], 3)
     print(json.dumps({"model": str(args.model), "data": str(args.data), "steps": args.steps,
-                      "batch_size": args.batch_size, "rank": args.rank, "threads": os.environ.get("OMP_NUM_THREADS"),
+                      "batch_size": args.batch_size, "rank": args.rank, "dtype": args.dtype, "threads": os.environ.get("OMP_NUM_THREADS"),
                       **sides, "paw_over_peft_items_per_s": round(sides["paw"]["items_per_s"]
                                                                   / sides["peft"]["items_per_s"], 3)}, indent=2))
     return 0
