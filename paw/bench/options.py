@@ -91,7 +91,7 @@ def _csv(value: str, cast=str) -> tuple:
 def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
                  num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
                  device: str, quick: bool, distill: str = "inputs,synth,generic", distill_steps: int | None = None,
-                 jobs: int = 1, model_seed: int = 0, threads: int = 1) -> BenchOptions:
+                 jobs: int = 1, model_seed: int = 0, threads: int = 1, distill_token_focus: float = 0.0) -> BenchOptions:
     """:class:`BenchOptions` from command-line strings (comma lists), checked.
 
     ``quick`` starts from :func:`quick_options`: the sizes and step counts given here are ignored, the
@@ -113,6 +113,6 @@ def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: i
     opts = replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
                    methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device,
                    distill=() if distill.strip() == "none" else _csv(distill), distill_steps=distill_steps, jobs=jobs,
-                   model_seed=model_seed, threads=threads)
+                   model_seed=model_seed, threads=threads, distill_token_focus=distill_token_focus)
     opts.check()
     return opts

@@ -87,3 +87,17 @@ def test_jobs_give_the_results_of_one_process(tmp_path):
     assert timeless(two["raw"]) == timeless(one["raw"]) and timeless(two["rows"]) == timeless(one["rows"])
     assert one["raw"]["facts"]["pruned"].keys() == {"0", "1"}
     assert "distill[inputs]" in one["raw"]["facts"]["pruned"]["1"]["status"]
+
+
+def test_token_focus_reaches_the_distill_rows_and_is_range_checked():
+    from dataclasses import replace
+
+    from paw.bench.options import BenchOptions, options_from
+    from paw.errors import PawError
+
+    opts = options_from(seeds="0", tasks="facts", targets="upgrade", methods="", items=10, hidden_size=8, num_layers=1,
+                        pretrain_steps=1, lora_steps=1, lora_rank=1, data=None, device="cpu", quick=True,
+                        distill_token_focus=0.5)
+    assert opts.distill_token_focus == 0.5
+    with pytest.raises(PawError, match="--distill-token-focus 1.5"):
+        replace(BenchOptions(), distill_token_focus=1.5).check()
