@@ -77,8 +77,9 @@ def sce_mask(deltas: Sequence, density: float):
     first = deltas[0]
     if density >= 1.0:
         return torch.ones_like(first, dtype=torch.bool)
-    mean = sum(deltas[1:], first.clone()) / len(deltas)
-    var = sum(((d - mean) ** 2 for d in deltas[1:]), (first - mean) ** 2) / len(deltas)
+    # torch.var over the stack, as mergekit computes it: entries tied in exact arithmetic stay tied, so
+    # both pick the same entries at the threshold (N + 1 copies of the tensor, like mergekit's stack)
+    var = torch.var(torch.stack(list(deltas)), dim=0, unbiased=False)
     k = int(int(torch.count_nonzero(var)) * density)
     mask = torch.zeros(var.numel(), dtype=torch.bool, device=var.device)
     if k > 0:
