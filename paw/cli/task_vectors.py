@@ -32,6 +32,8 @@ def register(app: typer.Typer) -> None:
                                      "and top-k mask overlap (writes spectra*.csv, energy_by_rank.png, pairwise_*)."),
         spectra_ranks: str = typer.Option("8,16,64", "--spectra-ranks",
                                           help="With --spectra: ranks k at which the energy held is reported."),
+        spectra_exact: bool = typer.Option(False, "--spectra-exact", help="With --spectra: the full SVD of every "
+                                           "matrix (exact figures; slow on large ones)."),
         mask_density: float = typer.Option(0.2, "--mask-density", help="With --spectra: share of entries with "
                                            "the largest |Δ| in each model's top-k mask (TIES keeps 0.2)."),
     ):
@@ -52,7 +54,7 @@ def register(app: typer.Typer) -> None:
         except ValueError:
             raise PawError(f"--spectra-ranks {spectra_ranks!r}: give integers separated by commas, "
                            "e.g. 8,16,64") from None
-        options = SpectraOptions(ranks=ranks, density=mask_density) if spectra else None
+        options = SpectraOptions(ranks=ranks, density=mask_density, exact=spectra_exact) if spectra else None
         results = run_task_vectors(base, models, outdir, device=device, multi_gpu=multi_gpu, top_k=top_k,
                                    include=include, exclude=exclude, workers=workers, overwrite=overwrite,
                                    allow_nonfinite=allow_nonfinite, spectra=options,

@@ -245,6 +245,7 @@ class SpectraOptions:
     ranks: tuple[int, ...] = DEFAULT_RANKS  # --spectra-ranks: energy held at these ranks
     density: float = DEFAULT_DENSITY        # --mask-density: share of entries in each top-k mask
     seed: int = 0                           # of the randomised SVD's Gaussian sketch
+    exact: bool = False                     # --spectra-exact: the full SVD of every matrix (slow on large ones)
 
     def check(self) -> SpectraOptions:
         """A copy with ``ranks`` sorted and distinct; :class:`PawError` for a rank < 1 or a bad density."""
@@ -253,7 +254,7 @@ class SpectraOptions:
             raise PawError(f"--spectra-ranks {','.join(map(str, self.ranks))}: ranks must be positive integers")
         if not 0.0 < self.density <= 1.0:
             raise PawError(f"--mask-density {self.density}: must be in (0, 1]")
-        return SpectraOptions(ranks, float(self.density), int(self.seed))
+        return SpectraOptions(ranks, float(self.density), int(self.seed), bool(self.exact))
 
 
 def tensor_spectra(base, models: Sequence, options: SpectraOptions):
@@ -269,7 +270,8 @@ def tensor_spectra(base, models: Sequence, options: SpectraOptions):
         delta = model.float() if model.dtype != torch.float32 else model.clone()
         delta.sub_(base)  # in place: one float32 tensor alive, the base stays in its own dtype
         finite = bool(torch.isfinite(delta).all())
-        spectra.append(spectral_stats(delta, ranks=options.ranks, seed=options.seed) if delta.dim() == 2 else None)
+        spectra.append(spectral_stats(delta, ranks=options.ranks, seed=options.seed, exact=options.exact or None)
+                       if delta.dim() == 2 else None)
         marks.append(sign_and_mask(delta, density=options.density) if finite and len(models) > 1 else None)
         del delta
     pairs = {(i, j): (pair_counts(marks[i], marks[j]) if marks[i] is not None and marks[j] is not None else None)

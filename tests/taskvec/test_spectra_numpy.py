@@ -121,3 +121,21 @@ def test_spectral_stats_match_svdvals_on_random_tensors(shape, exact, dtype):
     assert s.stable_rank == pytest.approx(stable, rel=1e-4)
     assert s.effective_rank == pytest.approx(erank, rel=1e-4)
     assert s.energies == pytest.approx(energies, rel=1e-4)
+
+
+def test_spectra_exact_option_gives_svdvals_figures_on_large_flat_spectra():
+    """--spectra-exact: the full SVD past the size where the randomised one runs low on a flat spectrum."""
+    import torch
+
+    from paw.taskvec.spectra import SpectraOptions, tensor_spectra
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.zeros(300, 400)
+    model = torch.randn(300, 400, generator=g)
+    S = torch.linalg.svdvals(model.double())
+    [stats], _ = tensor_spectra(base, [model], SpectraOptions(ranks=(8, 64), exact=True).check())
+    assert stats.exact
+    assert stats.stable_rank == pytest.approx(float(S.square().sum() / S[0] ** 2), rel=1e-4)
+    assert stats.energies[1] == pytest.approx(float(S[:64].square().sum() / S.square().sum()), rel=1e-4)
+    [fast], _ = tensor_spectra(base, [model], SpectraOptions(ranks=(8, 64)).check())
+    assert not fast.exact   # the default path: an estimate (see docs/commands/task-vectors.md)
