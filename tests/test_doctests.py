@@ -27,6 +27,7 @@ TORCH_FREE = [
     "paw.evaluate.formats",
     "paw.evaluate.items",
     "paw.evaluate.mc",
+    "paw.evaluate.stats",
     "paw.merge.weights",
     "paw.progress",
     "paw.transfer.distill.byte_align",

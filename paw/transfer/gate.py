@@ -11,7 +11,7 @@ that was never trained on, for every method (weight maps, ``auto``, ``distill``)
    highest-log-likelihood choice): the target base, the target with the moved adapter (applied by
    PEFT from the staged folder, as a user loads it), the source base and the source with its adapter;
 3. the gate's figure is the paired difference (target + moved adapter − target base) with its
-   paired standard error (:func:`paw.bench.stats.paired_difference`). It **passes** when the
+   paired standard error (:func:`paw.evaluate.stats.paired_difference`). It **passes** when the
    difference exceeds one standard error (a lenient bar: a one-sided 84% level, chosen so that a
    small real gain on a small check set is not thrown away; the figures are in the report);
 4. passed or not, the output is published with the gate's block in ``transfer_report.json`` and a
@@ -36,12 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paw.bench.stats import accuracy, paired_difference
 from paw.device import resolve_device
 from paw.errors import NoGain, PawError
 from paw.evaluate.formats import detect_format, items_from_records
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import evaluate
+from paw.evaluate.stats import accuracy, paired_difference
 from paw.io.atomic import check_output
 from paw.io.gate_files import add_gate, publish, staging
 from paw.io.manifest import describe_input
