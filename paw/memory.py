@@ -229,6 +229,24 @@ def plan(student_config: dict, *, teacher_config: dict | None = None, lora_rank:
                             "teacher_parameters": teacher.parameters if teacher else 0}}
 
 
+SAY_FROM_PARAMETERS = 100_000_000   # the prediction is printed from this size on (always recorded in the report)
+
+
+def worth_saying(p: dict | None) -> bool:
+    """Whether a prediction is printed before a run: for models of 100M parameters and more, where memory
+    and time matter; a tiny model's run is over before the line is read.
+
+    >>> worth_saying({"assumptions": {"student_parameters": 135_000_000, "teacher_parameters": 0}})
+    True
+    >>> worth_saying({"assumptions": {"student_parameters": 300_000, "teacher_parameters": 300_000}}), worth_saying(None)
+    (False, False)
+    """
+    if p is None:
+        return False
+    a = p["assumptions"]
+    return max(a["student_parameters"], a["teacher_parameters"]) >= SAY_FROM_PARAMETERS
+
+
 def plan_line(p: dict) -> str:
     """``expected peak 9.8 GiB per device (weights 4.6, ...), about 2 min 5 s``: the line printed before a run."""
     from paw.progress import format_duration

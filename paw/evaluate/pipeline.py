@@ -28,7 +28,7 @@ from paw.io.lm import load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
-from paw.memory import plan, plan_line, with_measured
+from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train_state import Checkpoints, every
 from paw.validate import finite
@@ -161,7 +161,7 @@ def _announce(model: PathLike, items, *, rank: int, target_modules: str, batch_s
     predicted = plan(config, lora_rank=rank, target_modules=modules, batch_size=batch_size, steps=steps,
                      max_new_tokens=0, n_inputs=0, prompt_tokens=seq, kept_tokens=seq, device_type=device.type,
                      world=world, dtype=dtype)
-    if predicted is not None:
+    if worth_saying(predicted):
         status(f"train-lora: {plan_line(predicted)}")
     return predicted
 

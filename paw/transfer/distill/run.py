@@ -29,7 +29,7 @@ from paw.io.manifest import describe_input
 from paw.io.mcdata import parse_record
 from paw.io.tokenizer import open_tokenizer
 from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
-from paw.memory import plan, plan_line, with_measured
+from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train_state import Checkpoints
 from paw.transfer.distill.data import MAX_SEEDS
@@ -104,7 +104,7 @@ def _announce(source_base, target_base, lora, o: DistillOptions, device, ranks, 
                      device_type=device.type, world=ranks.world, dtype=o.dtype,
                      teacher_per_step=True, offload_teacher=o.offload_teacher,
                      gradient_checkpointing=o.gradient_checkpointing)
-    if predicted is not None:
+    if worth_saying(predicted):
         status(f"distill: {plan_line(predicted)}")
     return predicted
 
