@@ -37,7 +37,7 @@ from paw.merge.slices import layer_count, open_sliced
 from paw.merge.union import UnionVocab, build_union, permuted_matrices
 from paw.merge.weights import weights_from_norms
 from paw.progress import track
-from paw.validate import NonFinite, nonfinite
+from paw.validate import NonFinite, all_finite, nonfinite
 
 MANIFEST = "paw_merge.json"
 BLOCK_ELEMENTS = _BLOCK  # entries per row block of a merged tensor (4 MB in float32)
@@ -193,7 +193,7 @@ def _merge_tensor(job: MergeJob, name: str):
         thin = _sparsifiers(job, name, tp, math.prod(out.shape), blocks, deltas)
     for block in blocks:
         base, ds = deltas(block)
-        if not opts.allow_nonfinite and not all(bool(torch.isfinite(d).all()) for d in ds):
+        if not opts.allow_nonfinite and not all(all_finite(d) for d in ds):
             _refuse_nonfinite(job, name, None)  # an input holds NaN/Inf here: name it, even if the method would drop it
         if job.method.streamed:
             for d, f in zip(ds, thin, strict=True):
@@ -222,7 +222,7 @@ def _merge_union(job: MergeJob, name: str):
                              overrides=opts.token_overrides, base_given=opts.base is not None)
     base = laid[0]
     ds = [torch.sub(m, base) for m in (laid if opts.base is None else laid[1:])]
-    if not opts.allow_nonfinite and not all(bool(torch.isfinite(d).all()) for d in ds):
+    if not opts.allow_nonfinite and not all(all_finite(d) for d in ds):
         _refuse_nonfinite(job, name, None)
     merged = job.method(base, ds, tp.weights, **tp.params, generators=_generators(job, name, tp))
     return torch.add(base, merged, alpha=tp.scale).to(out_dtype)
