@@ -75,6 +75,8 @@ class Recipe:
     lr: float = 2e-4
     train_inputs: int = 1000       # training inputs distillation sees (seeded subset; the LoRAs see all)
     distill_steps: int = 300       # a fixed budget (the automatic one may run 3,000 steps: hours per run on a CPU)
+    # BoolQ's passages (~600 tokens) in batches of 8 through SmolLM2's 30 layers held 14 GB of activations
+    gradient_checkpointing: bool = True
 
 
 RECIPE = Recipe()
@@ -115,7 +117,8 @@ def _train(model, tokenizer, items, recipe: Recipe, seed: int, base_name: str) -
 
     peft_model, _ = train_lora(copy.deepcopy(model), tokenizer, items, rank=recipe.rank, alpha=recipe.alpha,
                                target_modules=LINEAR, steps=recipe.lora_steps, batch_size=recipe.batch,
-                               lr=recipe.lr, seed=seed, device=None, eval_items=None, tracker=None, progress=False)
+                               lr=recipe.lr, seed=seed, device=None, eval_items=None, tracker=None, progress=False,
+                               gradient_checkpointing=recipe.gradient_checkpointing)
     tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
     config = lora_config_dict(r=recipe.rank, alpha=recipe.alpha, target_modules=LINEAR, base_model=base_name)
     return LoraAdapter(config=config, tensors=tensors)
