@@ -96,6 +96,13 @@ def applied(model, deltas: dict[str, Any]):
                 params[k].copy_(w)
 
 
+def without_adapter(model, adapter):
+    """A context factory in which ``model``, holding ``adapter`` merged in place (:func:`applied`), runs
+    without it: what distillation's teacher needs for its excess (``LM.adapter_off``)."""
+    minus = {k: -d for k, d in adapter_deltas(adapter).items()}
+    return lambda: applied(model, minus)
+
+
 def random_deltas(norms: dict[str, float], model, *, rank: int, seed: int) -> dict[str, Any]:
     """Random rank-``rank`` ΔW for every adapted linear module of ``model``, with ``||ΔW||_F`` from ``norms``.
 
@@ -121,18 +128,19 @@ def random_deltas(norms: dict[str, float], model, *, rank: int, seed: int) -> di
 
 # ------------------------------------------------------------------------------------ LoRA
 
-def train_adapter(base: Base, task, opts, seed: int, folder_name: str):
-    """A LoRA trained on ``task.train`` on top of ``base``; returns a :class:`paw.io.adapter.LoraAdapter`.
+def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing: bool = False):
+    """A LoRA trained on ``items`` on top of ``base``; returns ``(LoraAdapter, its first and last loss)``.
 
     ``opts`` gives the recipe: ``lora_rank``, ``lora_alpha``, ``lora_steps``, ``lora_batch`` and
-    ``lora_lr`` (a :class:`paw.bench.options.BenchOptions`).
+    ``lora_lr`` (a :class:`paw.bench.options.BenchOptions`, or ``paw.bench.real_tasks.Recipe``).
     """
     from peft import get_peft_model_state_dict
 
-    peft_model, metrics = train_lora(copy.deepcopy(base.model), base.tokenizer, task.train, rank=opts.lora_rank,
+    peft_model, metrics = train_lora(copy.deepcopy(base.model), base.tokenizer, items, rank=opts.lora_rank,
                                      alpha=opts.lora_alpha, target_modules=LINEAR, steps=opts.lora_steps,
                                      batch_size=opts.lora_batch, lr=opts.lora_lr, seed=seed, device=None,
-                                     eval_items=None, tracker=None, progress=False)
+                                     eval_items=None, tracker=None, progress=False,
+                                     gradient_checkpointing=gradient_checkpointing)
     tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
     config = lora_config_dict(r=opts.lora_rank, alpha=opts.lora_alpha, target_modules=LINEAR,
                               base_model=str(base.folder))

@@ -25,7 +25,7 @@ import random
 import time
 from typing import Any
 
-from paw.bench.common import TransferStatus, adapter_deltas, applied
+from paw.bench.common import TransferStatus, adapter_deltas, applied, without_adapter
 from paw.errors import PawError
 from paw.io.checkpoint import open_checkpoint
 from paw.io.tokenizer import open_tokenizer
@@ -65,12 +65,10 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
 
     student, teacher = _side(base), _side(source, copy.deepcopy(source.model))
     params = dict(teacher.model.named_parameters())
-    deltas = adapter_deltas(adapter)
     with torch.no_grad():
-        for name, delta in deltas.items():
+        for name, delta in adapter_deltas(adapter).items():
             params[name].add_(delta.to(params[name].device, params[name].dtype))
-    minus = {k: -d for k, d in deltas.items()}
-    teacher.adapter_off = lambda: applied(teacher.model, minus)  # the teacher's excess: with minus without the LoRA
+    teacher.adapter_off = without_adapter(teacher.model, adapter)  # the teacher's excess: with minus without the LoRA
     for kind, name in names.items():
         cpu, wall = time.process_time(), time.perf_counter()
         try:

@@ -293,14 +293,14 @@ def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict[
     source = bases[0]
     task = TASKS[task_name](opts.items, seed=seed, words=context.words)
     status(f"seed {seed}, task {task_name}: training the source LoRA")
-    adapter, fit = train_adapter(source, task, opts, seed, "source")
+    adapter, fit = train_adapter(source, task.train, opts, seed)
     fits, results = {f"{task_name}/{seed}/source": fit}, {}
     for base in bases:
         status(f"seed {seed}, task {task_name}: {base.name}")
         if base.name == SOURCE:
             direct = adapter
         else:
-            direct, fits[f"{task_name}/{seed}/{base.name}"] = train_adapter(base, task, opts, seed, base.name)
+            direct, fits[f"{task_name}/{seed}/{base.name}"] = train_adapter(base, task.train, opts, seed)
         results[base.name] = _evaluate_base(base, source, adapter, direct, task, opts, seed, context.methods,
                                             context.device)
     views: dict[str, dict[str, dict]] = {}

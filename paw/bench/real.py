@@ -38,6 +38,7 @@ from paw.bench.common import (
     random_deltas,
     score_items,
     train_adapter,
+    without_adapter,
 )
 from paw.bench.options import BenchOptions
 from paw.bench.real_options import GEMMA, SMOL, RealOptions
@@ -143,14 +144,14 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
     methods = [m for m in (opts.methods or method_names()) if m != "distill"]
     status(f"transfer: scoring SmolLM2 and training its facts LoRA ({opts.lora_steps} steps)")
     s_base = score_items(source.model, source.tokenizer, items)
-    adapter, fit = train_adapter(source, task, bopts, opts.seed, SMOL)
+    adapter, fit = train_adapter(source, task.train, bopts, opts.seed)
     with applied(source.model, adapter_deltas(adapter)):
         s_lora = score_items(source.model, source.tokenizer, items)
     lm, tok = _load(models[GEMMA], opts.device)
     target = Base(GEMMA, lm, tok, models[GEMMA], vocab_map=vocab_map)
     status("transfer: Gemma-3 base, its own LoRA (the ceiling) and a random adapter")
     outcomes = {"base": score_items(lm, tok, items)}
-    direct, fit_t = train_adapter(target, task, bopts, opts.seed, GEMMA)
+    direct, fit_t = train_adapter(target, task.train, bopts, opts.seed)
     with applied(lm, adapter_deltas(direct)):
         outcomes["direct"] = score_items(lm, tok, items)
     norms = {k: float(d.norm()) for k, d in adapter_deltas(adapter).items()}
@@ -238,10 +239,9 @@ def _distill(adapter, source, target, task, opts: RealOptions) -> tuple[dict, li
     t0 = time.perf_counter()
     try:
         with applied(source.model, adapter_deltas(adapter)):
-            minus = {k: -d for k, d in adapter_deltas(adapter).items()}
             moved, report = distill_lora(adapter, LM(source.model, source.tokenizer, SMOL,
                                                      tokenizer_info=open_tokenizer(source.folder),
-                                                     adapter_off=lambda: applied(source.model, minus)),
+                                                     adapter_off=without_adapter(source.model, adapter)),
                                          LM(target.model, target.tokenizer, GEMMA,
                                             tokenizer_info=open_tokenizer(target.folder)),
                                          prompts=[item.question for item in task.train],
@@ -269,7 +269,7 @@ def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path
     folders, ft_out = {}, {}
     for name, task in tasks.items():
         status(f"merge: LoRA for '{name}' on SmolLM2, merged into a float32 fine-tune")
-        adapter, _ = train_adapter(source, task, _bench_options(opts), opts.seed + 1, SMOL)
+        adapter, _ = train_adapter(source, task.train, _bench_options(opts), opts.seed + 1)
         deltas = adapter_deltas(adapter)
         folders[name] = workdir / f"smollm2-{name}"
         tensors = ((k, base_ckpt[k].float() + deltas[k] if k in deltas else base_ckpt[k].float()) for k in base_ckpt)

@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paw.bench.common import adapter_deltas, applied, score_items
+from paw.bench.common import adapter_deltas, applied, score_items, train_adapter, without_adapter
 from paw.bench.stats import accuracy, kept, paired_difference, recovered
 from paw.errors import PawError
 from paw.evaluate.formats import read_items
-from paw.evaluate.train import train_lora
-from paw.io.adapter import LoraAdapter, lora_config_dict, read_adapter, write_adapter
+from paw.io.adapter import LoraAdapter, read_adapter, write_adapter
 from paw.io.json_file import read_json_if_exists
 from paw.io.manifest import write_json
 from paw.io.tokenizer import open_tokenizer
@@ -68,11 +67,11 @@ DEFAULT_TASKS = ("boolq", "arc-easy")
 class Recipe:
     """One LoRA recipe for every task, model and direction (the LoRAs with labels and the distillation)."""
 
-    rank: int = 8
-    alpha: float = 16.0
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
     lora_steps: int = 300          # 2,400 labelled examples: about one pass over a task's training inputs
-    batch: int = 8
-    lr: float = 2e-4
+    lora_batch: int = 8
+    lora_lr: float = 2e-4
     train_inputs: int = 1000       # training inputs distillation sees (seeded subset; the LoRAs see all)
     distill_steps: int = 300       # a fixed budget (the automatic one may run 3,000 steps: hours per run on a CPU)
     # BoolQ's passages (~600 tokens) in batches of 8 through SmolLM2's 30 layers held 14 GB of activations
@@ -106,22 +105,6 @@ def load_task(data: str | Path, name: str, seed: int) -> tuple[list, list]:
     raw = Path(data) / "raw"
     train = read_items(raw / f"{t.train}.jsonl")
     return split(train, t, read_items(raw / f"{t.test}.jsonl") if t.test else None, seed)
-
-
-def _train(model, tokenizer, items, recipe: Recipe, seed: int, base_name: str) -> LoraAdapter:
-    import copy
-
-    from peft import get_peft_model_state_dict
-
-    from paw.bench.common import LINEAR
-
-    peft_model, _ = train_lora(copy.deepcopy(model), tokenizer, items, rank=recipe.rank, alpha=recipe.alpha,
-                               target_modules=LINEAR, steps=recipe.lora_steps, batch_size=recipe.batch,
-                               lr=recipe.lr, seed=seed, device=None, eval_items=None, tracker=None, progress=False,
-                               gradient_checkpointing=recipe.gradient_checkpointing)
-    tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
-    config = lora_config_dict(r=recipe.rank, alpha=recipe.alpha, target_modules=LINEAR, base_model=base_name)
-    return LoraAdapter(config=config, tensors=tensors)
 
 
 class Cache:
@@ -164,11 +147,7 @@ def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None) -> list
 def _side(base, adapter: LoraAdapter | None = None) -> LM:
     """A distillation side from a bench ``Base``; with ``adapter`` (merged in place by the caller), the
     context that takes it out again, so the teacher's excess can be measured."""
-    off = None
-    if adapter is not None:
-        minus = {k: -d for k, d in adapter_deltas(adapter).items()}
-        def off():  # noqa: E306 - a closure over the deltas
-            return applied(base.model, minus)
+    off = without_adapter(base.model, adapter) if adapter is not None else None
     return LM(base.model, base.tokenizer, base.name, tokenizer_info=open_tokenizer(base.folder), adapter_off=off)
 
 
@@ -177,10 +156,10 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
     """One task moved ``source`` -> ``target`` (bench ``Base`` s): every condition scored on ``test_items``."""
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
-    lora_s, seconds[f"train {s}"], _ = cache.adapter(f"lora-{s}", lambda: (
-        _train(source.model, source.tokenizer, train_items, recipe, seed, s), {}))
-    lora_t, seconds[f"train {t}"], _ = cache.adapter(f"lora-{t}", lambda: (
-        _train(target.model, target.tokenizer, train_items, recipe, seed, t), {}))
+    lora_s, seconds[f"train {s}"], _ = cache.adapter(f"lora-{s}", lambda: train_adapter(
+        source, train_items, recipe, seed, gradient_checkpointing=recipe.gradient_checkpointing))
+    lora_t, seconds[f"train {t}"], _ = cache.adapter(f"lora-{t}", lambda: train_adapter(
+        target, train_items, recipe, seed, gradient_checkpointing=recipe.gradient_checkpointing))
     out: dict[str, list[int]] = {}
     for key, model, tok, adapter in (("source base", source.model, source.tokenizer, None),
                                      ("source + LoRA", source.model, source.tokenizer, lora_s),
@@ -196,7 +175,7 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
         status(f"tasks: distill {s} -> {t} ({recipe.distill_steps} steps, {len(prompts)} label-free inputs)")
         with applied(source.model, adapter_deltas(lora_s)):
             moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), prompts=prompts,
-                                         steps=recipe.distill_steps, batch_size=recipe.batch, seed=seed,
+                                         steps=recipe.distill_steps, batch_size=recipe.lora_batch, seed=seed,
                                          device=device, target_name=t, progress=False)
         d = DistillSummary.from_report(report)
         return moved, {"losses": d.losses, "agreement_before": d.agreement_before, "agreement_after": d.agreement_after,

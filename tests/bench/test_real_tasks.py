@@ -31,7 +31,8 @@ def pair(tmp_path_factory):
     return sides, list(task), root
 
 
-RECIPE = R.Recipe(rank=4, alpha=8, lora_steps=30, batch=8, lr=1e-2, train_inputs=12, distill_steps=10)
+RECIPE = R.Recipe(lora_rank=4, lora_alpha=8, lora_steps=30, lora_batch=8, lora_lr=1e-2, train_inputs=12,
+                  distill_steps=10)
 
 
 def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
@@ -57,7 +58,7 @@ def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("cached work was done again")
 
-    monkeypatch.setattr(R, "_train", fail)
+    monkeypatch.setattr(R, "train_adapter", fail)
     monkeypatch.setattr(R, "distill_lora", fail)
     monkeypatch.setattr(R, "score_items", fail)
     again = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
