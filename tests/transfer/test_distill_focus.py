@@ -108,15 +108,16 @@ def test_automatic_budget_and_probe_interval():
     assert (D.check_every(16, 8), D.check_every(2000, 8), D.check_every(10**6, 8)) == (10, 100, 100)
 
 
-@pytest.mark.parametrize(("drop", "level", "budget", "falling"), [
-    (0.20, 2.0, {}, True),                            # fell 0.4 nats over the last fifth: still learning
-    (0.20, 0.006, {}, False),                         # 0.006 -> 0.0048: a converged near-zero loss
-    (0.03, 2.0, {}, False),                           # levelled off
-    (0.20, 2.0, {"stopped": "levelled off"}, False),  # the automatic budget saw the agreement level off
-    (None, 2.0, {}, False),                           # too few steps to tell
+@pytest.mark.parametrize(("fall", "budget", "falling"), [
+    ((0.20, 0.4), {}, True),                            # 2.0 -> 1.6 nats over the last fifth: still learning
+    ((0.20, 0.0012), {}, False),                        # 0.006 -> 0.0048: a converged near-zero loss
+    ((0.03, 0.06), {}, False),                          # levelled off
+    ((0.20, 0.4), {"stopped": "levelled off"}, False),  # the automatic budget saw the agreement level off
+    (None, {}, False),                                  # too few steps to tell
 ])
-def test_still_falling_needs_a_real_fall(drop, level, budget, falling):
-    assert D.still_falling(drop, level, budget) is falling
+def test_still_falling_needs_a_real_fall(fall, budget, falling):
+    assert D.still_falling(fall, budget) is falling
+    drop = None if fall is None else fall[0]
     warned = D._warnings(drop if falling else None, {"train_used": 10, "train": 10})
     assert bool(warned) is falling
 

@@ -406,9 +406,10 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
     cfg = moved.config
     finite = [x for x in curve["loss"] if math.isfinite(x)]
     window = max(1, min(10, len(finite)))
-    drop = L.tail_drop(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
+    fall = L.tail_fall(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
+    drop = None if fall is None else fall[0]
     budget = settings.get("budget") or {}
-    falling = still_falling(drop, _tail_level(finite), budget)
+    falling = still_falling(fall, budget)
     if budget:
         settings["budget"] = {**budget, "loss_levelled_off": drop is not None and not falling}
     return {
@@ -433,24 +434,18 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
     }
 
 
-def _tail_level(finite: list[float], fraction: float = 0.2) -> float:
-    """Mean loss of the fifth of the steps before the last fifth (what :func:`loss.tail_drop` compares with)."""
-    k = int(len(finite) * fraction)
-    return sum(finite[-2 * k:-k]) / k if k >= 2 and 2 * k <= len(finite) else 0.0
+def still_falling(fall: tuple[float, float] | None, budget: dict) -> bool:
+    """Whether the loss was still falling at the end: over the last fifth of the steps it fell by more
+    than ``STILL_FALLING`` of its level *and* by more than ``STILL_FALLING_ABS`` nats (``fall`` is
+    :func:`loss.tail_fall`'s ``(relative, absolute)``), and the automatic budget did not stop training
+    for the agreement having levelled off.
 
-
-def still_falling(drop: float | None, tail_level: float, budget: dict) -> bool:
-    """Whether the loss was still falling at the end: it fell by more than ``STILL_FALLING`` of its level
-    *and* ``STILL_FALLING_ABS`` nats over the last fifth of the steps (``drop`` is
-    :func:`loss.tail_drop`, ``tail_level`` the loss it fell from), and the automatic budget did not stop
-    training for the agreement having levelled off.
-
-    >>> still_falling(0.2, 2.0, {}), still_falling(0.2, 0.006, {}), still_falling(0.2, 2.0, {"stopped": "levelled off"})
+    >>> still_falling((0.2, 0.4), {}), still_falling((0.2, 0.0012), {}), still_falling((0.2, 0.4), {"stopped": "levelled off"})
     (True, False, False)
     """
-    if drop is None or budget.get("stopped") == "levelled off":
+    if fall is None or budget.get("stopped") == "levelled off":
         return False
-    return drop > STILL_FALLING and drop * tail_level > STILL_FALLING_ABS
+    return fall[0] > STILL_FALLING and fall[1] > STILL_FALLING_ABS
 
 
 def _warnings(drop: float | None, info: dict) -> list[str]:

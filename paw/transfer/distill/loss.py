@@ -153,9 +153,20 @@ def tail_drop(losses: list[float], fraction: float = 0.1) -> float | None:
     Computed on the finite values; None when that fraction holds fewer than two of them. A loss
     that has levelled off gives about 0; ``[4, 4, 2, 2]`` in halves (``fraction=0.5``) gives 0.5.
     """
+    fall = tail_fall(losses, fraction)
+    return None if fall is None else fall[0]
+
+
+def tail_fall(losses: list[float], fraction: float = 0.1) -> tuple[float, float] | None:
+    """``(relative, absolute)`` fall of the loss over the last ``fraction`` of training: ``1 - last / before``
+    and ``before - last``, of the mean losses of the last fraction and the one before it (:func:`tail_drop`).
+
+    >>> tail_fall([4.0, 4.0, 2.0, 2.0], 0.5)
+    (0.5, 2.0)
+    """
     finite = [x for x in losses if math.isfinite(x)]
     k = int(len(finite) * fraction)
     if k < 2 or 2 * k > len(finite):
         return None
-    last, before = sum(finite[-k:]), sum(finite[-2 * k:-k])   # equal lengths: the ratio of sums is that of means
-    return 1.0 - last / before if before > 0 else None
+    last, before = sum(finite[-k:]) / k, sum(finite[-2 * k:-k]) / k
+    return (1.0 - last / before, before - last) if before > 0 else None

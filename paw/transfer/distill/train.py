@@ -185,28 +185,28 @@ def _pieces(encoded, vocab) -> list[bytes]:
     return [vocab[i] if 0 <= i < len(vocab) and vocab[i] is not None else b"" for i in cont]
 
 
-def excess_weights(excess: list[float]) -> list[float]:
-    """Agreement weights from the teacher's excess: the gain where the LoRA raised the token, else 0.
-
-    >>> excess_weights([2.0, -1.0, 0.0])
-    [2.0, 0.0, 0.0]
-    """
-    return [max(x, 0.0) for x in excess]
-
-
-def _focus_mask(examples, mask, fraction: float, device):
-    """TiTok's token selection: a (B, K) float mask keeping the ``fraction`` of the batch's continuation
-    tokens with the largest excess (ties kept), or None when an example has no excess."""
+def _excess_at(examples, mask, device, of):
+    """A (B, K) tensor holding ``of(excess)`` at the continuation positions ``mask`` marks (the examples'
+    excess in row order, as left-padded rows hold their continuation tokens), 0 elsewhere; None when an
+    example has no excess."""
     import torch
 
     if any(e.excess is None for e in examples):
         return None
     values = torch.tensor([x for e in examples for x in e.excess], dtype=torch.float32, device=device)
-    keep = max(1, math.ceil(fraction * values.numel()))
-    threshold = values.topk(keep).values[-1]
     weights = torch.zeros(mask.shape, dtype=torch.float32, device=device)
-    weights[mask] = (values >= threshold).float()
+    weights[mask] = of(values)
     return weights
+
+
+def _focus_mask(examples, mask, fraction: float, device):
+    """TiTok's token selection: a (B, K) float mask keeping the ``fraction`` of the batch's continuation
+    tokens with the largest excess (ties kept), or None when an example has no excess."""
+    def kept(values):
+        threshold = values.topk(max(1, math.ceil(fraction * values.numel()))).values[-1]
+        return (values >= threshold).float()
+
+    return _excess_at(examples, mask, device, kept)
 
 
 def _autocast(device):
@@ -327,15 +327,9 @@ def probe_score(peft_model, teacher_model, probe, vocab: Vocab, device) -> float
 
 
 def _excess_tensor(examples, mask, device):
-    """(B, K) agreement weights (:func:`excess_weights`) at ``mask``, or None when an example has no excess."""
-    import torch
-
-    if any(e.excess is None for e in examples):
-        return None
-    weights = torch.zeros(mask.shape, dtype=torch.float32, device=device)
-    weights[mask] = torch.tensor([w for e in examples for w in excess_weights(e.excess)], dtype=torch.float32,
-                                 device=device)
-    return weights
+    """(B, K) agreement weights at ``mask``: the excess where the LoRA raised the token, else 0; None
+    when an example has no excess."""
+    return _excess_at(examples, mask, device, lambda values: values.clamp(min=0.0))
 
 
 def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress,
