@@ -71,7 +71,7 @@ def test_train_lora_shards_sum_to_the_batch_gradient(fact_model_lm, world):
     import torch
 
     from paw.evaluate.encode import pad_id_of
-    from paw.evaluate.train import _encode_answer, _step_loss, wrap_lora
+    from paw.evaluate.train import _step_loss, encode_answer, wrap_lora
 
     lm, tokenizer, items = fact_model_lm
     model = wrap_lora(copy.deepcopy(lm), rank=4, alpha=8, target_modules="all-linear", seed=0)
@@ -79,7 +79,7 @@ def test_train_lora_shards_sum_to_the_batch_gradient(fact_model_lm, world):
         for p in model.parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))
-    batch = [_encode_answer(tokenizer, item, None) for item in items[:5]]
+    batch = [encode_answer(tokenizer, item, None) for item in items[:5]]
     assert len({e.n_cont for e in batch}) > 1  # the weighting matters only when shares differ
     pad = pad_id_of(tokenizer)
     model.zero_grad(set_to_none=True)

@@ -27,11 +27,10 @@ from typing import Any
 from paw import __version__
 from paw.device import resolve_device
 from paw.errors import PawError
-from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.encode import make_batch, max_length_of, pad_id_of
 from paw.evaluate.formats import read_items
 from paw.evaluate.items import MCItem
-from paw.evaluate.mc import evaluate
-from paw.evaluate.train import answer_loss, batches_in_order
+from paw.evaluate.train import answer_loss, batches_in_order, encode_answer, evaluate_items, prefixed
 from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
@@ -90,7 +89,7 @@ def finetune(model, tokenizer, items: Sequence[MCItem], options: FinetuneOptions
     model.to(resolve_device(options.device))
     metrics: dict[str, Any] = {**asdict(options), "n_train": len(items)}
     if eval_items:
-        metrics.update(_prefixed("base", _evaluate(model, tokenizer, eval_items, options, progress)))
+        metrics.update(prefixed("base", evaluate_items(model, tokenizer, eval_items, options.batch_size, progress)))
     torch.manual_seed(options.seed)
     params = _trainable(model, options.freeze_embeddings)
     metrics["trainable_parameters"] = sum(p.numel() for p in params)
@@ -100,7 +99,7 @@ def finetune(model, tokenizer, items: Sequence[MCItem], options: FinetuneOptions
     metrics.update(train_seconds=time.process_time() - start, train_losses=losses,
                    train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window)
     if eval_items:
-        metrics.update(_prefixed("test", _evaluate(model, tokenizer, eval_items, options, progress)))
+        metrics.update(prefixed("test", evaluate_items(model, tokenizer, eval_items, options.batch_size, progress)))
     return metrics
 
 
@@ -121,7 +120,7 @@ def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: 
 
     device = next(model.parameters()).device
     max_length = max_length_of(model)
-    encoded = [_encode_answer(tokenizer, item, max_length) for item in items]
+    encoded = [encode_answer(tokenizer, item, max_length) for item in items]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
     pad_id = pad_id_of(tokenizer)
     order = batches_in_order(len(encoded), options.batch_size, options.steps, options.seed)
@@ -144,21 +143,6 @@ def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: 
         losses.append(value)
     model.eval()
     return losses
-
-
-def _encode_answer(tokenizer, item: MCItem, max_length: int | None):
-    if not 0 <= item.answer < len(item.choices):
-        raise PawError(f"item {item.id!r}: answer {item.answer} out of range for {len(item.choices)} choices")
-    context, continuation = item.pairs()[item.answer]
-    return encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer")
-
-
-def _evaluate(model, tokenizer, items, options: FinetuneOptions, progress: bool) -> dict:
-    return evaluate(model, tokenizer, items, batch_size=max(options.batch_size, 8), progress=progress)
-
-
-def _prefixed(prefix: str, values: dict) -> dict:
-    return {f"{prefix}/{k}": v for k, v in values.items()}
 
 
 @dataclass(frozen=True)

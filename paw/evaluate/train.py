@@ -114,14 +114,14 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     metrics: dict = {"steps": steps, "batch_size": batch_size, "lr": lr, "rank": rank, "alpha": alpha,
                      "seed": seed, "n_train": len(items)}
     if eval_items and ranks.main:
-        base = checkpoints.extra("base") or _prefixed("base", _evaluate(model, tokenizer, eval_items, batch_size,
+        base = checkpoints.extra("base") or prefixed("base", evaluate_items(model, tokenizer, eval_items, batch_size,
                                                                          progress))
         metrics.update(base)
     peft_model = wrap_lora(model, rank=rank, alpha=alpha, target_modules=target_modules, seed=seed)
     prepare_student(peft_model, gradient_checkpointing=gradient_checkpointing)
     device = next(peft_model.parameters()).device
     max_length = max_length_of(model)
-    encoded = [_encode_answer(tokenizer, item, max_length) for item in items]
+    encoded = [encode_answer(tokenizer, item, max_length) for item in items]
     params = [p for p in peft_model.parameters() if p.requires_grad]
     metrics["trainable_parameters"] = sum(p.numel() for p in params)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -151,7 +151,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     metrics.update(train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window,
                    train_losses=losses)
     if eval_items and ranks.main:
-        after = _prefixed("test", _evaluate(peft_model, tokenizer, eval_items, batch_size, progress))
+        after = prefixed("test", evaluate_items(peft_model, tokenizer, eval_items, batch_size, progress))
         metrics.update(after)
         if tracker is not None:
             tracker.log({k: v for k, v in after.items() if isinstance(v, float)}, step=steps)
@@ -177,16 +177,19 @@ def _answer_tokens(items: list[Encoded]) -> int:
     return sum(min(e.n_cont, len(e.ids) - 1) for e in items)
 
 
-def _encode_answer(tokenizer, item: MCItem, max_length: int | None) -> Encoded:
+def encode_answer(tokenizer, item: MCItem, max_length: int | None) -> Encoded:
+    """The item's question and right answer, encoded as the sequence the answer loss trains on."""
     if not 0 <= item.answer < len(item.choices):
         raise PawError(f"item {item.id!r}: answer {item.answer} out of range for {len(item.choices)} choices")
     context, continuation = item.pairs()[item.answer]
     return encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer")
 
 
-def _evaluate(model, tokenizer, items, batch_size, progress) -> dict:
+def evaluate_items(model, tokenizer, items, batch_size, progress) -> dict:
+    """:func:`paw.evaluate.mc.evaluate` at a scoring batch of at least 8 (training batches can be smaller)."""
     return evaluate(model, tokenizer, items, batch_size=max(batch_size, 8), progress=progress)
 
 
-def _prefixed(prefix: str, values: dict) -> dict:
+def prefixed(prefix: str, values: dict) -> dict:
+    """``{'accuracy': 0.5}`` -> ``{'base/accuracy': 0.5}``: metrics named by when they were taken."""
     return {f"{prefix}/{k}": v for k, v in values.items()}
