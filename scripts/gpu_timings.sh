@@ -32,13 +32,13 @@ for part in $parts; do case $part in
   distill)
     step distill.log 100 $py scripts/bench_distill.py --hidden 256 --layers 4 --steps 100
     pair=(--source-like "$like/smollm2-135m-instruct" --target-like "$like/gemma-3-270m" --work /tmp/paw-real-shape)
-    step distill.log 60 $py scripts/bench_scale_memory.py "${pair[@]}" --device cuda --max-steps 1
-    step distill.log 90 $py scripts/bench_scale_memory.py "${pair[@]}" --device cuda --max-steps 201 ;;
+    step distill.log 120 $py scripts/bench_scale_memory.py "${pair[@]}" --device cuda --max-steps 1
+    step distill.log 150 $py scripts/bench_scale_memory.py "${pair[@]}" --device cuda --max-steps 201 ;;
   distill-cpu)  # the same pair on this machine's CPU, 11 steps (the per-step ratio)
     step distill.log 120 $py scripts/bench_scale_memory.py --source-like "$like/smollm2-135m-instruct" \
         --target-like "$like/gemma-3-270m" --work /tmp/paw-real-shape --device cpu --max-steps 11 ;;
   scale)
-    step scale.log 90 $py scripts/bench_scale_memory.py --work /tmp/paw-1b --device cuda
+    step scale.log 150 $py scripts/bench_scale_memory.py --work /tmp/paw-1b --device cuda
     step scale.log 45 $py scripts/bench_scale_memory.py --work /tmp/paw-1b --device cuda --gradient-checkpointing
     step scale.log 60 $py scripts/bench_scale_memory.py --work /tmp/paw-1b --device cuda --max-steps 51 ;;
   transfer)

@@ -114,7 +114,9 @@ def test_cuda_gives_the_cpu_adapter(cli, tmp_path, tiny_llama, llama_ft):
     assert gpu["options"]["device"] == "cuda"
     for a, b in zip(cpu["modules"], gpu["modules"], strict=True):
         assert (a["module"], a["how"], a["rank"]) == (b["module"], b["how"], b["rank"])
-        assert (a["relative_error"] or 0) == pytest.approx(b["relative_error"] or 0, abs=1e-5)
+        # an exact-rank fine-tune: both errors are float32 noise (H100, 2026-11-26: 3.3e-7 on the CPU,
+        # 4.4e-5 from CUDA's SVD), so they agree to 1e-4, the bar the logits below are held to
+        assert (a["relative_error"] or 0) == pytest.approx(b["relative_error"] or 0, abs=1e-4)
     assert _relative(_logits(tiny_llama, tmp_path / "gpu"), _logits(llama_ft)) < 1e-4
 
 
