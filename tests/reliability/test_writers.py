@@ -54,7 +54,7 @@ def _refused(cli, fx: Path, out: Path, args, *fragments: str) -> str:
 def test_a_diverged_distillation_is_refused_with_advice(cli, fx, tmp_path):
     out = tmp_path / "moved"
     line = _refused(cli, fx, out, _distill(fx, out, "--lr", "1e8"), "adapter_model.safetensors",
-                    "the distillation diverged", "lower --lr", "NaN/Inf", "lora_", "--allow-nonfinite")
+                    "the distillation diverged at step 2 ", "lower --lr", "NaN/Inf", "lora_", "--allow-nonfinite")
     assert line.startswith(f"error: {out / 'adapter_model.safetensors'}: ")
     assert not out.exists()
 
@@ -63,8 +63,10 @@ def test_allow_nonfinite_writes_a_diverged_distillation_and_records_it(cli, fx, 
     out = tmp_path / "moved"
     res = cli(*map(str, _distill(fx, out, "--lr", "1e8", "--allow-nonfinite")))
     assert res.exit_code == 0, res.stderr
-    written = json.loads((out / "transfer_report.json").read_text())["nonfinite_written"]
+    report = json.loads((out / "transfer_report.json").read_text())
+    written = report["nonfinite_written"]
     assert written and all(count > 0 for count in written.values())
+    assert report["distill"]["diverged_at_step"] == 2   # step 1's loss is finite; its update is not
 
 
 def test_a_nan_source_adapter_is_named_not_blamed_on_the_teacher(cli, fx, tmp_path):

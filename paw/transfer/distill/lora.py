@@ -160,6 +160,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, device=device, progress=progress and main, scale=scale, extra={"before": before},
                         focus=token_focus, stop=stop)
+        diverged = curve.pop("diverged_at", None)
         after = T.agreement(peft_model, teacher.model, tests or train, vocab, device) if main else None
         moved = _adapter_of(peft_model, adapter, target_name or student.name)
     finally:
@@ -172,6 +173,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                       else "training prompts (none held out)"},
                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
                      token_focus=token_focus, budget=_budget(auto, steps, curve, stop, excess))
+    if diverged:
+        report["distill"]["diverged_at_step"] = int(diverged[0])
     return moved, report
 
 

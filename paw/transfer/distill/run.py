@@ -126,7 +126,9 @@ def _refuse_diverged(output: str | Path, moved, report: dict, lr: float) -> dict
     """Refuse a student adapter with NaN/Inf factors (the training diverged) before anything is written,
     naming the tensor; where ``--allow-nonfinite`` lets it through, the report records it."""
     counts: dict[str, int] = {}
-    why = f"the distillation diverged (try a lower --lr than {lr:g})"
+    at = report.get("distill", {}).get("diverged_at_step")
+    when = f" at step {at}" if at else ""
+    why = f"the distillation diverged{when} (try a lower --lr than {lr:g})"
     for key, tensor in sorted(moved.tensors.items()):
         refuse_nonfinite_tensor(Path(output) / WEIGHTS_NAME, key, tensor, counts=counts, what=why)
     return {**report, "nonfinite_written": counts} if counts else report

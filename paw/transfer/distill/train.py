@@ -338,7 +338,9 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     """The loss curve of at most ``steps`` AdamW steps; under ``scale`` each rank trains its share of every
     batch and checkpoints (with ``extra`` beside the curve) let a killed run resume. ``focus`` > 0 keeps
     that fraction of each batch's continuation tokens, those the adapter changed most (TiTok's token
-    selection); ``stop`` ends training early (the curve's ``probe`` holds its measurements)."""
+    selection); ``stop`` ends training early (the curve's ``probe`` holds its measurements). A loss that is
+    NaN or Inf ends it at once (the curve's ``diverged_at`` holds the step): the factors are lost by then,
+    and :func:`paw.transfer.distill.run` refuses them."""
     import torch
 
     pad_id = PAD_ID
@@ -375,6 +377,9 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
                              else sum(values.values()))
         for key in LOSSES:
             curve[key].append(values.get(key, math.nan))
+        if not math.isfinite(curve["loss"][-1]):  # the step just taken made the factors NaN: the rest is waste
+            curve["diverged_at"] = [float(step + 1)]
+            break
         stopping = False
         if stop is not None and (step + 1) % stop.every == 0:  # the same weights on every rank: the same decision
             curve.setdefault("probe", []).append(probe_score(peft_model, teacher_model, stop.probe, vocab, device))
