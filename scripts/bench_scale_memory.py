@@ -102,7 +102,7 @@ def seconds(duration: str) -> float:
     """Invert :func:`paw.progress.format_duration`: ``'3 min 10 s'`` -> 190.0."""
     words = duration.split()
     unit = {"s": 1, "min": 60, "h": 3600, "d": 86400}
-    return sum(float(n) * unit[u] for n, u in zip(words[::2], words[1::2]))
+    return sum(float(n) * unit[u] for n, u in zip(words[::2], words[1::2], strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,14 +57,14 @@ def first_line(err: Exception, limit: int = 160) -> str:
 
 # ------------------------------------------------------------------------------------ scoring
 
-def score_items(model, tokenizer, items, *, batch_size: int = 64) -> list[int]:
+def score_items(model, tokenizer, items, *, batch_size: int = 64, progress: bool = False) -> list[int]:
     """1/0 per item: is the highest-log-likelihood choice the answer? (:func:`paw.evaluate.mc.evaluate`'s rule)."""
     encoded, spans = [], []
     for item in items:
         spans.append((len(encoded), len(item.choices)))
         encoded.extend(encode_pair(tokenizer, c, x, max_length=max_length_of(model)) for c, x in item.pairs())
     scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
-                           device=next(model.parameters()).device, progress=False)
+                           device=next(model.parameters()).device, progress=progress)
     return [int(_argmax([s for s, _ in scores[a:a + k]]) == item.answer) for (a, k), item in zip(spans, items, strict=True)]
 
 
@@ -128,7 +128,7 @@ def random_deltas(norms: dict[str, float], model, *, rank: int, seed: int) -> di
 
 # ------------------------------------------------------------------------------------ LoRA
 
-def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing: bool = False):
+def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing: bool = False, progress: bool = False):
     """A LoRA trained on ``items`` on top of ``base``; returns ``(LoraAdapter, its first and last loss)``.
 
     ``opts`` gives the recipe: ``lora_rank``, ``lora_alpha``, ``lora_steps``, ``lora_batch`` and
@@ -139,7 +139,7 @@ def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing:
     peft_model, metrics = train_lora(copy.deepcopy(base.model), base.tokenizer, items, rank=opts.lora_rank,
                                      alpha=opts.lora_alpha, target_modules=LINEAR, steps=opts.lora_steps,
                                      batch_size=opts.lora_batch, lr=opts.lora_lr, seed=seed, device=None,
-                                     eval_items=None, tracker=None, progress=False,
+                                     eval_items=None, tracker=None, progress=progress,
                                      gradient_checkpointing=gradient_checkpointing)
     tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
     config = lora_config_dict(r=opts.lora_rank, alpha=opts.lora_alpha, target_modules=LINEAR,

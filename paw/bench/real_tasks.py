@@ -137,11 +137,18 @@ class Cache:
         return adapter, seconds, report
 
 
-def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None) -> list[int]:
+def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None, *, what: str = "") -> list[int]:
+    status(f"tasks: scoring {what} on {len(items)} test items")
     if adapter is None:
-        return score_items(model, tokenizer, items)
+        return score_items(model, tokenizer, items, progress=True)
     with applied(model, adapter_deltas(adapter)):
-        return score_items(model, tokenizer, items)
+        return score_items(model, tokenizer, items, progress=True)
+
+
+def _trained(base, items, recipe: Recipe, seed: int):
+    status(f"tasks: training the LoRA of {base.name} ({recipe.lora_steps} steps of {recipe.lora_batch})")
+    return train_adapter(base, items, recipe, seed, gradient_checkpointing=recipe.gradient_checkpointing,
+                         progress=True)
 
 
 def _side(base, adapter: LoraAdapter | None = None) -> LM:
@@ -156,17 +163,16 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
     """One task moved ``source`` -> ``target`` (bench ``Base`` s): every condition scored on ``test_items``."""
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
-    lora_s, seconds[f"train {s}"], _ = cache.adapter(f"lora-{s}", lambda: train_adapter(
-        source, train_items, recipe, seed, gradient_checkpointing=recipe.gradient_checkpointing))
-    lora_t, seconds[f"train {t}"], _ = cache.adapter(f"lora-{t}", lambda: train_adapter(
-        target, train_items, recipe, seed, gradient_checkpointing=recipe.gradient_checkpointing))
+    lora_s, seconds[f"train {s}"], _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
+    lora_t, seconds[f"train {t}"], _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
     out: dict[str, list[int]] = {}
     for key, model, tok, adapter in (("source base", source.model, source.tokenizer, None),
                                      ("source + LoRA", source.model, source.tokenizer, lora_s),
                                      ("target base", target.model, target.tokenizer, None),
                                      ("target + own LoRA", target.model, target.tokenizer, lora_t)):
         name = f"score-{(s if key.startswith('source') else t)}-{'base' if adapter is None else 'lora'}"
-        out[key], seconds[name] = cache.scores(name, lambda m=model, k=tok, a=adapter: _scored(m, k, test_items, a))
+        out[key], seconds[name] = cache.scores(name, lambda m=model, k=tok, a=adapter, w=f"{key} ({name[6:]})":
+                                               _scored(m, k, test_items, a, what=w))
     inputs = random.Random(f"paw-real-task-inputs-{seed}").sample(train_items, min(recipe.train_inputs,
                                                                                      len(train_items)))
     prompts = [Prompt.of(item) for item in inputs]   # the answers are dropped here; the choices stay
@@ -183,7 +189,8 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
 
     moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{s}-to-{t}", distill)
     out["target + moved LoRA"], seconds[f"score-{t}-moved"] = cache.scores(
-        f"score-{t}-moved-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved))
+        f"score-{t}-moved-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
+                                                     what=f"{t} + the LoRA moved from {s}"))
     return summarise(out, seconds, report, n_boot=n_boot, seed=seed)
 
 
