@@ -14,54 +14,11 @@ from paw.merge.mergekit import evaluate_setting
 from tests.merge import merge_reference as ref
 from tests.merge.conftest import load_numpy
 
-# mergekit's examples/gradient-slerp.yml and examples/ties.yml, word for word but for the model names
-# and the layer range (its 13B models have 40 layers, the zoo model 4)
-GRADIENT_SLERP = """\
-slices:
-  - sources:
-      - model: psmathur/orca_mini_v3_13b
-        layer_range: [0, 4]
-      - model: garage-bAInd/Platypus2-13B
-        layer_range: [0, 4]
-# or, the equivalent models: syntax:
-# models:
-#   - model: psmathur/orca_mini_v3_13b
-#   - model: garage-bAInd/Platypus2-13B
-merge_method: slerp
-base_model: psmathur/orca_mini_v3_13b
-parameters:
-  t:
-    - filter: self_attn
-      value: [0, 0.5, 0.3, 0.7, 1]
-    - filter: mlp
-      value: [1, 0.5, 0.7, 0.3, 0]
-    - value: 0.5 # fallback for rest of tensors
-dtype: float16
-"""
-TIES = """\
-models:
-  - model: psmathur/orca_mini_v3_13b
-    parameters:
-      density: [1, 0.7, 0.1] # density gradient
-      weight: 1.0
-  - model: garage-bAInd/Platypus2-13B
-    parameters:
-      density: 0.5
-      weight: [0, 0.3, 0.7, 1] # weight gradient
-  - model: WizardLM/WizardMath-13B-V1.0
-    parameters:
-      density: 0.33
-      weight:
-        - filter: mlp
-          value: 0.5
-        - value: 0
-merge_method: ties
-base_model: TheBloke/Llama-2-13B-fp16
-parameters:
-  normalize: true
-  int8_mask: true
-dtype: float16
-"""
+# mergekit's examples/gradient-slerp.yml and examples/ties.yml as written (docs/examples/mergekit, which
+# the parity script reads too), but for the layer range: its 13B models have 40 layers, the zoo model 4
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "mergekit"
+GRADIENT_SLERP = (EXAMPLES / "gradient-slerp.yml").read_text().replace("layer_range: [0, 40]", "layer_range: [0, 4]")
+TIES = (EXAMPLES / "ties.yml").read_text()
 MODEL_STOCK = """\
 models:
   - model: psmathur/orca_mini_v3_13b
