@@ -28,6 +28,7 @@ TORCH_FREE = [
     "paw.evaluate.items",
     "paw.evaluate.mc",
     "paw.evaluate.stats",
+    "paw.fsdp",
     "paw.merge.weights",
     "paw.progress",
     "paw.transfer.distill.byte_align",

@@ -72,6 +72,8 @@ def train_lora_command(
     gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing",
                                                 help="Recompute activations in the backward pass: less memory, "
                                                      "about a third more compute."),
+    fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the model's weights (and the LoRA) over "
+                              "the processes with torch FSDP2, for a model that does not fit one device (docs/scale.md)."),
     device: str = DEVICE,
     dtype: str = DTYPE,
     track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
@@ -91,7 +93,7 @@ def train_lora_command(
     result = train_lora_adapter(model, data, output, rank=rank, alpha=alpha, target_modules=target_modules,
                                 steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_data=eval_data,
                                 format=format, limit=limit, eval_limit=eval_limit, save_every=save_every,
-                                resume=resume, gradient_checkpointing=gradient_checkpointing,
+                                resume=resume, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp,
                                 device=device, dtype=dtype, track=track, overwrite=overwrite, command=command_line())
     if not is_main():
         return

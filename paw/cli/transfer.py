@@ -141,6 +141,7 @@ def register(app: typer.Typer) -> None:
         gradient_checkpointing: bool = typer.Option(D.gradient_checkpointing, "--gradient-checkpointing",
                                                     help="[distill] Less memory, more compute."),
         dtype: str = typer.Option(D.dtype, "--dtype", help="[distill] Weights' dtype."),
+        fsdp: bool = typer.Option(D.fsdp, "--fsdp", help="[distill] Shard the student (FSDP2, torchrun)."),
     ):
         """Transfer a LoRA adapter to another base model (training-free, rank-preserving) with a report.
 
@@ -168,7 +169,7 @@ def register(app: typer.Typer) -> None:
                                  byte_kl=byte_kl, next_words=next_words, token_focus=token_focus, seed=seed,
                                  save_every=save_every,
                                  resume=resume, offload_teacher=offload_teacher,
-                                 gradient_checkpointing=gradient_checkpointing, dtype=dtype)
+                                 gradient_checkpointing=gradient_checkpointing, dtype=dtype, fsdp=fsdp)
         move = transfer_adapter if extract is None else functools.partial(transfer_finetune, extract=extract)
         result = move(adapter or finetune, source_base, target_base, output, method=method.value,
                                   subspace_rank=subspace_rank, min_similarity=min_similarity,

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from paw import fsdp as F
 from paw.device import resolve_device
 from paw.distributed import setup
 from paw.errors import PawError
@@ -95,7 +96,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
                        target_modules: str = "all-linear", steps: int = 600, batch_size: int = 6, lr: float = 1.5e-5,
                        seed: int = 0, eval_data: PathLike | None = None, format: str = "auto",
                        limit: int | None = None, eval_limit: int | None = None, save_every: int | None = None,
-                       resume: bool = False, gradient_checkpointing: bool = False,
+                       resume: bool = False, gradient_checkpointing: bool = False, fsdp: bool = False,
                        device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
                        command: str | None = None) -> TrainedAdapter:
     """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
@@ -103,9 +104,11 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     With ``eval_data`` the metrics hold the test scores before and after training; ``save_every``
     also writes ``OUTPUT/checkpoint-STEP`` adapters and a resumable ``OUTPUT-work/train-state.pt``
     that ``resume`` continues from. The folder appears atomically. Under ``torchrun`` every rank
-    trains on its share of each batch and rank 0 alone writes (:mod:`paw.distributed`).
+    trains on its share of each batch and rank 0 alone writes (:mod:`paw.distributed`); with ``fsdp``
+    the model's weights are also sharded over the ranks (:mod:`paw.fsdp`).
     """
     quiet_transformers()
+    F.check(fsdp, save_every=save_every, resume=resume)
     output = Path(output)
     check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
     finite("--lr", lr, positive=True)
@@ -115,7 +118,11 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     ranks, dev = setup(resolve_device(device))
     predicted = _announce(model, items, rank=rank, target_modules=target_modules, batch_size=batch_size, steps=steps,
                           device=dev, world=ranks.world, dtype=dtype)
-    lm, tokenizer = load_lm(model, device=dev, dtype=dtype)
+    if fsdp:  # loaded on the CPU; each rank's shard moves to its device
+        lm, tokenizer = load_lm(model, dtype=F.load_dtype(dtype, dev, _config(model)))
+    else:
+        lm, tokenizer = load_lm(model, device=dev, dtype=dtype)
+    sharding = dict(fsdp=True, device=dev) if fsdp else {}
     settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
                     lr=lr, seed=seed)
     inputs = describe_inputs(model=model, data=data, eval_data=eval_data)
@@ -124,8 +131,11 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
                               state=load_train_state(work) if resume else None,
                               settings={**settings, "data": inputs["data"], "limit": limit})
     if not ranks.main:  # the other ranks train their share and write nothing
-        train_lora(lm, tokenizer, items, **settings, checkpoints=checkpoints,
-                   gradient_checkpointing=gradient_checkpointing)
+        peft_model, _ = train_lora(lm, tokenizer, items, **settings, checkpoints=checkpoints,
+                                   gradient_checkpointing=gradient_checkpointing, progress=False,
+                                   eval_items=eval_items if fsdp else None, **sharding)
+        if fsdp:
+            F.full_lora_state(peft_model)  # rank 0 gathers the factors: every rank takes part
         return TrainedAdapter(output, {}, None)
     run_dir = output.with_name(output.name + "-tracking")  # beside the adapter, which appears atomically
     tracker = make_tracker(track, run_dir, {"name": output.name, **settings, **{k: v["path"] for k, v in inputs.items()}})
@@ -137,15 +147,23 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
         try:
             peft_model, metrics = train_lora(lm, tokenizer, items, **settings, eval_items=eval_items, tracker=tracker,
                                              on_step=checkpoint, checkpoints=checkpoints,
-                                             gradient_checkpointing=gradient_checkpointing)
+                                             gradient_checkpointing=gradient_checkpointing, **sharding)
         finally:
             tracker.finish()
         metrics["memory"] = with_measured(predicted, dev)
-        write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics})
+        write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics},
+                           state_dict=F.full_lora_state(peft_model) if fsdp else None)
         write_manifest(tmp, "paw_train_lora.json", command=command, inputs=inputs,
                        settings=settings)
     remove_train_state(work)  # the output is complete: nothing left to resume
     return TrainedAdapter(output, metrics, run_dir if track != "none" else None)
+
+
+def _config(model: PathLike) -> dict | None:
+    try:
+        return open_checkpoint(model).config
+    except PawError:  # a hub id or a GGUF file: load_lm names what is wrong with it
+        return None
 
 
 def _announce(model: PathLike, items, *, rank: int, target_modules: str, batch_size: int, steps: int, device, world: int,

@@ -142,13 +142,14 @@ def save_adapter(peft_model, output: str | Path, *, overwrite: bool = False, ext
 
 
 def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str, Any] | None = None,
-                       base: str | Path | None = None) -> None:
-    """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model."""
+                       base: str | Path | None = None, state_dict: dict | None = None) -> None:
+    """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model;
+    ``state_dict``: the factors to write when the model's own are shards (:func:`paw.fsdp.full_lora_state`)."""
     for config in peft_model.peft_config.values():
         if base is not None:
             config.base_model_name_or_path = str(base)
         sort_target_modules(config)
-    peft_model.save_pretrained(folder)
+    peft_model.save_pretrained(folder, **({"state_dict": state_dict} if state_dict is not None else {}))
     for name, data in (extra_files or {}).items():
         write_json(Path(folder) / name, data)
 

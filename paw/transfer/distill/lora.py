@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from paw import fsdp as F
 from paw.device import resolve_device
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
@@ -150,21 +151,27 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
     grads = {n: p.requires_grad for n, p in student.model.named_parameters()}
-    peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed, device)
+    sharded = scale is not None and scale.fsdp   # the student stays on the CPU until FSDP moves its shards
+    peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed,
+                          "cpu" if sharded else device)
     prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
+    fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
     main = scale is None or scale.ranks.main   # the other ranks train their share and report nothing
+    measure = main or sharded                  # under FSDP every rank runs every student forward pass
     try:
         before = (scale.checkpoints.extra("before") if scale is not None else None) or \
-            (T.agreement(peft_model, teacher.model, tests or train, vocab, device) if main else None)
+            (T.agreement(peft_model, teacher.model, tests or train, vocab, device) if measure else None)
         stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
         curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, device=device, progress=progress and main, scale=scale, extra={"before": before},
                         focus=token_focus, stop=stop)
         diverged = curve.pop("diverged_at", None)
-        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device) if main else None
-        moved = _adapter_of(peft_model, adapter, target_name or student.name)
+        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device) if measure else None
+        moved = _adapter_of(peft_model, adapter, target_name or student.name,
+                            F.full_lora_state(peft_model) if sharded else None)
     finally:
-        peft_model.unload()
+        if not sharded:  # a sharded student is left sharded: the caller's model is spent
+            peft_model.unload()
         for n, p in student.model.named_parameters():
             p.requires_grad_(grads.get(n, p.requires_grad))
     report = _report(adapter, teacher, student, moved, info, losses_used, _vocabulary_note(vocab, train),
@@ -175,6 +182,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                      token_focus=token_focus, budget=_budget(auto, steps, curve, stop, excess))
     if diverged:
         report["distill"]["diverged_at_step"] = int(diverged[0])
+    if fsdp:
+        report["distill"]["fsdp"] = fsdp
     return moved, report
 
 
@@ -391,12 +400,13 @@ def _student(adapter, model, init_adapter, rank, alpha, target_modules, seed, de
     return peft_model
 
 
-def _adapter_of(peft_model, adapter, base_name: str):
+def _adapter_of(peft_model, adapter, base_name: str, state_dict: dict | None = None):
+    """The trained LoRA as an adapter for ``base_name``; ``state_dict``: whole factors of a sharded model."""
     from peft import get_peft_model_state_dict
 
     cfg = peft_model.peft_config["default"]
     tensors = {k: v.detach().to("cpu").float().clone().contiguous() for k, v in
-               get_peft_model_state_dict(peft_model).items()}
+               get_peft_model_state_dict(peft_model, state_dict=state_dict).items()}
     targets = sorted(cfg.target_modules) if not isinstance(cfg.target_modules, str) else [cfg.target_modules]
     config = lora_config_dict(r=cfg.r, alpha=cfg.lora_alpha, target_modules=targets, base_model=base_name,
                               rank_pattern=dict(cfg.rank_pattern or {}), alpha_pattern=dict(cfg.alpha_pattern or {}),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from paw import fsdp as F
 from paw.errors import PawError
 from paw.validate import finite, lora_alpha, lora_rank
 
@@ -48,6 +49,7 @@ class DistillOptions:
     offload_teacher: bool = False             # free the teacher after its continuations, before training
     gradient_checkpointing: bool = False      # recompute the student's activations in the backward pass
     dtype: str = "auto"                       # both bases: auto (checkpoint's on GPU, float32 on CPU) or a dtype
+    fsdp: bool = False                        # under torchrun: shard the student over the processes (paw.fsdp)
 
     def check(self) -> None:
         """Refuse a knob out of range or inputs that do not go together, naming the one flag at fault."""
@@ -86,6 +88,7 @@ class DistillOptions:
             raise PawError(f"--next-words {self.next_words}: 0 (off) or at least 2")
         lora_alpha("--alpha", self.alpha)
         lora_rank("--rank", self.rank)  # the fit to the target's layers is checked once it is read
+        F.check(self.fsdp, save_every=self.save_every, resume=self.resume)
 
     def given(self) -> list[str]:
         """The flags set to something other than their default (``['--rank', '--alpha']``)."""

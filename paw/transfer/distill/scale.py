@@ -12,6 +12,9 @@ What :func:`paw.transfer.distill.lora.distill_lora` adds to the one-process loop
   is a mean over its own units (continuation tokens, aligned cuts, inputs with choices), so a rank
   weighs its part by its share of those units (:data:`UNITS`), and the summed gradients equal the
   one-process gradient of the whole batch.
+- **Sharded student** (``fsdp``, :mod:`paw.fsdp`): FSDP sums the LoRA gradients in the backward
+  pass, so :func:`sync` does nothing, and every rank runs the student's forward passes that any rank
+  runs (:func:`work` lends an empty share a stand-in example, weighed 0 by :func:`weigh`).
 - **Teacher offload.** With ``offload_teacher`` the teacher is dropped once every continuation and
   choice score is made, before the student trains; refused for the losses that read the teacher's
   next-token distributions at every step (token KL, byte-aligned KL).
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paw import fsdp as F
 from paw.distributed import SINGLE, Ranks, all_sum, map_chunks, shard, share, sync_gradients
 from paw.errors import PawError
 from paw.io.train_state import append_continuations, read_continuations
@@ -42,6 +46,7 @@ class Scale:
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
     offload_teacher: bool = False       # drop the teacher after its continuations, before training
     gradient_checkpointing: bool = False
+    fsdp: bool = False                  # the student sharded over the ranks (paw.fsdp); the teacher is not
 
 
 def teacher_key(teacher_name: str, adapter, max_new_tokens: int) -> str:
@@ -117,6 +122,16 @@ def mine(chosen: list, scale: Scale | None) -> list:
     return shard(chosen, scale.ranks) if scale is not None and scale.ranks.parallel else chosen
 
 
+def work(local: list, chosen: list, scale: Scale | None) -> tuple[list, list]:
+    """``(examples with a sequence, examples with choices)`` of the share ``local``; under FSDP an empty side
+    borrows one of the batch ``chosen`` when another rank has one (its loss part then weighs 0: :func:`weigh`
+    counts ``local``'s units)."""
+    if scale is not None and scale.fsdp:
+        return (F.stand_in(local, chosen, scale.ranks, lambda e: e.sequence is not None),
+                F.stand_in(local, chosen, scale.ranks, lambda e: bool(e.choices)))
+    return [e for e in local if e.sequence is not None], [e for e in local if e.choices]
+
+
 def weigh(parts: dict[str, Any], local: list, chosen: list, scale: Scale | None) -> dict[str, Any]:
     """Each loss part of the shard ``local`` times its share of the batch's units (unchanged in one process)."""
     if scale is None or not scale.ranks.parallel:
@@ -139,6 +154,6 @@ def reduce_parts(parts: dict[str, Any], keys: list[str], scale: Scale | None) ->
 
 
 def sync(params: list, scale: Scale | None) -> None:
-    """Sum the LoRA gradients over ranks (nothing in one process)."""
-    if scale is not None and scale.ranks.parallel:
+    """Sum the LoRA gradients over ranks (nothing in one process, nor under FSDP: its backward pass sums them)."""
+    if scale is not None and scale.ranks.parallel and not scale.fsdp:
         sync_gradients(params, scale.ranks)

@@ -359,8 +359,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
             continue
         local = S.mine(chosen, scale)
         parts = {}
-        with_seq = [e for e in local if e.sequence is not None]
-        with_choices = [e for e in local if e.choices]
+        with_seq, with_choices = S.work(local, chosen, scale)
         if with_seq:
             parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device, focus)[0])
         if with_choices:
