@@ -90,6 +90,17 @@ def _tasks_table(tk: dict) -> list[str]:
                          f"{_pct(a['target base'])} | {_pct(a['target + own LoRA'])} | "
                          f"{_pct(a['target + moved LoRA'])} | {100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
                          f"{_frac(d['kept'])} | {_frac(d['recovered'])} |")
+            syn = d.get("synthesized")
+            if syn is None:
+                continue
+            if "failed" in syn:
+                lines.append(f"| {task} | {direction}, teacher's own inputs | | | | | | | {syn['failed']} | | | |")
+                continue
+            a, m = syn["accuracy"], syn["moved_gain"]
+            lines.append(f"| {task} | {direction}, teacher's own inputs ({syn['synthesis']['synthesis']['kept']} inputs) | "
+                         f"{d['items']} | | | | | | {_pct(a['target + moved LoRA'])} | "
+                         f"{100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
+                         f"{_frac(syn['kept'])} | {_frac(syn['recovered'])} |")
     return lines
 
 

@@ -76,6 +76,9 @@ class Recipe:
     distill_steps: int = 300       # a fixed budget (the automatic one may run 3,000 steps: hours per run on a CPU)
     # BoolQ's passages (~600 tokens) in batches of 8 through SmolLM2's 30 layers held 14 GB of activations
     gradient_checkpointing: bool = True
+    # Trans-LoRA's setting: no task inputs at hand but a few seeds; the teacher writes the rest
+    synth_inputs: int = 1000       # inputs the teacher writes (0: skip the synthesized condition)
+    synth_seeds: int = 5           # the first of the seeded label-free inputs, fixed before any result
 
 
 RECIPE = Recipe()
@@ -158,6 +161,17 @@ def _side(base, adapter: LoraAdapter | None = None) -> LM:
     return LM(base.model, base.tokenizer, base.name, tokenizer_info=open_tokenizer(base.folder), adapter_off=off)
 
 
+def _four_conditions(source, target, lora_s, lora_t, test_items, cache: Cache, seconds: dict) -> dict[str, list[int]]:
+    """Per-item outcomes of the source and the target, each bare and with its own LoRA (cached)."""
+    out: dict[str, list[int]] = {}
+    for key, side, adapter in (("source base", source, None), ("source + LoRA", source, lora_s),
+                               ("target base", target, None), ("target + own LoRA", target, lora_t)):
+        name = f"score-{side.name}-{'base' if adapter is None else 'lora'}"
+        out[key], seconds[name] = cache.scores(name, lambda b=side, a=adapter, w=f"{key} ({side.name})":
+                                               _scored(b.model, b.tokenizer, test_items, a, what=w))
+    return out
+
+
 def run_direction(source, target, train_items: list, test_items: list, cache: Cache, *, recipe: Recipe = RECIPE,
                   seed: int = 0, n_boot: int = 1000, device: str = "cpu") -> dict:
     """One task moved ``source`` -> ``target`` (bench ``Base`` s): every condition scored on ``test_items``."""
@@ -165,17 +179,8 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
     seconds: dict[str, float] = {}
     lora_s, seconds[f"train {s}"], _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
     lora_t, seconds[f"train {t}"], _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
-    out: dict[str, list[int]] = {}
-    for key, model, tok, adapter in (("source base", source.model, source.tokenizer, None),
-                                     ("source + LoRA", source.model, source.tokenizer, lora_s),
-                                     ("target base", target.model, target.tokenizer, None),
-                                     ("target + own LoRA", target.model, target.tokenizer, lora_t)):
-        name = f"score-{(s if key.startswith('source') else t)}-{'base' if adapter is None else 'lora'}"
-        out[key], seconds[name] = cache.scores(name, lambda m=model, k=tok, a=adapter, w=f"{key} ({name[6:]})":
-                                               _scored(m, k, test_items, a, what=w))
-    inputs = random.Random(f"paw-real-task-inputs-{seed}").sample(train_items, min(recipe.train_inputs,
-                                                                                     len(train_items)))
-    prompts = [Prompt.of(item) for item in inputs]   # the answers are dropped here; the choices stay
+    out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, seconds)
+    prompts = label_free_inputs(train_items, recipe, seed)
 
     def distill():
         status(f"tasks: distill {s} -> {t} ({recipe.distill_steps} steps, {len(prompts)} label-free inputs)")
@@ -192,6 +197,45 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
         f"score-{t}-moved-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
                                                      what=f"{t} + the LoRA moved from {s}"))
     return summarise(out, seconds, report, n_boot=n_boot, seed=seed)
+
+
+def label_free_inputs(train_items: list, recipe: Recipe, seed: int) -> list[Prompt]:
+    """The seeded subset of the training items distillation sees, answers dropped (their choices stay)."""
+    inputs = random.Random(f"paw-real-task-inputs-{seed}").sample(train_items, min(recipe.train_inputs,
+                                                                                     len(train_items)))
+    return [Prompt.of(item) for item in inputs]
+
+
+def run_synthesized(source, target, train_items: list, test_items: list, cache: Cache, *, recipe: Recipe = RECIPE,
+                    seed: int = 0, n_boot: int = 1000, device: str = "cpu") -> dict:
+    """The same move from inputs the teacher wrote itself from ``recipe.synth_seeds`` seed inputs
+    (Trans-LoRA's setting), after :func:`run_direction` (whose cached adapters and scores it reuses).
+    A synthesis that yields nothing is a result too: ``{"failed": why}``."""
+    s, t = source.name, target.name
+    seconds: dict[str, float] = {}
+    lora_s, _, _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
+    lora_t, _, _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
+    seeds = label_free_inputs(train_items, recipe, seed)[:recipe.synth_seeds]
+
+    def distill():
+        status(f"tasks: distill {s} -> {t} from {recipe.synth_inputs} inputs {s} writes from {len(seeds)} seeds")
+        with applied(source.model, adapter_deltas(lora_s)):
+            moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), synthesize=recipe.synth_inputs,
+                                         seed_examples=seeds, steps=recipe.distill_steps, batch_size=recipe.lora_batch,
+                                         seed=seed, device=device, target_name=t, progress=False)
+        return moved, {"synthesis": report["distill"]["inputs"]}
+
+    try:
+        moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-synth-{s}-to-{t}", distill)
+    except PawError as e:
+        return {"failed": str(e), "seeds": [p.text for p in seeds]}
+    out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, {})
+    out["target + moved LoRA"], seconds[f"score-{t}-moved-synth"] = cache.scores(
+        f"score-{t}-moved-synth-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
+                                                           what=f"{t} + the LoRA moved from {s}'s own inputs"))
+    summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
+    return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered", "seconds")} | {
+        "synthesis": report["synthesis"], "seeds": [p.text for p in seeds]}
 
 
 def summarise(out: dict[str, list[int]], seconds: dict[str, float], report: dict, *, n_boot: int, seed: int) -> dict:
@@ -225,8 +269,13 @@ def part_tasks(opts, models: dict[str, Path], load, workdir: Path) -> dict[str, 
         train_items, test_items = load_task(opts.data, task, opts.seed)
         status(f"tasks: {task} ({len(train_items)} training items, {len(test_items)} test items)")
         cache = Cache(workdir / "tasks" / task)
-        out["tasks"][task] = {"train": len(train_items), "test": len(test_items), "directions": {
-            f"{a} -> {b}": run_direction(sides[a], sides[b], train_items, test_items, cache, seed=opts.seed,
-                                         n_boot=opts.n_boot, device=opts.device)
-            for a, b in (names, names[::-1])}}
+        pairs = (names, names[::-1])
+        directions = {f"{a} -> {b}": run_direction(sides[a], sides[b], train_items, test_items, cache, seed=opts.seed,
+                                                   n_boot=opts.n_boot, device=opts.device) for a, b in pairs}
+        if RECIPE.synth_inputs:   # after both directions' main results, which it reuses
+            for a, b in pairs:
+                directions[f"{a} -> {b}"]["synthesized"] = run_synthesized(
+                    sides[a], sides[b], train_items, test_items, cache, seed=opts.seed, n_boot=opts.n_boot,
+                    device=opts.device)
+        out["tasks"][task] = {"train": len(train_items), "test": len(test_items), "directions": directions}
     return out

@@ -86,3 +86,34 @@ def test_options_name_an_unknown_task_and_ask_for_data(tmp_path):
     with pytest.raises(PawError, match="need --data"):
         RealOptions(models=str(tmp_path), parts=("tasks",)).check()
     assert "tasks" not in RealOptions(models=str(tmp_path)).parts   # hours on a CPU: asked for by name
+
+
+def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wrote(pair, monkeypatch):
+    """Trans-LoRA's setting on the zoo pair: the moved LoRA from the teacher's own inputs, scored beside
+    the four cached conditions (which are not scored again), or the synthesis's failure as the result."""
+    sides, items, root = pair
+    cache = R.Cache(root / "cache-synth")
+    recipe = R.Recipe(**{**RECIPE.__dict__, "synth_inputs": 6, "synth_seeds": 3})
+    main = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=recipe, n_boot=50)
+    calls = []
+    real = R.score_items
+    monkeypatch.setattr(R, "score_items", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = R.run_synthesized(sides["a"], sides["b"], items, items, cache, recipe=recipe, n_boot=50)
+    assert out["seeds"] == [p.text for p in R.label_free_inputs(items, recipe, 0)[:3]]
+    assert "failed" not in out, out
+    assert calls == [1]                                   # only the moved LoRA was scored
+    assert out["accuracy"]["target base"] == main["accuracy"]["target base"]
+    assert 0 < out["synthesis"]["synthesis"]["kept"] <= 6
+
+    from paw.bench.real_report import _tasks_table
+
+    rows = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": {**main, "synthesized": out}}}}})
+    assert rows[3].startswith("| colour | a -> b, teacher's own inputs (") and rows[3].count("|") == 13
+
+    def barren(*args, **kwargs):
+        raise R.PawError("the teacher wrote no usable input from the 3 seed examples")
+
+    monkeypatch.setattr(R, "distill_lora", barren)   # a teacher that writes nothing usable: reported, not hidden
+    failed = R.run_synthesized(sides["a"], sides["b"], items, items, R.Cache(root / "cache-barren"), recipe=recipe,
+                               n_boot=50)
+    assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
