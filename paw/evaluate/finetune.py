@@ -27,10 +27,10 @@ from typing import Any
 from paw import __version__
 from paw.device import resolve_device
 from paw.errors import PawError
-from paw.evaluate.encode import make_batch, max_length_of, pad_id_of
+from paw.evaluate.encode import max_length_of, pad_id_of
 from paw.evaluate.formats import read_items
 from paw.evaluate.items import MCItem
-from paw.evaluate.train import answer_loss, batches_in_order, encode_answer, evaluate_items, prefixed
+from paw.evaluate.train import batch_answer_loss, batches_in_order, encode_answer, evaluate_items, prefixed
 from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
@@ -128,10 +128,7 @@ def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: 
     model.train()
     steps = range(options.steps)
     for step in track(steps, "fine-tuning", total=options.steps) if progress else steps:
-        batch = make_batch([encoded[i] for i in order[step]], pad_id=pad_id, padding_side="right")
-        logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                       position_ids=batch.position_ids.to(device)).logits
-        loss = answer_loss(logits, batch.targets.to(device), batch.target_mask.to(device))
+        loss = batch_answer_loss(model, [encoded[i] for i in order[step]], pad_id, device)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if options.max_grad_norm > 0:

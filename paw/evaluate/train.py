@@ -20,7 +20,7 @@ from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem
-from paw.evaluate.mc import evaluate
+from paw.evaluate.mc import evaluate, forward_logits
 from paw.memory import prepare_student
 from paw.progress import track
 from paw.train_state import Checkpoints
@@ -48,6 +48,19 @@ def answer_loss(logits, targets, target_mask):
 
     labels = torch.where(target_mask, targets, torch.full_like(targets, -100))
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def batch_answer_loss(model, items: list[Encoded], pad_id: int, device):
+    """:func:`answer_loss` of one batch of encoded question + answer sequences.
+
+    Left-padded, so every answer sits at the end of its row and only the longest answer's positions go
+    through the LM head (:func:`paw.evaluate.mc.forward_logits`): the same loss as full logits of a
+    right-padded batch, without a (B, T, V) tensor that Gemma-3's 262k-token head makes the costliest
+    part of a step.
+    """
+    batch = make_batch(items, pad_id=pad_id, padding_side="left")
+    logits, skip = forward_logits(model, batch, device)
+    return answer_loss(logits, batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device))
 
 
 def _resolve_targets(target_modules: str | Sequence[str]) -> str | list[str]:
@@ -178,10 +191,7 @@ def _step_loss(peft_model, batch_items: list[Encoded], pad_id: int, device, rank
     run = F.stand_in(mine, batch_items, ranks) if fsdp else mine
     if not run:
         return None
-    batch = make_batch(run, pad_id=pad_id, padding_side="right")
-    logits = peft_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                        position_ids=batch.position_ids.to(device)).logits
-    loss = answer_loss(logits, batch.targets.to(device), batch.target_mask.to(device))
+    loss = batch_answer_loss(peft_model, run, pad_id, device)
     if ranks.parallel:
         loss = loss * share(_answer_tokens(mine), _answer_tokens(batch_items))
     return loss

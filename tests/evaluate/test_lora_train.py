@@ -137,3 +137,30 @@ def test_cli_eval_with_csv_tracking(cli, tmp_path, fact_model, colour_task):
     assert said and all(line.endswith(str(tmp_path / "res-tracking" / "metrics.csv")) for line in said), said
     bad = cli("eval", "--model", fact_model, "--data", data, "--track", "tensorboard")
     assert bad.exit_code == 2 and "--track 'tensorboard'" in bad.stderr
+
+
+def test_the_answer_loss_of_the_kept_window_is_the_full_logits_loss(fact_model, colour_task):
+    """Left padding and the LM head on the answers only: the loss and its gradient of a right-padded
+    batch through full logits (what the loop did before), on items whose lengths differ."""
+    import torch
+
+    from paw.evaluate.encode import make_batch, pad_id_of
+    from paw.evaluate.train import answer_loss, batch_answer_loss, encode_answer
+
+    model, tok = load(fact_model)
+    MC = type(colour_task[0])
+    items = [colour_task[0], MC(colour_task[1].question, (" red", " a dark sea green"), 1),
+             MC(colour_task[2].question + " Think of a well known colour", (" blue green", " red"), 0)]
+    encoded = [encode_answer(tok, item, None) for item in items]
+    assert len({len(e.ids) for e in encoded}) > 1 and len({e.n_cont for e in encoded}) > 1
+    pad = pad_id_of(tok)
+    batch = make_batch(encoded, pad_id=pad, padding_side="right")
+    full = answer_loss(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                             position_ids=batch.position_ids).logits, batch.targets, batch.target_mask)
+    full.backward()
+    grad_full = model.get_input_embeddings().weight.grad.clone()
+    model.zero_grad()
+    kept = batch_answer_loss(model, encoded, pad, torch.device("cpu"))
+    kept.backward()
+    assert float(kept) == pytest.approx(float(full), abs=1e-5)
+    assert float((model.get_input_embeddings().weight.grad - grad_full).abs().max()) < 1e-5
