@@ -14,7 +14,9 @@ bytes per device and the time of a run, summed from parts that each have a reaso
                  projections and MLP, attention outputs), or one layer's worth plus a hidden state
                  per layer with gradient checkpointing
     logits       float32 logits and their log-softmax for the continuation positions, with the
-                 teacher's when its distributions are matched
+                 teacher's when its distributions are matched (the head reads a contiguous input,
+                 :func:`paw.evaluate.mc.forward_logits`; on CPU a strided one made torch copy the head
+                 weight once per row, 2 GiB at the 1B shape, docs/scale.md)
     runtime      the framework itself (torch, transformers and their libraries, CUDA context)
 
 The coefficients are counted from the Llama forward pass and checked against a measured peak RSS

@@ -109,6 +109,32 @@ def test_make_batch_layout():
     assert right.target_mask.tolist() == [[False, True, True], [True, False, False]]
 
 
+def test_head_reads_a_contiguous_input_and_the_hook_goes(fact_model):
+    """logits_to_keep hands the head a strided view; on CPU that copied the whole expanded head weight
+    (2 GiB at the Llama-3.2-1B shape). The head gets a contiguous copy, the logits are the same, and
+    the model is left without PAW's hook."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from paw.evaluate.encode import Encoded
+    from paw.evaluate.mc import forward_logits
+
+    model = AutoModelForCausalLM.from_pretrained(fact_model).eval()
+    batch = make_batch([Encoded((5, 6, 7, 8, 9, 10), 2), Encoded((5, 9, 11), 1)], pad_id=0, padding_side="left")
+    seen = []
+    head = model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].is_contiguous()))
+    hooks_before = len(head._forward_pre_hooks)
+    with torch.no_grad():
+        logits, skip = forward_logits(model, batch, "cpu")
+        full = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                     position_ids=batch.position_ids).logits
+    handle.remove()
+    assert seen == [True, True] and skip == 3 and logits.shape[1] == 2
+    assert len(head._forward_pre_hooks) == hooks_before
+    torch.testing.assert_close(logits, full[:, skip:], rtol=1e-5, atol=1e-5)
+
+
 def test_encode_pair_moves_trailing_space(fact_model):
     from transformers import AutoTokenizer
 
