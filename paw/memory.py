@@ -84,9 +84,13 @@ class Shape:
         return {"q": (q, h), "k": (kv, h), "v": (kv, h), "o": (h, q), "gate": (i, h), "up": (i, h), "down": (h, i)}
 
     @property
+    def layer_parameters(self) -> int:
+        """One decoder layer's weights: its seven projections and two norms."""
+        return sum(o * i for o, i in self.projections().values()) + 2 * self.hidden
+
+    @property
     def parameters(self) -> int:
-        per_layer = sum(o * i for o, i in self.projections().values()) + 2 * self.hidden
-        return self.vocab * self.hidden * (1 if self.tied else 2) + self.layers * per_layer + self.hidden
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.layers * self.layer_parameters + self.hidden
 
     def lora_parameters(self, rank: int, roles: tuple[str, ...] | None = None) -> int:
         """LoRA factors on ``roles`` (all seven when None): ``r (out + in)`` per module and layer."""
@@ -107,8 +111,13 @@ def predict(student: Shape, *, teacher: Shape | None = None, lora_rank: int = 16
             batch_size: int = 8, seq_tokens: int = 80, kept_tokens: int = 16, world: int = 1,
             student_bytes: int = 4, teacher_bytes: int = 4, device_type: str = "cpu",
             teacher_per_step: bool = False, offload_teacher: bool = False,
-            gradient_checkpointing: bool = False) -> dict:
+            gradient_checkpointing: bool = False, fsdp: bool = False) -> dict:
     """Predicted peak bytes on one device during training, by part, for ``batch_size`` inputs split over ``world``.
+
+    ``fsdp`` (``--fsdp``, :mod:`paw.fsdp`): the student's weights and its LoRA with AdamW's state are
+    split over ``world``, plus the units FSDP gathers whole at once (``fsdp_gathered``: the root's
+    embeddings and head, and two decoder layers, the one running and the one prefetched); the
+    teacher stays whole on every device.
 
     ``seq_tokens``: tokens of one input (prompt + continuation); ``kept_tokens``: positions that go
     through the LM head (the continuation); ``teacher_per_step``: the teacher's logits are read at
@@ -127,22 +136,27 @@ def predict(student: Shape, *, teacher: Shape | None = None, lora_rank: int = 16
         activations = tokens * student.layers * per_token_layer
     logit_bytes = rows * kept_tokens * student.vocab * 4
     teacher_weights = 0 if teacher is None else teacher.parameters * teacher_bytes
+    split = world if fsdp else 1
     parts = {
-        "student_weights": student.parameters * student_bytes,
+        "student_weights": student.parameters * student_bytes // split,
         "teacher_weights": 0 if offload_teacher else teacher_weights,
-        "lora_and_adam": student.lora_parameters(lora_rank, lora_roles) * ADAM_BYTES,
+        "lora_and_adam": student.lora_parameters(lora_rank, lora_roles) * ADAM_BYTES // split,
         "activations": activations,
         "logits": logit_bytes * (4 + (3 if teacher_per_step and teacher is not None else 0)),
         "runtime": RUNTIME_BYTES["cuda" if device_type == "cuda" else "cpu"],
     }
+    if fsdp and world > 1:
+        parts["fsdp_gathered"] = (student.vocab * student.hidden * (1 if student.tied else 2)
+                                  + 2 * student.layer_parameters) * student_bytes
     training = sum(parts.values())
     # before training both models are loaded while the teacher generates (with its KV cache)
     kv = 0 if teacher is None else (GENERATION_BATCH * seq_tokens * teacher.layers * 2 * teacher.kv_heads
                                     * teacher.head_dim * teacher_bytes)
-    generation = parts["student_weights"] + teacher_weights + kv + parts["runtime"]
+    generation = parts["student_weights"] + parts.get("fsdp_gathered", 0) + teacher_weights + kv + parts["runtime"]
     if generation > training:   # with --offload-teacher the generation phase can be the peak
         parts = {"student_weights": parts["student_weights"], "teacher_weights": teacher_weights, "kv_cache": kv,
-                 "runtime": parts["runtime"]}
+                 "runtime": parts["runtime"], **({"fsdp_gathered": parts["fsdp_gathered"]}
+                                                 if "fsdp_gathered" in parts else {})}
     return {"peak_bytes": int(max(training, generation)), "parts": {k: int(v) for k, v in parts.items()},
             "phase": "generation" if generation > training else "training", "per_device_rows": rows,
             "tokens_per_device_step": tokens}
@@ -202,11 +216,11 @@ def plan(student_config: dict, *, teacher_config: dict | None = None, lora_rank:
          batch_size: int, steps: int, max_new_tokens: int, n_inputs: int, device_type: str, world: int = 1,
          kept_tokens: int | None = None,
          dtype: str = "auto", prompt_tokens: int = PROMPT_TOKENS, teacher_per_step: bool = False,
-         offload_teacher: bool = False, gradient_checkpointing: bool = False) -> dict | None:
+         offload_teacher: bool = False, gradient_checkpointing: bool = False, fsdp: bool = False) -> dict | None:
     """The prediction printed before a run and kept in its report; None for a config this model cannot read.
 
-    ``kept_tokens``: positions per input that go through the LM head (the continuation; all of them
-    for ``paw train-lora``, which pads on the right).
+    ``kept_tokens``: positions per input that go through the LM head (the continuation; the answer
+    for ``paw train-lora``).
     """
     try:
         student = Shape.of(student_config)
@@ -219,13 +233,13 @@ def plan(student_config: dict, *, teacher_config: dict | None = None, lora_rank:
     memory = predict(student, lora_rank=lora_rank, lora_roles=roles_of(target_modules), batch_size=batch_size,
                      seq_tokens=seq, kept_tokens=kept_tokens or max_new_tokens, offload_teacher=offload_teacher,
                      student_bytes=dtype_bytes(dtype, device_type, student_config),
-                     teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), **common)
+                     teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), fsdp=fsdp, **common)
     time = predict_time(student, steps=steps, batch_size=batch_size, seq_tokens=seq, n_inputs=n_inputs,
                         max_new_tokens=max_new_tokens if teacher is not None else 0,
                         teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), **common)
     return {"predicted_peak_bytes": memory["peak_bytes"], "parts": memory["parts"], "phase": memory["phase"],
             "predicted_seconds": round(time["seconds"], 1), "flop": time["flop"],
-            "assumptions": {"device": device_type, "world": world, "prompt_tokens": prompt_tokens,
+            "assumptions": {"device": device_type, "world": world, "fsdp": fsdp, "prompt_tokens": prompt_tokens,
                             "rate_flop_per_s_per_device": time["rate_flop_per_s_per_device"],
                             "student_parameters": student.parameters,
                             "teacher_parameters": teacher.parameters if teacher else 0}}

@@ -68,6 +68,24 @@ def test_gradient_checkpointing_and_more_devices_lower_the_peak():
     assert plan({"model_type": "llama"}, **base) is None  # no shape fields: no prediction, no error
 
 
+def test_fsdp_splits_the_student_and_its_adam_state_and_adds_the_gathered_units_by_hand():
+    shape = Shape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, tied=True)
+    layer = (8 * 8 + 4 * 8 + 4 * 8 + 8 * 8 + 16 * 8 + 16 * 8 + 8 * 16) + 2 * 8   # seven projections, two norms
+    assert shape.layer_parameters == layer and shape.parameters == 10 * 8 + 2 * layer + 8
+    args = dict(teacher=shape, lora_rank=2, batch_size=4, seq_tokens=5, kept_tokens=3, world=4, student_bytes=2,
+                teacher_bytes=2)
+    whole, split = predict(shape, **args)["parts"], predict(shape, **args, fsdp=True)["parts"]
+    assert split["student_weights"] == shape.parameters * 2 // 4 and split["lora_and_adam"] == 512 * ADAM_BYTES // 4
+    assert split["fsdp_gathered"] == (10 * 8 + 2 * layer) * 2       # embeddings (tied head) and two layers, bf16
+    assert split["teacher_weights"] == whole["teacher_weights"]      # the teacher is not sharded
+    assert "fsdp_gathered" not in predict(shape, **{**args, "world": 1}, fsdp=True)["parts"]
+    eight = dict(lora_rank=16, batch_size=16, steps=100, max_new_tokens=64, n_inputs=1000, device_type="cuda",
+                 dtype="bfloat16", world=8, teacher_config=QWEN2_5_7B)
+    p = plan(QWEN2_5_7B, **eight, fsdp=True)
+    assert p["assumptions"]["fsdp"] is True
+    assert p["predicted_peak_bytes"] < plan(QWEN2_5_7B, **eight)["predicted_peak_bytes"] - 10 * 2**30
+
+
 def test_dtype_bytes():
     assert dtype_bytes("auto", "cpu") == 4 and dtype_bytes("auto", "cuda", {"torch_dtype": "float32"}) == 4
     assert dtype_bytes("auto", "cuda", {}) == 2 and dtype_bytes("float16", "cpu") == 2

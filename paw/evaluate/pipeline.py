@@ -117,7 +117,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
     ranks, dev = setup(resolve_device(device))
     predicted = _announce(model, items, rank=rank, target_modules=target_modules, batch_size=batch_size, steps=steps,
-                          device=dev, world=ranks.world, dtype=dtype)
+                          device=dev, world=ranks.world, dtype=dtype, fsdp=fsdp)
     if fsdp:  # loaded on the CPU; each rank's shard moves to its device
         lm, tokenizer = load_lm(model, dtype=F.load_dtype(dtype, dev, _config(model)))
     else:
@@ -167,18 +167,21 @@ def _config(model: PathLike) -> dict | None:
 
 
 def _announce(model: PathLike, items, *, rank: int, target_modules: str, batch_size: int, steps: int, device, world: int,
-              dtype: str) -> dict | None:
+              dtype: str, fsdp: bool = False) -> dict | None:
     """Predict peak memory per device and time from the model's config; say it before the model is loaded."""
     try:
         config = open_checkpoint(model).config or {}
     except PawError:  # a hub id or a GGUF file: load_lm reports what is wrong with it, if anything
         return None
-    tokens = sum(len(" ".join((it.question, *it.choices[:1])).split()) for it in items[:256]) * 4 // 3
-    seq = max(8, tokens // max(1, min(len(items), 256)))   # about 4 tokens per 3 words
+    sample = items[:256]
+    words = sum(len(" ".join((it.question, *it.choices[:1])).split()) for it in sample)
+    answer_words = sum(len(it.choices[0].split()) if it.choices else 1 for it in sample)
+    seq = max(8, words * 4 // 3 // max(1, len(sample)))   # about 4 tokens per 3 words
+    kept = max(1, answer_words * 4 // 3 // max(1, len(sample)) + 1)   # only the answers reach the LM head
     modules = None if target_modules == "all-linear" else [m.strip() for m in target_modules.split(",")]
     predicted = plan(config, lora_rank=rank, target_modules=modules, batch_size=batch_size, steps=steps,
-                     max_new_tokens=0, n_inputs=0, prompt_tokens=seq, kept_tokens=seq, device_type=device.type,
-                     world=world, dtype=dtype)
+                     max_new_tokens=0, n_inputs=0, prompt_tokens=seq, kept_tokens=kept, device_type=device.type,
+                     world=world, dtype=dtype, fsdp=fsdp)
     if worth_saying(predicted):
         status(f"train-lora: {plan_line(predicted)}")
     return predicted

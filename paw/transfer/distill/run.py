@@ -105,7 +105,7 @@ def _announce(source_base, target_base, lora, o: DistillOptions, device, ranks, 
                      n_inputs=min(o.synthesize or n_inputs, o.batch_size * (o.max_steps or n_inputs)),
                      device_type=device.type, world=ranks.world, dtype=o.dtype,
                      teacher_per_step=True, offload_teacher=o.offload_teacher,
-                     gradient_checkpointing=o.gradient_checkpointing)
+                     gradient_checkpointing=o.gradient_checkpointing, fsdp=o.fsdp)
     if worth_saying(predicted):
         status(f"distill: {plan_line(predicted)}")
     return predicted
