@@ -104,7 +104,7 @@ def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size:
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
     starts = range(0, len(order), batch_size)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
-    batches = track(starts, "scoring choices", total=len(starts)) if progress else starts
+    batches = track(starts, "scoring choices", total=len(starts), unit="batches") if progress else starts
     with torch.no_grad():
         for start in batches:
             index = order[start:start + batch_size]
