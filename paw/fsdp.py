@@ -93,7 +93,7 @@ def shard_student(peft_model, ranks: Ranks, device) -> dict[str, int]:
 
     layers = decoder_layers(peft_model)
     if not layers:
-        raise PawError("--fsdp: no decoder layers found in the student (looked for model.layers.N, h.N, blocks.N)")
+        raise PawError("--fsdp: no decoder layers found in the student (paw.arch.split_layer knows none of its module names)")
     device = torch.device(device)
     mesh = init_device_mesh(device.type, (ranks.world,))
     for layer in layers:
