@@ -7,6 +7,7 @@ from pathlib import Path
 
 from paw import __version__
 from paw.bench.real import EVAL_SETS, GEMMA, SMOL, run_real
+from paw.bench.real_tasks import VARIANTS
 from paw.io.atomic import atomic_dir, check_output, work_folder
 from paw.io.manifest import write_json
 from paw.io.reports import save_figure
@@ -90,17 +91,19 @@ def _tasks_table(tk: dict) -> list[str]:
                          f"{_pct(a['target base'])} | {_pct(a['target + own LoRA'])} | "
                          f"{_pct(a['target + moved LoRA'])} | {100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
                          f"{_frac(d['kept'])} | {_frac(d['recovered'])} |")
-            syn = d.get("synthesized")
-            if syn is None:
-                continue
-            if "failed" in syn:
-                lines.append(f"| {task} | {direction}, teacher's own inputs | | | | | | | {syn['failed']} | | | |")
-                continue
-            a, m = syn["accuracy"], syn["moved_gain"]
-            lines.append(f"| {task} | {direction}, teacher's own inputs ({syn['synthesis']['synthesis']['kept']} inputs) | "
-                         f"{d['items']} | | | | | | {_pct(a['target + moved LoRA'])} | "
-                         f"{100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
-                         f"{_frac(syn['kept'])} | {_frac(syn['recovered'])} |")
+            for variant, label in VARIANTS.items():
+                v = d.get(variant)
+                if v is None:
+                    continue
+                if "failed" in v:
+                    lines.append(f"| {task} | {direction}, {label} | | | | | | | {v['failed']} | | | |")
+                    continue
+                if variant == "synthesized":
+                    label += f" ({v['inputs']['synthesis']['kept']} inputs)"
+                a, m = v["accuracy"], v["moved_gain"]
+                lines.append(f"| {task} | {direction}, {label} | {d['items']} | | | | | | "
+                             f"{_pct(a['target + moved LoRA'])} | {100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
+                             f"{_frac(v['kept'])} | {_frac(v['recovered'])} |")
     return lines
 
 

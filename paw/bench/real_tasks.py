@@ -79,6 +79,7 @@ class Recipe:
     # Trans-LoRA's setting: no task inputs at hand but a few seeds; the teacher writes the rest
     synth_inputs: int = 1000       # inputs the teacher writes (0: skip the synthesized condition)
     synth_seeds: int = 5           # the first of the seeded label-free inputs, fixed before any result
+    token_focus: float = 0.5       # the token-focus variant's share of continuation tokens (the demo's best)
 
 
 RECIPE = Recipe()
@@ -206,36 +207,54 @@ def label_free_inputs(train_items: list, recipe: Recipe, seed: int) -> list[Prom
     return [Prompt.of(item) for item in inputs]
 
 
-def run_synthesized(source, target, train_items: list, test_items: list, cache: Cache, *, recipe: Recipe = RECIPE,
-                    seed: int = 0, n_boot: int = 1000, device: str = "cpu") -> dict:
-    """The same move from inputs the teacher wrote itself from ``recipe.synth_seeds`` seed inputs
-    (Trans-LoRA's setting), after :func:`run_direction` (whose cached adapters and scores it reuses).
-    A synthesis that yields nothing is a result too: ``{"failed": why}``."""
+VARIANTS = {  # other moves of the same LoRA, after both directions' main results; fixed before any result
+    "synthesized": "from the teacher's own inputs",   # Trans-LoRA: 1,000 inputs written from 5 seeds
+    "token-focus": "with --token-focus 0.5",         # TiTok's token selection on the same label-free inputs
+}
+
+
+def run_variant(source, target, train_items: list, test_items: list, cache: Cache, variant: str, *,
+                recipe: Recipe = RECIPE, seed: int = 0, n_boot: int = 1000, device: str = "cpu") -> dict:
+    """Another move of the same LoRA (:data:`VARIANTS`), after :func:`run_direction`, whose cached
+    adapters and scores it reuses: ``synthesized`` distils from ``recipe.synth_inputs`` inputs the
+    teacher writes from ``recipe.synth_seeds`` seeds (a synthesis that yields nothing is a result too:
+    ``{"failed": why}``); ``token-focus`` from the main run's inputs with ``recipe.token_focus``."""
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
     lora_s, _, _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
     lora_t, _, _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
-    seeds = label_free_inputs(train_items, recipe, seed)[:recipe.synth_seeds]
+    inputs = label_free_inputs(train_items, recipe, seed)
+    seeds = inputs[:recipe.synth_seeds]
+    if variant == "synthesized":
+        key, how = "synth", dict(synthesize=recipe.synth_inputs, seed_examples=seeds)
+        says = f"from {recipe.synth_inputs} inputs {s} writes from {len(seeds)} seeds"
+    elif variant == "token-focus":
+        key, how = "focus", dict(prompts=inputs, token_focus=recipe.token_focus)
+        says = f"with token focus {recipe.token_focus} ({len(inputs)} label-free inputs)"
+    else:
+        raise PawError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
 
     def distill():
-        status(f"tasks: distill {s} -> {t} from {recipe.synth_inputs} inputs {s} writes from {len(seeds)} seeds")
+        status(f"tasks: distill {s} -> {t} {says}")
         with applied(source.model, adapter_deltas(lora_s)):
-            moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), synthesize=recipe.synth_inputs,
-                                         seed_examples=seeds, steps=recipe.distill_steps, batch_size=recipe.lora_batch,
-                                         seed=seed, device=device, target_name=t, progress=False)
-        return moved, {"synthesis": report["distill"]["inputs"]}
+            moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), steps=recipe.distill_steps,
+                                         batch_size=recipe.lora_batch, seed=seed, device=device, target_name=t,
+                                         progress=False, **how)
+        return moved, {"inputs": report["distill"]["inputs"]}
 
     try:
-        moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-synth-{s}-to-{t}", distill)
+        moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{key}-{s}-to-{t}", distill)
     except PawError as e:
-        return {"failed": str(e), "seeds": [p.text for p in seeds]}
+        return {"failed": str(e), "seeds": [p.text for p in seeds]} if variant == "synthesized" else \
+            {"failed": str(e)}
     out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, {})
-    out["target + moved LoRA"], seconds[f"score-{t}-moved-synth"] = cache.scores(
-        f"score-{t}-moved-synth-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
-                                                           what=f"{t} + the LoRA moved from {s}'s own inputs"))
+    out["target + moved LoRA"], seconds[f"score-{t}-moved-{key}"] = cache.scores(
+        f"score-{t}-moved-{key}-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
+                                                           what=f"{t} + the LoRA moved from {s} {VARIANTS[variant]}"))
     summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
+    extra = {"seeds": [p.text for p in seeds]} if variant == "synthesized" else {}
     return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered", "seconds")} | {
-        "synthesis": report["synthesis"], "seeds": [p.text for p in seeds]}
+        "inputs": report["inputs"]} | extra
 
 
 def summarise(out: dict[str, list[int]], seconds: dict[str, float], report: dict, *, n_boot: int, seed: int) -> dict:
@@ -272,10 +291,10 @@ def part_tasks(opts, models: dict[str, Path], load, workdir: Path) -> dict[str, 
         pairs = (names, names[::-1])
         directions = {f"{a} -> {b}": run_direction(sides[a], sides[b], train_items, test_items, cache, seed=opts.seed,
                                                    n_boot=opts.n_boot, device=opts.device) for a, b in pairs}
-        if RECIPE.synth_inputs:   # after both directions' main results, which it reuses
+        for variant in VARIANTS:   # after both directions' main results, which they reuse
             for a, b in pairs:
-                directions[f"{a} -> {b}"]["synthesized"] = run_synthesized(
-                    sides[a], sides[b], train_items, test_items, cache, seed=opts.seed, n_boot=opts.n_boot,
-                    device=opts.device)
+                directions[f"{a} -> {b}"][variant] = run_variant(sides[a], sides[b], train_items, test_items, cache,
+                                                                 variant, seed=opts.seed, n_boot=opts.n_boot,
+                                                                 device=opts.device)
         out["tasks"][task] = {"train": len(train_items), "test": len(test_items), "directions": directions}
     return out

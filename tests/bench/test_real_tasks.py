@@ -98,22 +98,31 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     calls = []
     real = R.score_items
     monkeypatch.setattr(R, "score_items", lambda *a, **k: calls.append(1) or real(*a, **k))
-    out = R.run_synthesized(sides["a"], sides["b"], items, items, cache, recipe=recipe, n_boot=50)
+    out = R.run_variant(sides["a"], sides["b"], items, items, cache, "synthesized", recipe=recipe, n_boot=50)
     assert out["seeds"] == [p.text for p in R.label_free_inputs(items, recipe, 0)[:3]]
     assert "failed" not in out, out
     assert calls == [1]                                   # only the moved LoRA was scored
     assert out["accuracy"]["target base"] == main["accuracy"]["target base"]
-    assert 0 < out["synthesis"]["synthesis"]["kept"] <= 6
+    assert 0 < out["inputs"]["synthesis"]["kept"] <= 6
 
     from paw.bench.real_report import _tasks_table
 
-    rows = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": {**main, "synthesized": out}}}}})
-    assert rows[3].startswith("| colour | a -> b, teacher's own inputs (") and rows[3].count("|") == 13
+    focus = R.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=recipe, n_boot=50)
+    assert calls == [1, 1] and focus["accuracy"]["source + LoRA"] == main["accuracy"]["source + LoRA"]
+    assert focus["inputs"]["count"] == len(R.label_free_inputs(items, recipe, 0))   # the main run's inputs
+    from paw.io.adapter import read_adapter
+
+    plain, focused = (read_adapter(root / "cache-synth" / f"distilled-{k}a-to-b").tensors for k in ("", "focus-"))
+    assert max(float((plain[k] - focused[k]).abs().max()) for k in plain) > 1e-6   # the focus changed the training
+    rows = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": {**main, "synthesized": out,
+                                                                        "token-focus": focus}}}}})
+    assert rows[3].startswith("| colour | a -> b, from the teacher's own inputs (") and rows[3].count("|") == 13
+    assert rows[4].startswith("| colour | a -> b, with --token-focus 0.5 |") and rows[4].count("|") == 13
 
     def barren(*args, **kwargs):
         raise R.PawError("the teacher wrote no usable input from the 3 seed examples")
 
     monkeypatch.setattr(R, "distill_lora", barren)   # a teacher that writes nothing usable: reported, not hidden
-    failed = R.run_synthesized(sides["a"], sides["b"], items, items, R.Cache(root / "cache-barren"), recipe=recipe,
-                               n_boot=50)
+    failed = R.run_variant(sides["a"], sides["b"], items, items, R.Cache(root / "cache-barren"), "synthesized",
+                           recipe=recipe, n_boot=50)
     assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
