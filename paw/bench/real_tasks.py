@@ -253,8 +253,9 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
                                                            what=f"{t} + the LoRA moved from {s} {VARIANTS[variant]}"))
     summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
     extra = {"seeds": [p.text for p in seeds]} if variant == "synthesized" else {}
+    inputs_report = report.get("inputs", report.get("synthesis"))   # runs before 2026-11-26 13:00 cached "synthesis"
     return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered", "seconds")} | {
-        "inputs": report["inputs"]} | extra
+        "inputs": inputs_report} | extra
 
 
 def summarise(out: dict[str, list[int]], seconds: dict[str, float], report: dict, *, n_boot: int, seed: int) -> dict:
