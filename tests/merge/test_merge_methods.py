@@ -146,19 +146,3 @@ def test_kth_largest_radix_path_is_exact():
     mask = top_k_mask(x, 12345)
     assert int(mask.sum()) == 12345
     assert np.array_equal(mask.numpy(), ref.rank_mask(x.numpy(), 0, 12345))
-
-
-def test_top_k_mask_keeps_the_k_largest_as_topk_does_and_exactly_k_at_ties():
-    from paw.merge.sparse import top_k_mask
-
-    g = torch.Generator().manual_seed(0)
-    values = torch.rand(64, 33, generator=g)             # distinct: topk's choice is the only one
-    for k in (1, 7, 1000, 64 * 33 - 1):
-        expected = torch.zeros(values.numel(), dtype=torch.bool)
-        expected[torch.topk(values.reshape(-1), k).indices] = True
-        assert torch.equal(top_k_mask(values, k), expected.reshape(values.shape))
-    tied = torch.tensor([5.0, 2.0, 2.0, 2.0, 1.0, 2.0])  # k = 3: 5 and two of the four 2s
-    mask = top_k_mask(tied, 3)
-    assert int(mask.sum()) == 3 and bool(mask[0]) and not bool(mask[4])
-    assert mask.tolist() == [True, True, True, False, False, False]   # the first ties in memory order
-    assert not top_k_mask(tied, 0).any() and top_k_mask(tied, 6).all()
