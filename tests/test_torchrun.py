@@ -8,17 +8,16 @@ tests/transfer/test_distill_scale.py.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.launched import ADAPTER, env, make_pair, max_diff, torchrun
+
 pytestmark = pytest.mark.slow
 
-ADAPTER = "adapter_model.safetensors"
 DISTILL = ("--prompts", "generic", "--max-steps", "4", "--batch-size", "5", "--max-new-tokens", "4", "--init", "none",
            "--lr", "1e-2", "--device", "cpu")
 TRAIN = ("--steps", "4", "--batch-size", "5", "--lr", "1e-2", "--rank", "4", "--device", "cpu")
@@ -26,36 +25,7 @@ TRAIN = ("--steps", "4", "--batch-size", "5", "--lr", "1e-2", "--rank", "4", "--
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    """Two zoo Llamas sharing a tokenizer (token KL + sequence NLL), a LoRA of the first, and a fact task."""
-    from paw import zoo
-    from paw.evaluate.synthetic import fact_task
-    from paw.io.mcdata import write_items
-
-    root = tmp_path_factory.mktemp("torchrun")
-    dims = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
-    src = zoo.tiny_model(root / "src", "llama", seed=11, **dims)
-    zoo.make_lora(src, root / "src-lora", rank=4, alpha=8, seed=12, scale=0.2)
-    zoo.tiny_model(root / "tgt", "llama", seed=5, **dims)
-    write_items(root / "train.jsonl", fact_task("colour", n=16, seed=0))
-    return root
-
-
-def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PAW_PROGRESS": "1"}
-
-
-def _torchrun(*args) -> subprocess.CompletedProcess:
-    torchrun = Path(sys.executable).with_name("torchrun")
-    return subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "paw", *map(str, args)],
-                          capture_output=True, text=True, env=_env(), timeout=600)
-
-
-def _max_diff(a: Path, b: Path) -> float:
-    from safetensors.torch import load_file
-
-    x, y = load_file(a / ADAPTER), load_file(b / ADAPTER)
-    assert sorted(x) == sorted(y)
-    return max(float((x[k] - y[k]).abs().max()) for k in x)
+    return make_pair(tmp_path_factory.mktemp("torchrun"))
 
 
 @pytest.mark.parametrize("command", ["distill", "train-lora"])
@@ -69,9 +39,9 @@ def test_two_processes_train_the_adapter_of_one(cli, pair, tmp_path, command):
         report, bar = "metrics.json", "[paw] training LoRA:"
     one = cli(*args, "--output", tmp_path / "one")
     assert one.exit_code == 0, one.stderr
-    two = _torchrun(*args, "--output", tmp_path / "two")
+    two = torchrun(*args, "--output", tmp_path / "two")
     assert two.returncode == 0, two.stderr[-3000:]
-    assert _max_diff(tmp_path / "one", tmp_path / "two") < 1e-5
+    assert max_diff(tmp_path / "one", tmp_path / "two") < 1e-5
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("two")) in (["two"], ["two", "two-work"])
     assert len(list((tmp_path / "two").rglob(report))) == 1
     assert two.stderr.count(bar) == 1, two.stderr           # one progress line: rank 0's
@@ -100,7 +70,7 @@ def test_sigkill_after_the_first_checkpoint_then_resume_gives_the_same_bytes(cli
     whole = cli(*args, "--output", tmp_path / "whole")
     assert whole.exit_code == 0, whole.stderr
     killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_CHECKPOINT, *map(str, args), "--output",
-                             tmp_path / "cut", "--save-every", "2"], capture_output=True, text=True, env=_env(),
+                             tmp_path / "cut", "--save-every", "2"], capture_output=True, text=True, env=env(),
                             timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not (tmp_path / "cut").exists() and load_train_state(tmp_path / "cut-work")["step"] == 2
