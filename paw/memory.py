@@ -152,11 +152,11 @@ def predict(student: Shape, *, teacher: Shape | None = None, lora_rank: int = 16
     # before training both models are loaded while the teacher generates (with its KV cache)
     kv = 0 if teacher is None else (GENERATION_BATCH * seq_tokens * teacher.layers * 2 * teacher.kv_heads
                                     * teacher.head_dim * teacher_bytes)
-    generation = parts["student_weights"] + parts.get("fsdp_gathered", 0) + teacher_weights + kv + parts["runtime"]
+    loaded = {"student_weights": parts["student_weights"], "teacher_weights": teacher_weights, "kv_cache": kv,
+              "runtime": parts["runtime"], **{k: v for k, v in parts.items() if k == "fsdp_gathered"}}
+    generation = sum(loaded.values())
     if generation > training:   # with --offload-teacher the generation phase can be the peak
-        parts = {"student_weights": parts["student_weights"], "teacher_weights": teacher_weights, "kv_cache": kv,
-                 "runtime": parts["runtime"], **({"fsdp_gathered": parts["fsdp_gathered"]}
-                                                 if "fsdp_gathered" in parts else {})}
+        parts = loaded
     return {"peak_bytes": int(max(training, generation)), "parts": {k: int(v) for k, v in parts.items()},
             "phase": "generation" if generation > training else "training", "per_device_rows": rows,
             "tokens_per_device_step": tokens}
