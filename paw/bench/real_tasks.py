@@ -225,6 +225,7 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     lora_t, _, _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
     inputs = label_free_inputs(train_items, recipe, seed)
     seeds = inputs[:recipe.synth_seeds]
+    extra = {"seeds": [p.text for p in seeds]} if variant == "synthesized" else {}
     if variant == "synthesized":
         key, how = "synth", dict(synthesize=recipe.synth_inputs, seed_examples=seeds)
         says = f"from {recipe.synth_inputs} inputs {s} writes from {len(seeds)} seeds"
@@ -245,14 +246,12 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     try:
         moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{key}-{s}-to-{t}", distill)
     except PawError as e:
-        return {"failed": str(e), "seeds": [p.text for p in seeds]} if variant == "synthesized" else \
-            {"failed": str(e)}
+        return {"failed": str(e)} | extra
     out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, {})
     out["target + moved LoRA"], seconds[f"score-{t}-moved-{key}"] = cache.scores(
         f"score-{t}-moved-{key}-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
                                                            what=f"{t} + the LoRA moved from {s} {VARIANTS[variant]}"))
     summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
-    extra = {"seeds": [p.text for p in seeds]} if variant == "synthesized" else {}
     inputs_report = report.get("inputs", report.get("synthesis"))   # runs before 2026-11-26 13:00 cached "synthesis"
     return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered", "seconds")} | {
         "inputs": inputs_report} | extra
