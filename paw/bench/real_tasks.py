@@ -111,6 +111,10 @@ def load_task(data: str | Path, name: str, seed: int) -> tuple[list, list]:
     return split(train, t, read_items(raw / f"{t.test}.jsonl") if t.test else None, seed)
 
 
+class Failed(PawError):
+    """A condition that gave no adapter (a diverged distillation), kept in the cache as a result."""
+
+
 class Cache:
     """Scores and adapters of one task kept in ``folder`` as they are made: a rerun reuses them."""
 
@@ -131,11 +135,18 @@ class Cache:
     def adapter(self, key: str, make) -> tuple[LoraAdapter, float, dict]:
         folder = self.folder / key
         found = read_json_if_exists(self.folder / f"{key}.meta.json")
+        if found is not None and "failed" in found:  # a run that cannot give an adapter is a result too
+            raise Failed(found["failed"])
         if found is not None:  # written after the adapter folder: the folder is complete
             return read_adapter(folder), found["seconds"], found.get("report", {})
         t = time.perf_counter()
         adapter, report = make()
         seconds = time.perf_counter() - t
+        at = report.get("diverged_at_step")
+        if at is not None:
+            why = f"the distillation diverged (NaN/Inf loss) at step {at}; no adapter"
+            write_json(self.folder / f"{key}.meta.json", {"seconds": seconds, "report": report, "failed": why})
+            raise Failed(why)
         write_adapter(folder, adapter, overwrite=True)
         write_json(self.folder / f"{key}.meta.json", {"seconds": seconds, "report": report})
         return adapter, seconds, report
@@ -191,9 +202,13 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
                                          device=device, target_name=t, progress=False)
         d = DistillSummary.from_report(report)
         return moved, {"losses": d.losses, "agreement_before": d.agreement_before, "agreement_after": d.agreement_after,
-                       "loss_tail_drop": d.loss_tail_drop, "warnings": report["warnings"]}
+                       "loss_tail_drop": d.loss_tail_drop, "warnings": report["warnings"],
+                       **_diverged(report)}
 
-    moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{s}-to-{t}", distill)
+    try:
+        moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{s}-to-{t}", distill)
+    except Failed as e:
+        return _base_conditions(out, seconds, n_boot=n_boot, seed=seed) | {"failed": str(e)}
     out["target + moved LoRA"], seconds[f"score-{t}-moved"] = cache.scores(
         f"score-{t}-moved-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
                                                      what=f"{t} + the LoRA moved from {s}"))
@@ -241,11 +256,11 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
             moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), steps=recipe.distill_steps,
                                          batch_size=recipe.lora_batch, seed=seed, device=device, target_name=t,
                                          progress=False, **how)
-        return moved, {"inputs": report["distill"]["inputs"]}
+        return moved, {"inputs": report["distill"]["inputs"], **_diverged(report)}
 
     try:
         moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{key}-{s}-to-{t}", distill)
-    except PawError as e:
+    except PawError as e:  # a synthesis that yields nothing, a diverged run (Failed)
         return {"failed": str(e)} | extra
     out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, {})
     out["target + moved LoRA"], seconds[f"score-{t}-moved-{key}"] = cache.scores(
@@ -257,15 +272,25 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
         "inputs": inputs_report} | extra
 
 
+def _diverged(report: dict) -> dict:
+    """``{"diverged_at_step": N}`` where distillation stopped at a NaN/Inf loss (its adapter is unusable)."""
+    at = report.get("distill", {}).get("diverged_at_step")
+    return {} if at is None else {"diverged_at_step": at}
+
+
+def _base_conditions(out: dict[str, list[int]], seconds: dict[str, float], *, n_boot: int, seed: int) -> dict:
+    """The four conditions without a moved adapter: accuracies and the source's gain."""
+    gain = paired_difference(out["source + LoRA"], out["source base"])
+    z = gain["difference"] / gain["stderr"] if gain["stderr"] > 0 else float("inf") * (gain["difference"] > 0)
+    return {"items": len(out["target base"]), "accuracy": {k: accuracy([v]) for k, v in out.items()},
+            "source_gain": {**gain, "z": z, "counts": z >= MIN_SOURCE_Z}, "seconds": seconds}
+
+
 def summarise(out: dict[str, list[int]], seconds: dict[str, float], report: dict, *, n_boot: int, seed: int) -> dict:
     """Accuracies, the source's gain in paired stderrs, the moved adapter's gain over the target base,
     and the kept and recovered fractions, from the per-item outcomes of one direction."""
-    gain = paired_difference(out["source + LoRA"], out["source base"])
     moved = paired_difference(out["target + moved LoRA"], out["target base"])
-    z = gain["difference"] / gain["stderr"] if gain["stderr"] > 0 else float("inf") * (gain["difference"] > 0)
-    return {"items": len(out["target base"]),
-            "accuracy": {k: accuracy([v]) for k, v in out.items()},
-            "source_gain": {**gain, "z": z, "counts": z >= MIN_SOURCE_Z},
+    return _base_conditions(out, seconds, n_boot=n_boot, seed=seed) | {
             "moved_gain": moved,
             "kept": kept([out["target + moved LoRA"]], [out["target base"]], [out["source + LoRA"]],
                          [out["source base"]], n_boot=n_boot, seed=seed),

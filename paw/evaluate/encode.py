@@ -136,17 +136,30 @@ class Batch:
     target_mask: object
 
 
-def make_batch(encoded: Sequence[Encoded], *, pad_id: int, padding_side: str = "right") -> Batch:
+def make_batch(encoded: Sequence[Encoded], *, pad_id: int, padding_side: str = "right",
+               window: int | None = None) -> Batch:
     """Pad a list of encodings on ``padding_side`` into one batch (tensors on CPU).
 
-    Positions count real tokens only (``cumsum(mask) - 1``), so a left-padded row sees the same
-    position ids as the unpadded sequence: results agree for both padding sides.
+    ``"left"`` puts every row's last token in the last column, so the continuations line up at the
+    end, but keeps each row's *first* token in column 0 (:func:`left_columns`): a row that began with
+    padding would have query positions that may attend to no key at all, and CUDA's SDPA kernels
+    return NaN for such rows (transformers 5 no longer unmasks them), which then spreads through the
+    whole row. Positions count real tokens only (``cumsum(mask) - 1``), so every layout gives each
+    real token the attention and position ids of the unpadded sequence: results agree for both
+    padding sides. One exception is handled here: a sliding-window layer counts distance in columns,
+    so when the batch is wider than ``window`` (:func:`sliding_window_of`) the padding goes right.
+
+    ``"right"`` leaves the padding unmasked (``attention_mask`` all ones): a causal row never looks
+    to its right, so its real tokens see exactly their sequence, and a pad query always has keys,
+    also inside a sliding window, where a masked right padding would leave it none.
     """
     import torch
 
     if padding_side not in ("left", "right"):
         raise PawError(f"padding side {padding_side!r}: expected 'left' or 'right'")
     length = max(len(e.ids) for e in encoded) - 1
+    if window is not None and length > window:
+        padding_side = "right"
     shape = (len(encoded), length)
     input_ids = torch.full(shape, pad_id, dtype=torch.long)
     targets = torch.full(shape, pad_id, dtype=torch.long)
@@ -154,14 +167,47 @@ def make_batch(encoded: Sequence[Encoded], *, pad_id: int, padding_side: str = "
     target_mask = torch.zeros(shape, dtype=torch.bool)
     for row, enc in enumerate(encoded):
         n = len(enc.ids) - 1
-        start = length - n if padding_side == "left" else 0
+        cols = left_columns(n, length) if padding_side == "left" else torch.arange(n)
         ids = torch.tensor(enc.ids, dtype=torch.long)
-        input_ids[row, start:start + n] = ids[:-1]
-        targets[row, start:start + n] = ids[1:]
-        mask[row, start:start + n] = 1
-        target_mask[row, start + n - enc.n_cont:start + n] = True
+        input_ids[row, cols] = ids[:-1]
+        targets[row, cols] = ids[1:]
+        mask[row, cols] = 1
+        target_mask[row, cols[n - enc.n_cont:]] = True
+    if padding_side == "right":
+        mask[:] = 1
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
     return Batch(input_ids, mask, position_ids, targets, target_mask)
+
+
+def left_columns(n: int, width: int):
+    """The columns of a left-padded row of ``n`` tokens in a batch ``width`` wide: the first token in
+    column 0, the others in the last ``n - 1`` columns, so no query position attends to nothing.
+
+    >>> left_columns(3, 5).tolist(), left_columns(4, 4).tolist()
+    ([0, 3, 4], [0, 1, 2, 3])
+    """
+    import torch
+
+    if n <= 0:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(width - n + 1, width)])
+
+
+def sliding_window_of(model) -> int | None:
+    """The width of the model's sliding-window attention, ``None`` when no layer slides.
+
+    Such a layer masks keys by their distance in *columns*, which padding inside a row would change
+    (:func:`make_batch`).
+    """
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or window <= 0 or getattr(config, "use_sliding_window", True) is False:
+        return None
+    kinds = getattr(config, "layer_types", None)
+    if kinds is not None and not any("sliding" in str(k) for k in kinds):
+        return None
+    return window
 
 
 def pad_id_of(tokenizer) -> int:

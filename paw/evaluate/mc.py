@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 
 from paw.errors import PawError
-from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
 from paw.progress import track
 
@@ -104,11 +104,12 @@ def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size:
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
     starts = range(0, len(order), batch_size)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
+    window = sliding_window_of(model)
     batches = track(starts, "scoring choices", total=len(starts), unit="batches") if progress else starts
     with torch.no_grad():
         for start in batches:
             index = order[start:start + batch_size]
-            batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side)
+            batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side, window=window)
             logits, skip = forward_logits(model, batch, device)
             sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
                                                  batch.target_mask[:, skip:].to(device))

@@ -18,7 +18,7 @@ from paw import arch
 from paw import fsdp as F
 from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
 from paw.errors import PawError
-from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import evaluate, forward_logits
 from paw.memory import prepare_student
@@ -58,7 +58,7 @@ def batch_answer_loss(model, items: list[Encoded], pad_id: int, device):
     right-padded batch, without a (B, T, V) tensor that Gemma-3's 262k-token head makes the costliest
     part of a step.
     """
-    batch = make_batch(items, pad_id=pad_id, padding_side="left")
+    batch = make_batch(items, pad_id=pad_id, padding_side="left", window=sliding_window_of(model))
     logits, skip = forward_logits(model, batch, device)
     return answer_loss(logits, batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device))
 

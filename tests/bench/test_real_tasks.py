@@ -126,3 +126,34 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     failed = R.run_variant(sides["a"], sides["b"], items, items, R.Cache(root / "cache-barren"), "synthesized",
                            recipe=recipe, n_boot=50)
     assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
+
+
+def test_a_diverged_distillation_is_a_result_kept_in_the_cache(pair, monkeypatch):
+    """A move whose distillation stops at a NaN loss writes no adapter; the direction reports it with the
+    four other conditions, the cache keeps it (not tried again), and the table shows it."""
+    import math
+
+    sides, items, root = pair
+    cache = R.Cache(root / "cache-nan")
+    real = R.distill_lora
+    tried = []
+
+    def diverging(adapter, *args, **kwargs):
+        tried.append(1)
+        moved, report = real(adapter, *args, **{**kwargs, "steps": 2})
+        moved.tensors = {k: v * math.nan for k, v in moved.tensors.items()}
+        report["distill"]["diverged_at_step"] = 2
+        return moved, report
+
+    monkeypatch.setattr(R, "distill_lora", diverging)
+    out = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    assert out["failed"] == "the distillation diverged (NaN/Inf loss) at step 2; no adapter"
+    assert "target + moved LoRA" not in out["accuracy"] and out["accuracy"]["target base"]["n"] == len(items)
+    assert not (root / "cache-nan" / "distilled-a-to-b").exists() and tried == [1]
+    again = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    assert again["failed"] == out["failed"] and tried == [1]
+
+    from paw.bench.real_report import _tasks_table
+
+    [_, _, row] = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": out}}}})
+    assert "diverged (NaN/Inf loss) at step 2" in row and row.count("|") == 13

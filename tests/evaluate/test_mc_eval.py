@@ -97,16 +97,24 @@ def test_left_and_right_padding_agree(fact_model, colour_task):
 
 
 def test_make_batch_layout():
+    """Left padding ends every row in the last column but keeps its first token in column 0, so no
+    query attends to nothing (tests/evaluate/test_padding.py says why)."""
     from paw.evaluate.encode import Encoded
 
-    batch = make_batch([Encoded((5, 6, 7, 8), 2), Encoded((5, 9), 1)], pad_id=0, padding_side="left")
-    assert batch.input_ids.tolist() == [[5, 6, 7], [0, 0, 5]]
-    assert batch.targets.tolist() == [[6, 7, 8], [0, 0, 9]]
-    assert batch.target_mask.tolist() == [[False, True, True], [False, False, True]]
-    assert batch.position_ids.tolist() == [[0, 1, 2], [0, 0, 0]]
-    right = make_batch([Encoded((5, 6, 7, 8), 2), Encoded((5, 9), 1)], pad_id=0, padding_side="right")
+    rows = [Encoded((5, 6, 7, 8), 2), Encoded((5, 9, 11), 1), Encoded((5, 9), 1)]
+    batch = make_batch(rows, pad_id=0, padding_side="left")
+    assert batch.input_ids.tolist() == [[5, 6, 7], [5, 0, 9], [5, 0, 0]]
+    assert batch.targets.tolist() == [[6, 7, 8], [9, 0, 11], [9, 0, 0]]
+    assert batch.target_mask.tolist() == [[False, True, True], [False, False, True], [True, False, False]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1], [1, 0, 1], [1, 0, 0]]
+    assert batch.position_ids.tolist() == [[0, 1, 2], [0, 0, 1], [0, 0, 0]]
+    right = make_batch(rows[::2], pad_id=0, padding_side="right")
     assert right.input_ids.tolist() == [[5, 6, 7], [5, 0, 0]]
     assert right.target_mask.tolist() == [[False, True, True], [True, False, False]]
+    # a batch wider than a sliding window is padded on the right: windows count columns
+    assert make_batch(rows, pad_id=0, padding_side="left", window=2).input_ids.tolist() == [[5, 6, 7], [5, 9, 0],
+                                                                                          [5, 0, 0]]
+    assert make_batch(rows, pad_id=0, padding_side="left", window=3).input_ids.tolist() == batch.input_ids.tolist()
 
 
 def test_head_reads_a_contiguous_input_and_the_hook_goes(fact_model):

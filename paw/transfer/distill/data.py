@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from paw.errors import PawError
-from paw.evaluate.encode import _prefix, encode_pair, own_start, pad_id_of
+from paw.evaluate.encode import _prefix, encode_pair, left_columns, own_start, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import score_encoded
 
@@ -123,25 +123,40 @@ def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sam
         chunk = [(own if own or t else _prefix(tokenizer)) + tokenizer.encode(t, add_special_tokens=False)
                  for t in texts[start:start + batch_size]]
         gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + start)
-        rows = _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device,
-                               lambda ids: stop in tokenizer.decode(ids, skip_special_tokens=True))
+        rows = [r for part in _padded_chunks(chunk, sliding_window_of(model), max_new_tokens)
+                for r in _generate_batch(model, part, pad, eos, max_new_tokens, sample, temperature, gen, device,
+                                         lambda ids: stop in tokenizer.decode(ids, skip_special_tokens=True))]
         for ids in rows:
             out.append(tokenizer.decode(ids, skip_special_tokens=True).split(stop, 1)[0])
     return out
 
 
 def _left_padded(chunk: Sequence[Sequence[int]], pad: int, device):
-    """``(ids, mask, positions)`` of id lists left-padded into one batch (positions count real tokens)."""
+    """``(ids, mask, positions)`` of id lists left-padded into one batch (positions count real tokens).
+
+    Each row's first token stays in column 0 (:func:`paw.evaluate.encode.left_columns`): a row that
+    began with padding would hold queries that attend to nothing, NaN under CUDA's SDPA.
+    """
     import torch
 
     width = max(len(c) for c in chunk)
     ids = torch.full((len(chunk), width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, c in enumerate(chunk):
-        ids[row, width - len(c):] = torch.tensor(list(c), dtype=torch.long)
-        mask[row, width - len(c):] = 1
+        cols = left_columns(len(c), width)
+        ids[row, cols] = torch.tensor(list(c), dtype=torch.long)
+        mask[row, cols] = 1
     ids, mask = ids.to(device), mask.to(device)
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _padded_chunks(chunk: list, window: int | None, max_new_tokens: int) -> list[list]:
+    """``chunk`` as one batch, or one row at a time where padding would move a row's first token out
+    of a sliding window it falls inside unpadded (windows count columns, padding adds columns)."""
+    width = max(len(c) for c in chunk)
+    if window is None or width + max_new_tokens <= window or all(len(c) == width for c in chunk):
+        return [chunk]
+    return [[c] for c in chunk]
 
 
 def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device, ends_line) -> list[list[int]]:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_of
+from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.mc import continuation_logprobs, forward_logits, score_encoded
 from paw.evaluate.train import batches_in_order
 from paw.progress import track
@@ -131,7 +131,7 @@ def token_logprobs(model, encoded: list, pad_id: int, device, *, batch_size: int
     out: list[list[float]] = []
     with torch.no_grad():
         for start in range(0, len(encoded), batch_size):
-            batch = make_batch(encoded[start:start + batch_size], pad_id=pad_id, padding_side="left")
+            batch = make_batch(encoded[start:start + batch_size], pad_id=pad_id, padding_side="left", window=sliding_window_of(model))
             with _autocast(device):
                 logits, skip = forward_logits(model, batch, device)
             targets, mask = batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device)
@@ -227,7 +227,8 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
     import torch
 
     # left padding: the continuations end every row, and only their positions go through the LM head
-    batch = make_batch([e.sequence for e in examples], pad_id=pad_id, padding_side="left")
+    batch = make_batch([e.sequence for e in examples], pad_id=pad_id, padding_side="left",
+                       window=_narrowest_window(peft_model, teacher_model))
     with _autocast(device):
         logits, skip = forward_logits(peft_model, batch, device)
     mask, targets = batch.target_mask[:, skip:].to(device), batch.targets[:, skip:].to(device)
@@ -242,11 +243,11 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
         parts[TOKEN_KL] = L.token_kl(logits, teacher_lp, mask, weights)
     elif vocab.aligned and any(e.aligned for e in examples):
         rows = [(r, e) for r, e in enumerate(examples) if e.aligned]
-        t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="left")
+        t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="left", window=sliding_window_of(teacher_model))
         with torch.no_grad(), _autocast(device):
             t_logits, t_skip = forward_logits(teacher_model, t_batch, device)
-        s_idx = [(r, _kept_column(batch, e.sequence, ps, skip)) for r, e in rows for ps, _ in e.aligned]
-        t_idx = [(k, _kept_column(t_batch, e.teacher_sequence, pt, t_skip))
+        s_idx = [(r, _kept_column(batch, r, ps, skip)) for r, e in rows for ps, _ in e.aligned]
+        t_idx = [(k, _kept_column(t_batch, k, pt, t_skip))
                  for k, (_, e) in enumerate(rows) for _, pt in e.aligned]
         s_rows, s_pos = (torch.tensor(x, device=device) for x in zip(*s_idx, strict=True))
         t_rows, t_pos = (torch.tensor(x, device=device) for x in zip(*t_idx, strict=True))
@@ -255,10 +256,18 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
     return parts, logits, targets, mask, n_aligned
 
 
-def _kept_column(batch, encoded, position: int, skip: int) -> int:
-    """Column of ``encoded``'s ``position`` among the logits ``forward_logits`` keeps of a left-padded ``batch``
-    (``make_batch`` puts the ``len(ids) - 1`` inputs of a row at its end; the first ``skip`` columns are dropped)."""
-    return batch.input_ids.shape[1] - (len(encoded.ids) - 1) + position - skip
+def _narrowest_window(*models) -> int | None:
+    """The smallest sliding window of ``models`` (the teacher reads the student's batch when the
+    vocabularies are shared), ``None`` when none slides."""
+    windows = [w for w in map(sliding_window_of, models) if w is not None]
+    return min(windows) if windows else None
+
+
+def _kept_column(batch, row: int, position: int, skip: int) -> int:
+    """Column of input ``position`` of ``row`` among the logits ``forward_logits`` keeps of ``batch``
+    (its ``position``-th real column, whatever the layout ``make_batch`` chose; the first ``skip``
+    columns are dropped)."""
+    return int(batch.attention_mask[row].nonzero()[position, 0]) - skip
 
 
 def _choice_loss(peft_model, examples, pad_id, device):
@@ -268,7 +277,7 @@ def _choice_loss(peft_model, examples, pad_id, device):
     flat = [enc for e in examples for enc in e.choices]
     # left padding puts every choice at the end of its row: only those positions go through the LM
     # head, which is most of the cost with a 150k-262k vocabulary (paw eval scores the same way)
-    batch = make_batch(flat, pad_id=pad_id, padding_side="left")
+    batch = make_batch(flat, pad_id=pad_id, padding_side="left", window=sliding_window_of(peft_model))
     with _autocast(device):
         logits, skip = forward_logits(peft_model, batch, device)
     sums, _ = continuation_logprobs(logits, batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device))
