@@ -109,3 +109,17 @@ def test_generation_of_padded_batches_matches_one_at_a_time(cuda_attention, tiny
     batched = generate(model, tok, texts, max_new_tokens=6, batch_size=4, stop="\u2603")
     single = generate(model, tok, texts, max_new_tokens=6, batch_size=1, stop="\u2603")
     assert batched == single and all(batched)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch, overrides", [("llama", {}), ("mistral", {"sliding_window": 4})])
+def test_padded_batches_on_cuda_equal_one_row_at_a_time(arch, overrides):
+    """The real CUDA kernels, where the NaN rows were found (Gemma-3 on an H100): padded batches,
+    left and right, give the scores of each sequence alone, and none is NaN."""
+    model = _model(arch, **overrides).to("cuda")
+    single = score_encoded(model, ROWS, pad_id=0, batch_size=1, progress=False)
+    for side in ("left", "right"):
+        batched = score_encoded(model, ROWS, pad_id=0, batch_size=4, padding_side=side, progress=False)
+        for (b, _), (s, _) in zip(batched, single, strict=True):
+            assert b == pytest.approx(s, abs=1e-4), (arch, side)
