@@ -22,8 +22,11 @@ The model runs under ``torch.no_grad`` in eval mode, on sequences sorted by leng
 so an out-of-memory shows at once) and padded by PAW itself, whatever the tokenizer's own
 ``padding_side``: on the left by default, because every continuation then ends at the last
 position and only the longest continuation's positions go through the LM head
-(``logits_to_keep``), which matters with 150k-token vocabularies. Position ids count real tokens
-only, so left and right padding give the same numbers (tested).
+(``logits_to_keep``), which matters with 150k-token vocabularies; each row's first token stays in
+column 0, so that no query attends to nothing (CUDA's SDPA gives NaN for such a query, which then
+spreads through the row: :func:`~paw.evaluate.encode.make_batch`). Position ids count real tokens
+only, so left and right padding give the same numbers (tested, also under an SDPA that behaves as
+CUDA's: ``tests/evaluate/test_padding.py``).
 """
 
 from __future__ import annotations
