@@ -153,6 +153,17 @@ def reduce_parts(parts: dict[str, Any], keys: list[str], scale: Scale | None) ->
     return {k: v for k, v, n in zip(keys, values, present, strict=True) if n > 0}
 
 
+def all_finite(params: list, scale: Scale | None) -> bool:
+    """Whether every LoRA factor is finite on every rank (each rank checks the part it holds)."""
+    import torch
+
+    local = all(bool(torch.isfinite(p.detach().to_local() if hasattr(p.detach(), "to_local") else p.detach()).all())
+                for p in params)
+    if scale is None or not scale.ranks.parallel:
+        return local
+    return all_sum([0.0 if local else 1.0], scale.ranks)[0] == 0
+
+
 def sync(params: list, scale: Scale | None) -> None:
     """Sum the LoRA gradients over ranks (nothing in one process, nor under FSDP: its backward pass sums them)."""
     if scale is not None and scale.ranks.parallel and not scale.fsdp:

@@ -349,7 +349,8 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     that fraction of each batch's continuation tokens, those the adapter changed most (TiTok's token
     selection); ``stop`` ends training early (the curve's ``probe`` holds its measurements). A loss that is
     NaN or Inf ends it at once (the curve's ``diverged_at`` holds the step): the factors are lost by then,
-    and :func:`paw.transfer.distill.run` refuses them."""
+    and :func:`paw.transfer.distill.run` refuses them. The last update can break the factors with no
+    loss left to show it, so they are checked once after the loop too."""
     import torch
 
     pad_id = PAD_ID
@@ -362,6 +363,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
         {"loss": [], **{k: [] for k in LOSSES}}
     peft_model.train()
     todo = range(start, steps)
+    done = start
     for step in (track(todo, "distilling", total=len(todo), unit="steps") if progress else todo):
         chosen = [examples[i] for i in order[step]]
         if not any(e.sequence is not None or e.choices for e in chosen):
@@ -380,6 +382,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
             loss.backward()
         S.sync(params, scale)
         optimizer.step()
+        done = step + 1
         values = S.reduce_parts(parts, list(LOSSES), scale)
         curve["loss"].append(float(loss.detach()) if scale is None or not scale.ranks.parallel
                              else sum(values.values()))
@@ -396,6 +399,8 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
             checkpoints.after(step + 1, steps, params, optimizer, curve=curve, **(extra or {}))
         if stopping:
             break
+    if "diverged_at" not in curve and done > start and not S.all_finite(params, scale):
+        curve["diverged_at"] = [float(done)]   # the last update broke the factors
     peft_model.eval()
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
 
