@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,16 @@ from paw.io.adapter import LoraAdapter, read_adapter, write_adapter
 from paw.io.json_file import read_json_if_exists
 from paw.io.manifest import write_json
 from paw.io.tokenizer import open_tokenizer
+from paw.io.train_state import load_train_state, save_train_state
 from paw.progress import status
+from paw.train_state import Checkpoints
 from paw.transfer.distill import LM, distill_lora
 from paw.transfer.distill.data import Prompt
+from paw.transfer.distill.scale import Scale
 from paw.transfer.summary import DistillSummary
 
 MIN_SOURCE_Z = 5.0    # the source's gain must reach this many paired stderrs for the task to count
+SAVE_EVERY = 25       # distillation steps between checkpoints: a run killed mid-distillation resumes there
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,17 @@ class Cache:
         return adapter, seconds, report
 
 
+def resumable(cache: Cache, key: str, recipe: Recipe, seed: int) -> Scale:
+    """A distillation that checkpoints every :data:`SAVE_EVERY` steps into ``<key>-work`` beside its
+    adapter, resumes from there, and caches the teacher's continuations there too (an hour of a CPU
+    run is not lost to a killed session)."""
+    work = cache.folder / f"{key}-work"
+    settings = {"key": key, "steps": recipe.distill_steps, "batch_size": recipe.lora_batch, "seed": seed,
+                "inputs": recipe.train_inputs, "token_focus": recipe.token_focus, "synth_inputs": recipe.synth_inputs}
+    return Scale(work=work, checkpoints=Checkpoints(SAVE_EVERY, save=partial(save_train_state, work),
+                                                    state=load_train_state(work), settings=settings))
+
+
 def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None, *, what: str = "") -> list[int]:
     status(f"tasks: scoring {what} on {len(items)} test items")
     if adapter is None:
@@ -199,7 +215,8 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
         with applied(source.model, adapter_deltas(lora_s)):
             moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), prompts=prompts,
                                          steps=recipe.distill_steps, batch_size=recipe.lora_batch, seed=seed,
-                                         device=device, target_name=t, progress=False)
+                                         device=device, target_name=t, progress=False,
+                                         scale=resumable(cache, f"distilled-{s}-to-{t}", recipe, seed))
         d = DistillSummary.from_report(report)
         return moved, {"losses": d.losses, "agreement_before": d.agreement_before, "agreement_after": d.agreement_after,
                        "loss_tail_drop": d.loss_tail_drop, "warnings": report["warnings"],
@@ -255,7 +272,8 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
         with applied(source.model, adapter_deltas(lora_s)):
             moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), steps=recipe.distill_steps,
                                          batch_size=recipe.lora_batch, seed=seed, device=device, target_name=t,
-                                         progress=False, **how)
+                                         progress=False, scale=resumable(cache, f"distilled-{key}-{s}-to-{t}",
+                                                                         recipe, seed), **how)
         return moved, {"inputs": report["distill"]["inputs"], **_diverged(report)}
 
     try:

@@ -157,3 +157,28 @@ def test_a_diverged_distillation_is_a_result_kept_in_the_cache(pair, monkeypatch
 
     [_, _, row] = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": out}}}})
     assert "diverged (NaN/Inf loss) at step 2" in row and row.count("|") == 13
+
+
+def test_a_killed_distillation_resumes_from_its_checkpoint(pair, monkeypatch):
+    """The CPU run takes an hour per distillation and a session can end in the middle: the bench
+    checkpoints every SAVE_EVERY steps beside the adapter and the next run resumes there, to the same bytes."""
+    from paw.io.adapter import read_adapter
+
+    sides, items, root = pair
+    monkeypatch.setattr(R, "SAVE_EVERY", 4)
+    folder = root / "cache-resume"
+    R.run_direction(sides["a"], sides["b"], items, items, R.Cache(folder), recipe=RECIPE, n_boot=50)
+    first = read_adapter(folder / "distilled-a-to-b").tensors
+    # as if killed after step 8 of 10: the checkpoint is there, the adapter and its record are not
+    import shutil
+
+    shutil.rmtree(folder / "distilled-a-to-b")
+    (folder / "distilled-a-to-b.meta.json").unlink()
+    (folder / "score-b-moved-from-a.json").unlink()
+    resumed_from = []
+    real = R.load_train_state
+    monkeypatch.setattr(R, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
+    R.run_direction(sides["a"], sides["b"], items, items, R.Cache(folder), recipe=RECIPE, n_boot=50)
+    assert resumed_from == [8]
+    again = read_adapter(folder / "distilled-a-to-b").tensors
+    assert all(bool((again[k] == first[k]).all()) for k in first)
