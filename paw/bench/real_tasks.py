@@ -215,7 +215,7 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
         with applied(source.model, adapter_deltas(lora_s)):
             moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), prompts=prompts,
                                          steps=recipe.distill_steps, batch_size=recipe.lora_batch, seed=seed,
-                                         device=device, target_name=t, progress=False,
+                                         device=device, target_name=t, progress=True,
                                          scale=resumable(cache, f"distilled-{s}-to-{t}", recipe, seed))
         d = DistillSummary.from_report(report)
         return moved, {"losses": d.losses, "agreement_before": d.agreement_before, "agreement_after": d.agreement_after,
@@ -272,7 +272,7 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
         with applied(source.model, adapter_deltas(lora_s)):
             moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), steps=recipe.distill_steps,
                                          batch_size=recipe.lora_batch, seed=seed, device=device, target_name=t,
-                                         progress=False, scale=resumable(cache, f"distilled-{key}-{s}-to-{t}",
+                                         progress=True, scale=resumable(cache, f"distilled-{key}-{s}-to-{t}",
                                                                          recipe, seed), **how)
         return moved, {"inputs": report["distill"]["inputs"], **_diverged(report)}
 
