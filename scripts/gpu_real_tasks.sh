@@ -8,8 +8,9 @@
 #   device:  one call per piece, carry [".gpuc/pK"]:  bash .gpuc/ctl/gpu_real_tasks.sh keep K
 #            (the pieces wait in /tmp/store, which lasts while the machine stays warm: call at once)
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh run SECONDS "TASKS"
-#            joins the pieces, checks the GGUFs' sha256, rebuilds both model folders, runs the bench
-#            for at most SECONDS, and returns the work folder's new files and the log under $OUT
+#            runs `pytest -m gpu` while it joins the pieces, checks the GGUFs' sha256 and rebuilds both
+#            model folders, then the bench for what is left of SECONDS; the work folder's new files, the
+#            bench log and the test log come back under $OUT
 #   here:    bash scripts/gpu_real_tasks.sh unpack FILES_AT [WORK]          -> merged into the work folder
 #
 # .gpuc must be ignored (echo /.gpuc/ >> .git/info/exclude). MODELS defaults to ~/paw-models (as made by
@@ -41,6 +42,10 @@ case "$cmd" in
     limit="${1:-500}"; tasks="${2:-arc-easy}"; start=$SECONDS; R=/tmp/rt
     export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
     python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+    # the gpu-marked tests first (in the background, on the same GPU, while the CPU rebuilds the models)
+    ( timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
+      echo "exit $?" >> "$OUT/gpu_tests.log" ) &
+    tests=$!
     if [ ! -f "$R/models/gemma-3-270m/model.safetensors" ]; then
       rm -rf "$R" && mkdir -p "$R" && cat /tmp/store/piece.* | tar x -C "$R"
       python3 - "$R" <<'EOF'
@@ -62,6 +67,7 @@ for side in ("smollm2-135m-instruct", "gemma-3-270m"):
 EOF
     fi
     touch "$R/started"
+    wait "$tests"   # the bench's timings are its own
     left=$(( limit - (SECONDS - start) - 30 ))
     set +e
     timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
