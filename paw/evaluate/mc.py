@@ -116,6 +116,11 @@ def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size:
             logits, skip = forward_logits(model, batch, device)
             sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
                                                  batch.target_mask[:, skip:].to(device))
+            bad = int((~torch.isfinite(sums)).sum())
+            if bad:  # a NaN compares as nothing: the first choice would win silently
+                raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(index)} sequences of "
+                               f"one batch on {sums.device.type}; try --dtype float32, or another "
+                               "--device to compare")
             for i, s, c in zip(index, sums.tolist(), counts.tolist(), strict=True):
                 results[i] = (float(s), int(c))
     return results

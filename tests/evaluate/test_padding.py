@@ -123,3 +123,15 @@ def test_padded_batches_on_cuda_equal_one_row_at_a_time(arch, overrides):
         batched = score_encoded(model, ROWS, pad_id=0, batch_size=4, padding_side=side, progress=False)
         for (b, _), (s, _) in zip(batched, single, strict=True):
             assert b == pytest.approx(s, abs=1e-4), (arch, side)
+
+
+def test_a_nan_log_likelihood_is_an_error_not_a_silent_first_choice():
+    """Before the layout fix a NaN row scored as the first choice without a word (25.7% on ARC-Easy,
+    four choices): scoring now refuses non-finite log-likelihoods."""
+    from paw.errors import PawError
+
+    model = _model()
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight[0, 0] = float("nan")
+    with pytest.raises(PawError, match="NaN/Inf log-likelihood for 4 of the 4 sequences of one batch on cpu"):
+        score_encoded(model, ROWS, pad_id=0, batch_size=4, progress=False)
