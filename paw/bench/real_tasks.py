@@ -327,17 +327,18 @@ def part_tasks(opts, models: dict[str, Path], load, workdir: Path) -> dict[str, 
         lm, tok = load(models[name], opts.device)
         sides[name] = Base(name, lm, tok, models[name])
     out: dict[str, Any] = {"recipe": RECIPE.__dict__, "min_source_z": MIN_SOURCE_Z, "tasks": {}}
-    for task in opts.real_tasks:
+    pairs = (names, names[::-1])
+    work = {}
+    for task in opts.real_tasks:   # every task's two main directions first: they are what the part is for
         train_items, test_items = load_task(opts.data, task, opts.seed)
         status(f"tasks: {task} ({len(train_items)} training items, {len(test_items)} test items)")
-        cache = Cache(workdir / "tasks" / task)
-        pairs = (names, names[::-1])
-        directions = {f"{a} -> {b}": run_direction(sides[a], sides[b], train_items, test_items, cache, seed=opts.seed,
-                                                   n_boot=opts.n_boot, device=opts.device) for a, b in pairs}
-        for variant in VARIANTS:   # after both directions' main results, which they reuse
-            for a, b in pairs:
-                directions[f"{a} -> {b}"][variant] = run_variant(sides[a], sides[b], train_items, test_items, cache,
-                                                                 variant, seed=opts.seed, n_boot=opts.n_boot,
-                                                                 device=opts.device)
+        work[task] = (train_items, test_items, Cache(workdir / "tasks" / task))
+        directions = {f"{a} -> {b}": run_direction(sides[a], sides[b], *work[task], seed=opts.seed, n_boot=opts.n_boot,
+                                                   device=opts.device) for a, b in pairs}
         out["tasks"][task] = {"train": len(train_items), "test": len(test_items), "directions": directions}
+    for task in opts.real_tasks:   # then the variants, which reuse the main runs' cached work
+        for variant in VARIANTS:
+            for a, b in pairs:
+                out["tasks"][task]["directions"][f"{a} -> {b}"][variant] = run_variant(
+                    sides[a], sides[b], *work[task], variant, seed=opts.seed, n_boot=opts.n_boot, device=opts.device)
     return out

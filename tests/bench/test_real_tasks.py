@@ -182,3 +182,20 @@ def test_a_killed_distillation_resumes_from_its_checkpoint(pair, monkeypatch):
     assert resumed_from == [8]
     again = read_adapter(folder / "distilled-a-to-b").tensors
     assert all(bool((again[k] == first[k]).all()) for k in first)
+
+
+def test_every_task_s_main_directions_run_before_any_variant(monkeypatch, tmp_path):
+    """The variants take hours on a CPU: BoolQ's main result must not wait behind ARC-Easy's variants."""
+    from types import SimpleNamespace
+
+    calls = []
+    monkeypatch.setattr(R, "load_task", lambda data, task, seed: ([task], [task]))
+    monkeypatch.setattr(R, "run_direction", lambda a, b, train, test, cache, **k: calls.append(("main", train[0], a.name))
+                        or {})
+    monkeypatch.setattr(R, "run_variant", lambda a, b, train, test, cache, v, **k: calls.append((v, train[0], a.name))
+                        or {"v": v})
+    opts = SimpleNamespace(real_tasks=("arc-easy", "boolq"), data=".", seed=0, n_boot=10, device="cpu")
+    out = R.part_tasks(opts, {"s": tmp_path / "s", "t": tmp_path / "t"}, lambda folder, device: (None, None), tmp_path)
+    assert calls[:4] == [("main", "arc-easy", "s"), ("main", "arc-easy", "t"), ("main", "boolq", "s"), ("main", "boolq", "t")]
+    assert len(calls) == 4 + 2 * 2 * len(R.VARIANTS) and all(c[0] in R.VARIANTS for c in calls[4:])
+    assert out["tasks"]["boolq"]["directions"]["t -> s"]["token-focus"] == {"v": "token-focus"}
