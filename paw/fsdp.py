@@ -104,7 +104,12 @@ def shard_student(peft_model, ranks: Ranks, device) -> dict[str, int]:
         unit.set_force_sum_reduction_for_comms(True)  # gloo has no pre-multiplied sum
     params = list(peft_model.parameters())
     return {"processes": ranks.world, "units": len(layers) + 1, "parameters": sum(p.numel() for p in params),
-            "parameters_on_rank": sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in params)}
+            "parameters_on_rank": sum(local_part(p).numel() for p in params)}
+
+
+def local_part(tensor):
+    """The part of ``tensor`` this rank holds: its shard of a sharded (DTensor) parameter, else itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def full_lora_state(peft_model) -> dict[str, Any]:

@@ -86,16 +86,15 @@ def _tasks_table(tk: dict) -> list[str]:
     for task, t in tk["tasks"].items():
         for direction, d in t["directions"].items():
             a, g = d["accuracy"], d["source_gain"]
+            conditions = (f"| {task} | {direction} | {d['items']} | {_pct(a['source base'])} | "
+                          f"{_pct(a['source + LoRA'])} | {100 * g['difference']:+.1f} ({g['z']:.1f}) | "
+                          f"{_pct(a['target base'])} | {_pct(a['target + own LoRA'])} | ")
             if "failed" in d:  # the move gave no adapter: the four other conditions still stand
-                lines.append(f"| {task} | {direction} | {d['items']} | {_pct(a['source base'])} | "
-                             f"{_pct(a['source + LoRA'])} | {100 * g['difference']:+.1f} ({g['z']:.1f}) | "
-                             f"{_pct(a['target base'])} | {_pct(a['target + own LoRA'])} | {d['failed']} | | | |")
+                lines.append(conditions + f"{d['failed']} | | | |")
             else:
                 m = d["moved_gain"]
-                lines.append(f"| {task} | {direction} | {d['items']} | {_pct(a['source base'])} | "
-                             f"{_pct(a['source + LoRA'])} | {100 * g['difference']:+.1f} ({g['z']:.1f}) | "
-                             f"{_pct(a['target base'])} | {_pct(a['target + own LoRA'])} | "
-                             f"{_pct(a['target + moved LoRA'])} | {100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
+                lines.append(conditions + f"{_pct(a['target + moved LoRA'])} | "
+                             f"{100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "
                              f"{_frac(d['kept'])} | {_frac(d['recovered'])} |")
             for variant, label in VARIANTS.items():
                 v = d.get(variant)

@@ -256,14 +256,15 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     lora_s, _, _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
     lora_t, _, _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
     inputs = label_free_inputs(train_items, recipe, seed)
-    seeds = inputs[:recipe.synth_seeds]
-    extra = {"seeds": [p.text for p in seeds]} if variant == "synthesized" else {}
     if variant == "synthesized":
+        seeds = inputs[:recipe.synth_seeds]
         key, how = "synth", dict(synthesize=recipe.synth_inputs, seed_examples=seeds)
         says = f"from {recipe.synth_inputs} inputs {s} writes from {len(seeds)} seeds"
+        extra = {"seeds": [p.text for p in seeds]}
     elif variant == "token-focus":
         key, how = "focus", dict(prompts=inputs, token_focus=recipe.token_focus)
         says = f"with token focus {recipe.token_focus} ({len(inputs)} label-free inputs)"
+        extra = {}
     else:
         raise PawError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
 

@@ -157,8 +157,7 @@ def all_finite(params: list, scale: Scale | None) -> bool:
     """Whether every LoRA factor is finite on every rank (each rank checks the part it holds)."""
     import torch
 
-    local = all(bool(torch.isfinite(p.detach().to_local() if hasattr(p.detach(), "to_local") else p.detach()).all())
-                for p in params)
+    local = all(bool(torch.isfinite(F.local_part(p.detach())).all()) for p in params)
     if scale is None or not scale.ranks.parallel:
         return local
     return all_sum([0.0 if local else 1.0], scale.ranks)[0] == 0
