@@ -9,6 +9,9 @@ killed run made survives it:
 - ``continuations-rank{R}.jsonl``: the teacher's continuations, one JSON line per input, appended
   and flushed chunk by chunk as they are made (one file per rank, so ranks never share a file). A
   line cut short by a kill is ignored on reading.
+- ``teacher-{NAME}.json``: one list of the teacher's per-input scores (its choice log-likelihoods,
+  its per-token log-probability gains), written atomically once made, under a key that names the
+  teacher and every input it scored; a file under another key, or unreadable, is made again.
 
 This module knows files only; what a state holds is :mod:`paw.train_state`'s business.
 """
@@ -96,3 +99,23 @@ def append_continuations(folder: str | os.PathLike, rank: int, key: str, pairs: 
             f.write(json.dumps({"key": key, "text": text, "continuation": continuation}, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def read_teacher_scores(folder: str | os.PathLike, name: str, key: str) -> list | None:
+    """The list kept as ``folder/teacher-{name}.json`` under ``key``, or None (absent, other key, unreadable)."""
+    path = Path(folder) / f"teacher-{name}.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(record, dict) and record.get("key") == key and isinstance(record.get("values"), list):
+        return record["values"]
+    return None
+
+
+def write_teacher_scores(folder: str | os.PathLike, name: str, key: str, values: list) -> None:
+    """Keep ``values`` (JSON numbers and lists) as ``folder/teacher-{name}.json`` under ``key``, atomically."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_file(folder / f"teacher-{name}.json", "w", overwrite=True, encoding="utf-8") as f:
+        json.dump({"key": key, "values": values}, f)

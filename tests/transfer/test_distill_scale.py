@@ -159,3 +159,37 @@ def test_the_report_records_predicted_and_measured_memory(cli, src, src_lora, ot
     assert predicted["predicted_peak_bytes"] == sum(predicted["parts"].values())
     assert memory["measured"]["peak_rss_bytes"] > 2**20
     assert memory["measured_over_predicted"] > 0
+
+
+def test_a_rerun_reuses_the_teachers_choice_scores_and_gains(cli, src, src_lora, independent, tmp_path, monkeypatch):
+    """The teacher scores each input's choices once and its tokens twice (with and without the adapter); a rerun
+    over the same work folder reads them back, and writes the same adapter bytes."""
+    import json
+
+    from paw.evaluate.synthetic import fact_task
+    from paw.io.mcdata import write_items
+    from paw.transfer.distill import train as T
+
+    write_items(tmp_path / "items.jsonl", fact_task("colour", n=6, seed=0))
+    calls = {"score": 0, "logprobs": 0}
+    score, logprobs = T.score_encoded, T.token_logprobs
+    monkeypatch.setattr(T, "score_encoded", lambda *a, **k: calls.__setitem__("score", calls["score"] + 1) or score(*a, **k))
+    monkeypatch.setattr(T, "token_logprobs",
+                        lambda *a, **k: calls.__setitem__("logprobs", calls["logprobs"] + 1) or logprobs(*a, **k))
+
+    def run(out, *extra):
+        result = _distill(cli, src, src_lora, independent, out, *extra, "--prompts", str(tmp_path / "items.jsonl"))
+        assert result.exit_code == 0, result.stderr
+        made, calls["score"], calls["logprobs"] = dict(calls), 0, 0
+        return made
+
+    first = run(tmp_path / "a")
+    made = (tmp_path / "a" / ADAPTER).read_bytes()
+    kept = {p.name: json.loads(p.read_text()) for p in (tmp_path / "a-work").glob("teacher-*.json")}
+    assert set(kept) == {"teacher-choice-scores.json", "teacher-excess.json"}
+    assert len(kept["teacher-choice-scores.json"]["values"]) == sum(len(i.choices) for i in fact_task("colour", n=6, seed=0))
+    again = run(tmp_path / "a", "--overwrite")
+    assert first["score"] - again["score"] == 1 and first["logprobs"] - again["logprobs"] == 2
+    assert (tmp_path / "a" / ADAPTER).read_bytes() == made
+    other = run(tmp_path / "b")   # another output folder: another work folder, so the teacher scores again
+    assert other == first

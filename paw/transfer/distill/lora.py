@@ -140,7 +140,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
     train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key)
     tests = T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key) if held else []
-    excess = T.add_excess(train + tests, teacher, student, device)  # what the adapter changed, per token
+    excess = T.add_excess(train + tests, teacher, student, device, scale, key)  # what the adapter changed, per token
     if token_focus and not excess:
         raise PawError("--token-focus needs the teacher with its adapter unmerged (a PEFT model), to compare "
                        "it with and without the adapter")

@@ -8,6 +8,8 @@ What :func:`paw.transfer.distill.lora.distill_lora` adds to the one-process loop
   made (:mod:`paw.io.train_state`), keyed by the teacher (its base and adapter bytes) and the
   generation settings, so a rerun after a kill or a change of steps continues no input twice.
   Under ``torchrun`` the chunks are dealt to the ranks round-robin (:func:`paw.distributed.map_chunks`).
+  The teacher's choice scores and its per-token gains (with the adapter minus without) are kept
+  there too once made (:func:`remembered`), so a resumed run does not score the inputs again.
 - **Loss split.** Each rank computes the losses of its share of the global batch; each loss part
   is a mean over its own units (continuation tokens, aligned cuts, inputs with choices), so a rank
   weighs its part by its share of those units (:data:`UNITS`), and the summed gradients equal the
@@ -30,7 +32,7 @@ from typing import Any
 from paw import fsdp as F
 from paw.distributed import SINGLE, Ranks, all_sum, map_chunks, shard, share, sync_gradients
 from paw.errors import PawError
-from paw.io.train_state import append_continuations, read_continuations
+from paw.io.train_state import append_continuations, read_continuations, read_teacher_scores, write_teacher_scores
 from paw.train_state import Checkpoints
 from paw.transfer.distill import data
 
@@ -77,6 +79,24 @@ def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale:
         return made
 
     return map_chunks(run, texts, CHUNK, scale.ranks)
+
+
+def remembered(scale: Scale | None, name: str, key: str, inputs: list, compute) -> list:
+    """``compute()`` (a list, one entry per input of ``inputs``), or what an earlier run of the same teacher
+    (``key``) on the same ``inputs`` kept in the work folder; the main rank keeps a fresh result there."""
+    if scale is None or scale.work is None or not key:
+        return compute()
+    h = hashlib.sha256(key.encode())
+    for part in inputs:
+        h.update(repr(part).encode("utf-8", "surrogatepass") + b"\0")
+    digest = h.hexdigest()[:32]
+    kept = read_teacher_scores(scale.work, name, digest)
+    if kept is not None and len(kept) == len(inputs):
+        return kept
+    values = compute()
+    if scale.ranks.main:
+        write_teacher_scores(scale.work, name, digest, values)
+    return values
 
 
 def refuse_offload(losses_at_step: list[str]) -> None:

@@ -101,12 +101,17 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
             ex.choices = [encode_pair(student.tokenizer, c, x, max_length=limit, start=START)
                           for c, x in prompt.pairs]
         out.append(ex)
-    pairs = [(i, encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model), start=START))
-             for i, ex in enumerate(out) for c, x in ex.prompt.pairs]
+    pairs = [(i, c, x) for i, ex in enumerate(out) for c, x in ex.prompt.pairs]
+
+    def score() -> list[float]:
+        encoded = [encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model), start=START)
+                   for _, c, x in pairs]
+        return [ll for ll, _ in score_encoded(teacher.model, encoded, pad_id=pad_id_of(teacher.tokenizer),
+                                              device=device, progress=False)]
+
     if pairs:
-        scores = score_encoded(teacher.model, [e for _, e in pairs], pad_id=pad_id_of(teacher.tokenizer),
-                               device=device, progress=False)
-        for (i, _), (ll, _) in zip(pairs, scores, strict=True):
+        scores = S.remembered(scale, "choice-scores", key, [(c, x) for _, c, x in pairs], score)
+        for (i, _, _), ll in zip(pairs, scores, strict=True):
             out[i].teacher_choice_ll.append(ll)
     return out
 
@@ -140,7 +145,8 @@ def token_logprobs(model, encoded: list, pad_id: int, device, *, batch_size: int
     return out
 
 
-def add_excess(examples: list[Example], teacher: LM, student: LM, device) -> bool:
+def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale: S.Scale | None = None,
+               key: str = "") -> bool:
     """Fill each example's ``excess``: how much the LoRA raised the teacher's log-probability of each
     token of its own continuation (with the adapter minus without it), on the student's tokens.
 
@@ -149,7 +155,7 @@ def add_excess(examples: list[Example], teacher: LM, student: LM, device) -> boo
     Across tokenizers the teacher's per-token figures are shared out over the student's tokens by byte
     overlap (:func:`paw.transfer.distill.byte_align.spread`), or spread evenly when the two texts'
     bytes cannot be lined up. False (nothing filled) when the teacher offers no adapter-free view
-    (:func:`adapter_off`).
+    (:func:`adapter_off`). ``scale`` and ``key``: the gains are kept in the work folder (:func:`S.remembered`).
     """
     off = teacher.adapter_off or adapter_off(teacher.model)
     rows = [e for e in examples if e.sequence is not None]
@@ -159,13 +165,17 @@ def add_excess(examples: list[Example], teacher: LM, student: LM, device) -> boo
     encoded = [e.teacher_sequence or encode_pair(teacher.tokenizer, e.prompt.text, e.continuation, max_length=limit,
                                                  start=START) for e in rows]
     pad = pad_id_of(teacher.tokenizer)
-    with_lora = token_logprobs(teacher.model, encoded, pad, device)
-    with off():
-        without = token_logprobs(teacher.model, encoded, pad, device)
+
+    def gains() -> list[list[float]]:
+        with_lora = token_logprobs(teacher.model, encoded, pad, device)
+        with off():
+            without = token_logprobs(teacher.model, encoded, pad, device)
+        return [[x - y for x, y in zip(a, b, strict=True)] for a, b in zip(with_lora, without, strict=True)]
+
+    made = S.remembered(scale, "excess", key, [(e.prompt.text, e.continuation) for e in rows], gains)
     t_vocab = getattr(teacher.tokenizer_info, "vocab", None)
     s_vocab = getattr(student.tokenizer_info, "vocab", None)
-    for e, enc, a, b in zip(rows, encoded, with_lora, without, strict=True):
-        gain = [x - y for x, y in zip(a, b, strict=True)]
+    for e, enc, gain in zip(rows, encoded, made, strict=True):
         n = e.sequence.n_cont
         moved = None
         if t_vocab is not None and s_vocab is not None:
