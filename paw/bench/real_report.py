@@ -105,6 +105,9 @@ def _tasks_table(tk: dict) -> list[str]:
                     continue
                 if variant == "synthesized":
                     label += f" ({v['inputs']['synthesis']['kept']} inputs)"
+                if v.get("vs_main") is not None:   # the control: what the LoRA carried beyond its base
+                    w = v["vs_main"]
+                    label += f" (main move − this: {100 * w['difference']:+.1f} ± {100 * w['stderr']:.1f})"
                 a, m = v["accuracy"], v["moved_gain"]
                 lines.append(f"| {task} | {direction}, {label} | {d['items']} | | | | | | "
                              f"{_pct(a['target + moved LoRA'])} | {100 * m['difference']:+.1f} ± {100 * m['stderr']:.1f} | "

@@ -21,6 +21,8 @@ on a CPU and minutes on one GPU.
 
 from __future__ import annotations
 
+import contextlib
+
 import random
 import time
 from dataclasses import dataclass
@@ -137,6 +139,11 @@ class Cache:
         write_json(path, {"correct": correct, "seconds": seconds})
         return correct, seconds
 
+    def found(self, key: str) -> list[int] | None:
+        """The per-item outcomes cached under ``key``, or None."""
+        found = read_json_if_exists(self.folder / f"{key}.json")
+        return None if found is None else found["correct"]
+
     def adapter(self, key: str, make) -> tuple[LoraAdapter, float, dict]:
         folder = self.folder / key
         found = read_json_if_exists(self.folder / f"{key}.meta.json")
@@ -239,7 +246,12 @@ def label_free_inputs(train_items: list, recipe: Recipe, seed: int) -> list[Prom
     return [Prompt.of(item) for item in inputs]
 
 
-VARIANTS = {  # other moves of the same LoRA, after both directions' main results; fixed before any result
+VARIANTS = {  # other moves of the same LoRA, after both directions' main results
+    # the control (added 2026-11-26 after the first main result, before its own): the same move with the
+    # source *without* its LoRA as teacher, so the main move's gain splits into what the LoRA taught and
+    # what any better teacher would have (a student weaker than its teacher's base gains from the base alone)
+    "base-teacher": "control: the source base as teacher",
+    # fixed before any result:
     "synthesized": "from the teacher's own inputs",   # Trans-LoRA: 1,000 inputs written from 5 seeds
     "token-focus": "with --token-focus 0.5",         # TiTok's token selection on the same label-free inputs
 }
@@ -250,7 +262,9 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     """Another move of the same LoRA (:data:`VARIANTS`), after :func:`run_direction`, whose cached
     adapters and scores it reuses: ``synthesized`` distils from ``recipe.synth_inputs`` inputs the
     teacher writes from ``recipe.synth_seeds`` seeds (a synthesis that yields nothing is a result too:
-    ``{"failed": why}``); ``token-focus`` from the main run's inputs with ``recipe.token_focus``."""
+    ``{"failed": why}``); ``token-focus`` from the main run's inputs with ``recipe.token_focus``;
+    ``base-teacher`` from the main run's inputs with the source's base, its LoRA left out, as teacher
+    (its ``vs_main`` is the main move's accuracy minus this one's, paired: what the LoRA itself carried)."""
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
     lora_s, _, _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
@@ -261,6 +275,10 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
         key, how = "synth", dict(synthesize=recipe.synth_inputs, seed_examples=seeds)
         says = f"from {recipe.synth_inputs} inputs {s} writes from {len(seeds)} seeds"
         extra = {"seeds": [p.text for p in seeds]}
+    elif variant == "base-teacher":
+        key, how = "base-teacher", dict(prompts=inputs)
+        says = f"with {s} alone as teacher, its LoRA left out (the control; {len(inputs)} label-free inputs)"
+        extra = {}
     elif variant == "token-focus":
         key, how = "focus", dict(prompts=inputs, token_focus=recipe.token_focus)
         says = f"with token focus {recipe.token_focus} ({len(inputs)} label-free inputs)"
@@ -270,8 +288,10 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
 
     def distill():
         status(f"tasks: distill {s} -> {t} {says}")
-        with applied(source.model, adapter_deltas(lora_s)):
-            moved, report = distill_lora(lora_s, _side(source, lora_s), _side(target), steps=recipe.distill_steps,
+        base = variant == "base-teacher"   # the LoRA still gives the new adapter its shape (rank, modules)
+        with contextlib.nullcontext() if base else applied(source.model, adapter_deltas(lora_s)):
+            teacher = _side(source) if base else _side(source, lora_s)
+            moved, report = distill_lora(lora_s, teacher, _side(target), steps=recipe.distill_steps,
                                          batch_size=recipe.lora_batch, seed=seed, device=device, target_name=t,
                                          progress=True, scale=resumable(cache, f"distilled-{key}-{s}-to-{t}",
                                                                          recipe, seed), **how)
@@ -287,6 +307,9 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
                                                            what=f"{t} + the LoRA moved from {s} {VARIANTS[variant]}"))
     summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
     inputs_report = report.get("inputs", report.get("synthesis"))   # runs before 2026-11-26 13:00 cached "synthesis"
+    if variant == "base-teacher":
+        main = cache.found(f"score-{t}-moved-from-{s}")   # absent where the main move failed
+        extra = {"vs_main": None if main is None else paired_difference(main, out["target + moved LoRA"])}
     return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered", "seconds")} | {
         "inputs": inputs_report} | extra
 

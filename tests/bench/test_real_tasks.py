@@ -128,6 +128,38 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
 
 
+def test_the_base_teacher_control_distils_from_the_source_without_its_lora(pair, monkeypatch):
+    """The control's teacher is the source base (no LoRA merged, no adapter to switch off); its result says,
+    paired on the items, how much more the main move gave: what the LoRA itself carried."""
+    import torch
+
+    from paw.bench.real_report import _tasks_table
+    from paw.bench.stats import paired_difference
+
+    sides, items, root = pair
+    cache = R.Cache(root / "cache-control")
+    main = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    bare = {k: v.clone() for k, v in sides["a"].model.state_dict().items()}
+    seen, real = [], R.distill_lora
+
+    def spy(adapter, teacher, student, **kw):
+        now = teacher.model.state_dict()
+        seen.append((teacher.adapter_off is None, all(torch.equal(now[k], bare[k]) for k in bare)))
+        return real(adapter, teacher, student, **kw)
+
+    monkeypatch.setattr(R, "distill_lora", spy)
+    out = R.run_variant(sides["a"], sides["b"], items, items, cache, "base-teacher", recipe=RECIPE, n_boot=50)
+    assert seen == [(True, True)]                      # no LoRA in the teacher while it taught
+    main_moved = cache.found("score-b-moved-from-a")
+    this = cache.found("score-b-moved-base-teacher-from-a")
+    assert main_moved is not None and this is not None and len(this) == len(items)
+    assert out["vs_main"] == paired_difference(main_moved, this)
+    assert out["accuracy"]["target base"] == main["accuracy"]["target base"]
+    rows = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": {**main, "base-teacher": out}}}}})
+    assert rows[3].startswith("| colour | a -> b, control: the source base as teacher (main move − this: ")
+    assert rows[3].count("|") == 13
+
+
 def test_a_diverged_distillation_is_a_result_kept_in_the_cache(pair, monkeypatch):
     """A move whose distillation stops at a NaN loss writes no adapter; the direction reports it with the
     four other conditions, the cache keeps it (not tried again), and the table shows it."""
