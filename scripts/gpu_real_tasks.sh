@@ -23,6 +23,10 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cmd="${1:-}"; shift || true
 R=/tmp/rt
+setup() {  # PAW from this tree, the gguf reader from its carried wheel where the device lacks it
+  export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
+  python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+}
 rebuild() {  # the pieces joined, the GGUFs checked, both model folders written (once per warm machine)
   if [ ! -f "$R/models/gemma-3-270m/model.safetensors" ]; then
     rm -rf "$R" && mkdir -p "$R" && cat /tmp/store/piece.* | tar x -C "$R"
@@ -77,8 +81,7 @@ case "$cmd" in
     mkdir -p /tmp/store && mv ".gpuc/p$1"/piece.* /tmp/store/ && ls -l /tmp/store ;;
   run)
     limit="${1:-500}"; tasks="${2:-arc-easy}"; start=$SECONDS
-    export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
-    python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+    setup
     # the gpu-marked tests first (in the background, on the same GPU, while the CPU rebuilds the models)
     ( timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
       echo "exit $?" >> "$OUT/gpu_tests.log" ) &
@@ -94,8 +97,7 @@ case "$cmd" in
     cd "$R" && find work out -newer started -type f 2>/dev/null | tar cf - -T - | split -b 15M - "$OUT/res.tar." ;;
   transplant)
     limit="${1:-500}"; start=$SECONDS
-    export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
-    python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+    setup
     python3 -m pip install -q --no-index --no-deps --find-links .gpuc/ctl/whl/peer --target /tmp/peer \
       mergekit immutables sentencepiece || echo "mergekit did not install: PAW's rows only"
     rebuild

@@ -22,7 +22,6 @@ on a CPU and minutes on one GPU.
 from __future__ import annotations
 
 import contextlib
-
 import random
 import time
 from dataclasses import dataclass
@@ -270,13 +269,14 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     lora_s, _, _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
     lora_t, _, _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
     inputs = label_free_inputs(train_items, recipe, seed)
+    taught = lora_s   # the adapter in the teacher (the LoRA also gives the new adapter its shape: rank, modules)
     if variant == "synthesized":
         seeds = inputs[:recipe.synth_seeds]
         key, how = "synth", dict(synthesize=recipe.synth_inputs, seed_examples=seeds)
         says = f"from {recipe.synth_inputs} inputs {s} writes from {len(seeds)} seeds"
         extra = {"seeds": [p.text for p in seeds]}
     elif variant == "base-teacher":
-        key, how = "base-teacher", dict(prompts=inputs)
+        key, how, taught = "base-teacher", dict(prompts=inputs), None
         says = f"with {s} alone as teacher, its LoRA left out (the control; {len(inputs)} label-free inputs)"
         extra = {}
     elif variant == "token-focus":
@@ -288,10 +288,8 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
 
     def distill():
         status(f"tasks: distill {s} -> {t} {says}")
-        base = variant == "base-teacher"   # the LoRA still gives the new adapter its shape (rank, modules)
-        with contextlib.nullcontext() if base else applied(source.model, adapter_deltas(lora_s)):
-            teacher = _side(source) if base else _side(source, lora_s)
-            moved, report = distill_lora(lora_s, teacher, _side(target), steps=recipe.distill_steps,
+        with contextlib.nullcontext() if taught is None else applied(source.model, adapter_deltas(taught)):
+            moved, report = distill_lora(lora_s, _side(source, taught), _side(target), steps=recipe.distill_steps,
                                          batch_size=recipe.lora_batch, seed=seed, device=device, target_name=t,
                                          progress=True, scale=resumable(cache, f"distilled-{key}-{s}-to-{t}",
                                                                          recipe, seed), **how)

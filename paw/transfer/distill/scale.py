@@ -32,7 +32,12 @@ from typing import Any
 from paw import fsdp as F
 from paw.distributed import SINGLE, Ranks, all_sum, map_chunks, shard, share, sync_gradients
 from paw.errors import PawError
-from paw.io.train_state import append_continuations, read_continuations, read_teacher_scores, write_teacher_scores
+from paw.io.train_state import (
+    append_continuations,
+    read_continuations,
+    read_teacher_scores,
+    write_teacher_scores,
+)
 from paw.train_state import Checkpoints
 from paw.transfer.distill import data
 
