@@ -34,7 +34,7 @@ class RealOptions:
     n_boot: int = 1000
     batch_size: int = 16
     device: str = "cpu"
-    real_tasks: tuple[str, ...] = ("boolq", "arc-easy")   # part 'tasks': paw.bench.real_tasks.TASKS
+    real_tasks: tuple[str, ...] = ("arc-easy", "piqa")   # part 'tasks': paw.bench.real_tasks.TASKS
 
     @property
     def distill_budget(self) -> int:

@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
                                   "transfer, merge; and tasks (real task LoRAs moved both ways: hours on a CPU, "
                                   "resumable with --workdir)."),
         real_tasks: str = typer.Option(",".join(_REAL.real_tasks), "--real-tasks",
-                                       help="Tasks of the part 'tasks' (comma list): boolq, arc-easy, piqa."),
+                                       help="Tasks of the part 'tasks' (comma list): arc-easy, piqa, boolq."),
         eval_items: int = typer.Option(_REAL.eval_items, help="Seeded subset of each evaluation set."),
         task_items: int = typer.Option(_REAL.task_items, help="Held-out items of the LoRA tasks."),
         lora_steps: int = typer.Option(_REAL.lora_steps, help="LoRA training steps."),

@@ -70,6 +70,10 @@ def test_tasks_split_in_seeded_disjoint_halves_or_by_their_own_splits():
     assert len(train) == 5 and len(test) == 6 and not set(train) & set(test)
     assert (train, test) == R.split(list(range(11)), R.TaskSplit("x"), None, seed=3)
     assert R.split([1, 2], R.TaskSplit("x", "y"), [3], seed=0) == ([1, 2], [3])
+    train, test = R.split(list(range(11)), R.TaskSplit("x", test_size=4), None, seed=3)
+    assert len(train) == 7 and len(test) == 4 and sorted(train + test) == list(range(11))
+    with pytest.raises(Exception, match="x: 11 items cannot give 11 test items"):
+        R.split(list(range(11)), R.TaskSplit("x", test_size=11), None, seed=3)
     with pytest.raises(Exception, match="unknown real task 'mmlu'"):
         R.load_task("nowhere", "mmlu", 0)
 
