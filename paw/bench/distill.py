@@ -73,7 +73,8 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             moved, report = distill_lora(adapter, teacher, student, **inputs_for(kind, task, seed),
-                                         steps=opts.distill_budget, batch_size=opts.lora_batch, lr=opts.lora_lr,
+                                         steps=opts.distill_budget, batch_size=opts.lora_batch,
+                                         lr=opts.lora_lr if opts.distill_lr is None else opts.distill_lr,
                                          eval_prompts=task.test[:N_EVAL], token_focus=opts.distill_token_focus,
                                          seed=seed, device=device,
                                          target_name=base.name, progress=False)

@@ -46,6 +46,7 @@ class BenchOptions:
     distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw.bench.conditions); () = none
     distill_steps: int | None = None            # distillation steps; None = DISTILL_STEPS_PER_LORA_STEP x lora_steps
     distill_token_focus: float = 0.0            # distill's --token-focus in every distill row (the ablation)
+    distill_lr: float | None = None             # distill's learning rate; None = lora_lr (the LoRAs' recipe)
     jobs: int = 1                               # worker processes for the (seed, task) units (CPU only)
 
     @property
@@ -63,6 +64,8 @@ class BenchOptions:
         chosen(self)  # an unknown row (distill input budget) fails here, before any training
         if not 0 <= self.distill_token_focus <= 1:
             raise PawError(f"--distill-token-focus {self.distill_token_focus}: must be in [0, 1]")
+        if self.distill_lr is not None and not 0 < self.distill_lr < float("inf"):
+            raise PawError(f"--distill-lr {self.distill_lr}: must be a positive number")
         if self.distill_steps is not None and self.distill_steps < 1:
             raise PawError(f"--distill-steps {self.distill_steps}: at least 1")
         if self.jobs < 1:
@@ -91,7 +94,8 @@ def _csv(value: str, cast=str) -> tuple:
 def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: int, hidden_size: int,
                  num_layers: int, pretrain_steps: int, lora_steps: int, lora_rank: int, data: Path | None,
                  device: str, quick: bool, distill: str = "inputs,synth,generic", distill_steps: int | None = None,
-                 jobs: int = 1, model_seed: int = 0, threads: int = 1, distill_token_focus: float = 0.0) -> BenchOptions:
+                 jobs: int = 1, model_seed: int = 0, threads: int = 1, distill_token_focus: float = 0.0,
+                 distill_lr: float | None = None) -> BenchOptions:
     """:class:`BenchOptions` from command-line strings (comma lists), checked.
 
     ``quick`` starts from :func:`quick_options`: the sizes and step counts given here are ignored, the
@@ -113,6 +117,7 @@ def options_from(*, seeds: str, tasks: str, targets: str, methods: str, items: i
     opts = replace(base, seeds=seed_values, tasks=_csv(tasks) or base.tasks, targets=_csv(targets) or base.targets,
                    methods=_csv(methods) or None, commonsense=str(data) if data else None, device=device,
                    distill=() if distill.strip() == "none" else _csv(distill), distill_steps=distill_steps, jobs=jobs,
-                   model_seed=model_seed, threads=threads, distill_token_focus=distill_token_focus)
+                   model_seed=model_seed, threads=threads, distill_token_focus=distill_token_focus,
+                   distill_lr=distill_lr)
     opts.check()
     return opts

@@ -32,6 +32,8 @@ def register(app: typer.Typer) -> None:
                                     f"{', '.join(budgets)}), or none."),
         distill_steps: int = typer.Option(None, help="Steps of each distillation. Default: 3 x --lora-steps."),
         distill_token_focus: float = typer.Option(0.0, help="Distill's --token-focus in every distill row (0: off)."),
+        distill_lr: float = typer.Option(None, help="Distill's learning rate in every distill row. Default: the "
+                                         "LoRAs' own (3e-3)."),
         jobs: int = typer.Option(1, help="Worker processes on the CPU: the (seed, task) units run side by side, "
                                  "with the same results as one."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
@@ -71,7 +73,7 @@ def register(app: typer.Typer) -> None:
                             hidden_size=hidden_size, num_layers=num_layers, pretrain_steps=pretrain_steps,
                             lora_steps=lora_steps, lora_rank=lora_rank, data=data, device=device, quick=quick,
                             distill=distill, distill_steps=distill_steps, distill_token_focus=distill_token_focus,
-                            jobs=jobs, model_seed=model_seed,
+                            distill_lr=distill_lr, jobs=jobs, model_seed=model_seed,
                             threads=threads)
         if data is None:
             typer.echo(FALLBACK_WARNING, err=True)
