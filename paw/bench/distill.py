@@ -74,7 +74,7 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
         try:
             moved, report = distill_lora(adapter, teacher, student, **inputs_for(kind, task, seed),
                                          steps=opts.distill_budget, batch_size=opts.lora_batch,
-                                         lr=opts.lora_lr if opts.distill_lr is None else opts.distill_lr,
+                                         lr=opts.distill_rate,
                                          eval_prompts=task.test[:N_EVAL], token_focus=opts.distill_token_focus,
                                          seed=seed, device=device,
                                          target_name=base.name, progress=False)

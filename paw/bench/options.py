@@ -54,6 +54,11 @@ class BenchOptions:
         """Steps of every distillation row: the teacher's continuation is a weaker signal per step than a label."""
         return distill_steps_for(self.lora_steps, self.distill_steps)
 
+    @property
+    def distill_rate(self) -> float:
+        """Learning rate of every distillation row: ``distill_lr``, or the LoRAs' own."""
+        return self.lora_lr if self.distill_lr is None else self.distill_lr
+
     def check(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS] + [t for t in self.targets if t not in TARGETS]
         if unknown:

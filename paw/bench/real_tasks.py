@@ -109,7 +109,7 @@ def split(items: list, task: TaskSplit, test_items: list | None, seed: int) -> t
     random.Random(f"paw-real-task-halves-{seed}").shuffle(order)
     cut = len(items) // 2 if task.test_size is None else len(items) - task.test_size
     if cut < 1 or cut >= len(items):
-        raise PawError(f"{task.train}: {len(items)} items cannot give {task.test_size} test items and a training part")
+        raise PawError(f"{task.train}: {len(items)} items cannot give {len(items) - cut} test items and a training part")
     return [items[i] for i in sorted(order[:cut])], [items[i] for i in sorted(order[cut:])]
 
 
