@@ -6,7 +6,7 @@ For one pair (a source model, and a donor whose tokenizer it is given):
    donor-aware OMP (``--donor``), and with ``mergekit-tokensurgeon`` (its default: OMP, k=64) from
    its own venv; each tool runs as a subprocess under ``/usr/bin/time -v`` (wall time, peak RSS);
 2. heal PAW's donor-aware result for 100 steps, then 400 more (500 in all; Adam restarts at 100);
-3. score every model, and the source on its own tokenizer, on held-out text: bits per byte on the
+3. score every model as soon as it exists (the source on its own tokenizer first), on held-out text: bits per byte on the
    first records of a commonsense test split and on PAW's embedded sample text (BOS first where the
    tokenizer has one; normalised by bytes, so tokenizers compare), and multiple-choice accuracy on
    the first items of ARC-Easy validation.
@@ -87,8 +87,8 @@ def omp_parity(peer: Path) -> None:
     subprocess.run([str(peer / "bin/python"), "-c", code], check=True)
 
 
-def build(args, work: Path) -> dict[str, dict]:
-    """Every transplanted model of the pair: ``{label: {'path', 'seconds', 'peak_rss_mib', ...}}``."""
+def build(args, work: Path):
+    """Each transplanted model of the pair as it is made: ``(label, {'path', 'seconds', 'peak_rss_mib', ...})``."""
     paw = [sys.executable, "-m", "paw"]
     runs = {
         "default": ("PAW exact+decompose (default)",
@@ -104,7 +104,6 @@ def build(args, work: Path) -> dict[str, dict]:
                  [str(args.peer / "bin/mergekit-tokensurgeon"), args.source, args.donor, str(work / "tokensurgeon"),
                   "--k", str(args.k), "--device", args.device]),
     }
-    out = {}
     for label, cmd in (runs[key] for key in args.build):
         folder = Path(cmd[cmd.index("-o") + 1]) if "-o" in cmd else Path(cmd[3])
         log = folder.with_name(folder.name + ".time.log")
@@ -116,14 +115,13 @@ def build(args, work: Path) -> dict[str, dict]:
         if info["rc"] != 0:
             print(f"  {label} failed (rc {info['rc']}); see {log}", flush=True)
             continue
-        out[label] = {"path": str(folder), **info}
         print(f"  {label}: {info.get('seconds')} s, peak {info.get('peak_rss_mib')} MiB", flush=True)
-    return out
+        yield label, {"path": str(folder), **info}
 
 
-def heal(args, work: Path, start: Path, label: str) -> dict[str, dict]:
-    """100 heal steps from one PAW transplant, then 400 more: two models and their curves."""
-    out, prev, done = {}, start, 0
+def heal(args, work: Path, start: Path, label: str):
+    """100 heal steps from one PAW transplant, then 400 more: each model and its curve as it is made."""
+    prev, done = start, 0
     for steps in args.heal:
         more = steps - done
         folder = work / f"{start.name}-heal{steps}"
@@ -140,10 +138,9 @@ def heal(args, work: Path, start: Path, label: str) -> dict[str, dict]:
                 print(f"  heal failed; see {log}", flush=True)
                 break
         record = json.loads((folder / "paw_heal.json").read_text())
-        out[f"{label} + heal {steps} steps"] = {"path": str(folder), **parse_time_log(log),
-                                                             "curve": record["curve"], "rows": record["rows_trained"]}
+        yield f"{label} + heal {steps} steps", {"path": str(folder), **parse_time_log(log),
+                                                "curve": record["curve"], "rows": record["rows_trained"]}
         prev, done = folder, steps
-    return out
 
 
 def score(folder: str, args, texts: dict[str, list[str]], items) -> dict:
@@ -208,26 +205,32 @@ def main() -> None:
 
     work = args.workdir / args.name
     work.mkdir(parents=True, exist_ok=True)
-    models = {"original (own tokenizer)": {"path": args.source}}
-    models.update(build(args, work))
-    start = next((k for k in models if k.startswith(HEAL_FROM[args.heal_from])), None)
-    if start and args.heal:
-        models.update(heal(args, work, Path(models[start]["path"]), start.split(" (")[0]))
     texts = {"commonsense": read_corpus([args.bpb_data])[:args.bpb_records],
              "paw_sample": zoo.sample_texts("en") + zoo.sample_texts("multi")}
     items = read_items(args.mc_data, limit=args.mc_items)
     results_path = work.parent / f"results-{args.name}.json"
     done = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    for label, info in models.items():
+    models: dict[str, dict] = {}
+
+    def scored(label: str, info: dict) -> None:
+        """Score one model as soon as it exists and write the results file (a time limit keeps what is done)."""
         if label in done and done[label].get("path") == info["path"] and "accuracy" in done[label]:
             models[label] = done[label]
-            continue
+            return
         t = time.time()
         info.update(score(info["path"], args, texts, items))
         print(f"scored {label} in {time.time() - t:.0f} s: {json.dumps({k: v for k, v in info.items() if k != 'curve'})}",
               flush=True)
+        models[label] = info
         results_path.write_text(json.dumps({**done, **models}, indent=1))
-    results_path.write_text(json.dumps({**done, **models}, indent=1))
+
+    scored("original (own tokenizer)", {"path": args.source})
+    for label, info in build(args, work):
+        scored(label, info)
+    start = next((k for k in models if k.startswith(HEAL_FROM[args.heal_from])), None)
+    if start and args.heal:
+        for label, info in heal(args, work, Path(models[start]["path"]), start.split(" (")[0]):
+            scored(label, info)
     table(models)
 
 

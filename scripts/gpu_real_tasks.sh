@@ -16,6 +16,8 @@
 #            instead of `run`: issue 30's real-model transplant (scripts/bench_transplant_real.py) on the GPU,
 #            both pairs, PAW and mergekit-tokensurgeon (its wheels travel in .gpuc/ctl/whl), heal 100/500;
 #            the results files and logs come back under $OUT
+#   device:  carry [".gpuc/ctl"]:  BUILD="donor peer" bash .gpuc/ctl/gpu_real_tasks.sh both SECONDS "TASKS"
+#            `run` and the SmolLM2 pair's `transplant` at once on the one GPU (then `unpack` as after `run`)
 #
 # .gpuc must be ignored (echo /.gpuc/ >> .git/info/exclude). MODELS defaults to ~/paw-models (as made by
 # scripts/real_models.py), WORK to ~/paw-real-tasks/work, DATA to ../shared/data/commonsense.
@@ -48,6 +50,19 @@ for side in ("smollm2-135m-instruct", "gemma-3-270m"):
     print(f"{side}: rebuilt in {time.time() - t:.0f} s", flush=True)
 EOF
   fi
+}
+peer() {  # mergekit-tokensurgeon from its carried wheels, for the transplant rows
+  python3 -m pip install -q --no-index --no-deps --find-links .gpuc/ctl/whl/peer --target /tmp/peer \
+    mergekit immutables sentencepiece || echo "mergekit did not install: PAW's rows only"
+}
+pair() {  # issue 30's bench for one pair: SOURCE DONOR NAME SECONDS (log under $OUT)
+  PYTHONPATH="$PYTHONPATH:/tmp/peer" timeout "$4" python3 scripts/bench_transplant_real.py --source "$R/models/$1" \
+    --donor "$R/models/$2" --name "$3" --workdir "$R/tr" --peer /tmp/peer --device "${DEVICE:-cuda}" --threads 8 \
+    --build ${BUILD:-default semantic donor peer} --heal 100 500 \
+    --heal-corpus "$R"/data/formatted/{arc-easy,openbookqa}_train_formatted.jsonl \
+    --bpb-data "$R/data/formatted/openbookqa_test_formatted.jsonl" \
+    --mc-data "$R/data/formatted/arc-easy_validation_formatted.jsonl" > "$OUT/transplant-$3.log" 2>&1
+  echo "$3: exit $? after $((SECONDS - start)) s"; tail -15 "$OUT/transplant-$3.log"
 }
 case "$cmd" in
   pack)
@@ -97,21 +112,32 @@ case "$cmd" in
     cd "$R" && find work out -newer started -type f 2>/dev/null | tar cf - -T - | split -b 15M - "$OUT/res.tar." ;;
   transplant)
     limit="${1:-500}"; start=$SECONDS
-    setup
-    python3 -m pip install -q --no-index --no-deps --find-links .gpuc/ctl/whl/peer --target /tmp/peer \
-      mergekit immutables sentencepiece || echo "mergekit did not install: PAW's rows only"
-    rebuild
-    set +e
+    setup; peer; rebuild; set +e
     for pair in "gemma-3-270m smollm2-135m-instruct gemma-smoltok" "smollm2-135m-instruct gemma-3-270m smol-gemmatok"; do
       set -- $pair; left=$(( limit - (SECONDS - start) - 20 )); [ "$left" -gt 30 ] || break
-      PYTHONPATH="$PYTHONPATH:/tmp/peer" timeout "$left" python3 scripts/bench_transplant_real.py --source "$R/models/$1" \
-        --donor "$R/models/$2" --name "$3" --workdir "$R/tr" --peer /tmp/peer --device "${DEVICE:-cuda}" --threads 8 \
-        --heal 100 500 --heal-corpus "$R"/data/formatted/{arc-easy,openbookqa}_train_formatted.jsonl \
-        --bpb-data "$R/data/formatted/openbookqa_test_formatted.jsonl" \
-        --mc-data "$R/data/formatted/arc-easy_validation_formatted.jsonl" > "$OUT/transplant-$3.log" 2>&1
-      echo "$3: exit $? after $((SECONDS - start)) s"; tail -15 "$OUT/transplant-$3.log"
+      pair "$1" "$2" "$3" "$left"
     done
     cp "$R"/tr/results-*.json "$OUT/" 2>/dev/null; true ;;
+  both)
+    # `run` and `transplant` side by side on one GPU (each is launch-bound: the GPU has room for both),
+    # the SmolLM2 pair alone (PAIR=...), PAW's donor-aware OMP and the peer (BUILD=...), 8 threads each
+    limit="${1:-500}"; tasks="${2:-piqa}"; start=$SECONDS
+    setup; peer
+    ( timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
+      echo "exit $?" >> "$OUT/gpu_tests.log" ) &
+    tests=$!
+    rebuild
+    touch "$R/started"
+    left=$(( limit - (SECONDS - start) - 30 ))
+    set +e
+    pair ${PAIR:-smollm2-135m-instruct gemma-3-270m smol-gemmatok} "$left" &
+    tr=$!
+    OMP_NUM_THREADS=8 timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
+      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" > "$OUT/bench.log" 2>&1
+    echo "bench exit $? after $((SECONDS - start)) s"; tail -12 "$OUT/bench.log"
+    wait "$tr"; wait "$tests"; tail -3 "$OUT/gpu_tests.log"
+    cp "$R"/tr/results-*.json "$OUT/" 2>/dev/null
+    cd "$R" && find work out -newer started -type f 2>/dev/null | tar cf - -T - | split -b 15M - "$OUT/res.tar." ;;
   unpack)
     at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
     cat "$at"/res.tar.* | tar x -C "$tmp"
