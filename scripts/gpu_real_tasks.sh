@@ -53,7 +53,9 @@ EOF
 }
 peer() {  # mergekit-tokensurgeon from its carried wheels, for the transplant rows
   python3 -m pip install -q --no-index --no-deps --find-links .gpuc/ctl/whl/peer --target /tmp/peer \
-    mergekit immutables sentencepiece || echo "mergekit did not install: PAW's rows only"
+    mergekit immutables sentencepiece pydantic pydantic-core annotated-types typing-inspection \
+    || echo "mergekit did not install: PAW's rows only"
+  PYTHONPATH="$PYTHONPATH:/tmp/peer" python3 -c "import mergekit.scripts.tokensurgeon" 2>&1 | tail -1  # why, if not
 }
 pair() {  # issue 30's bench for one pair: SOURCE DONOR NAME SECONDS (log under $OUT)
   PYTHONPATH="$PYTHONPATH:/tmp/peer" timeout "$4" python3 scripts/bench_transplant_real.py --source "$R/models/$1" \
@@ -63,6 +65,18 @@ pair() {  # issue 30's bench for one pair: SOURCE DONOR NAME SECONDS (log under 
     --bpb-data "$R/data/formatted/openbookqa_test_formatted.jsonl" \
     --mc-data "$R/data/formatted/arc-easy_validation_formatted.jsonl" > "$OUT/transplant-$3.log" 2>&1
   echo "$3: exit $? after $((SECONDS - start)) s"; tail -15 "$OUT/transplant-$3.log"
+}
+results() {  # the work folder's new files as one tar in 15 MiB pieces: at most 4 (60 MiB) come back
+  # beside the logs, so a finished distillation's resume state (train-state.pt, 23 MiB, its adapter
+  # kept) stays behind, and the tar is refused, loudly, rather than cut where it would not fit
+  cd "$R" && find work out -newer started -type f 2>/dev/null | while read -r f; do
+    case "$f" in */*-work/train-state.pt) [ -f "${f%-work/train-state.pt}.meta.json" ] && continue ;; esac
+    echo "$f"; done > /tmp/res.list
+  tar cf /tmp/res.tar -T /tmp/res.list
+  if [ "$(stat -c %s /tmp/res.tar)" -gt $((60 * 1024 * 1024)) ]; then
+    echo "results tar is $(du -h /tmp/res.tar | cut -f1): over the 60 MiB that come back; only the logs return"
+    ls -la $(cat /tmp/res.list) | sort -k5 -n | tail -5
+  else split -b 15M /tmp/res.tar "$OUT/res.tar."; fi
 }
 case "$cmd" in
   pack)
@@ -84,11 +98,13 @@ case "$cmd" in
     # the device may lack the gguf reader: its wheel travels with the script (pure Python)
     "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl \
       "gguf==$("${PYTHON:-python}" -c 'import importlib.metadata as m; print(m.version("gguf"))')" 2>/dev/null
-    # the peer of `transplant` (tokensurgeon imports no more than these beyond PAW's own dependencies)
+    # the peer of `transplant`: tokensurgeon imports no more than these beyond what the device's image holds
+    # (pydantic and its three were missing there on 2026-11-26: the peer's row failed; pydantic pins its core)
     # (the device's Python version is not known here: the two compiled ones for each of 3.10 to 3.13)
     for v in 3.10 3.11 3.12 3.13; do
       "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl/peer --python-version "$v" \
         --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 mergekit==0.1.5 immutables sentencepiece \
+        pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
         2>/dev/null || echo "no mergekit wheels for Python $v"
     done
     echo "$i pieces: .gpuc/p0 .. .gpuc/p$((i - 1)); then .gpuc/ctl" ;;
@@ -109,7 +125,7 @@ case "$cmd" in
     timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
       --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" > "$OUT/bench.log" 2>&1
     echo "bench exit $? after $((SECONDS - start)) s"; tail -20 "$OUT/bench.log"
-    cd "$R" && find work out -newer started -type f 2>/dev/null | tar cf - -T - | split -b 15M - "$OUT/res.tar." ;;
+    results ;;
   transplant)
     limit="${1:-500}"; start=$SECONDS
     setup; peer; rebuild; set +e
@@ -137,7 +153,7 @@ case "$cmd" in
     echo "bench exit $? after $((SECONDS - start)) s"; tail -12 "$OUT/bench.log"
     wait "$tr"; wait "$tests"; tail -3 "$OUT/gpu_tests.log"
     cp "$R"/tr/results-*.json "$OUT/" 2>/dev/null
-    cd "$R" && find work out -newer started -type f 2>/dev/null | tar cf - -T - | split -b 15M - "$OUT/res.tar." ;;
+    results ;;
   unpack)
     at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
     cat "$at"/res.tar.* | tar x -C "$tmp"

@@ -1,4 +1,4 @@
-"""Count unique pre-tokens of a corpus on every core: ``{b" the": 51234, b"ing": 20011, ...}``.
+r"""Count unique pre-tokens of a corpus on every core: ``{b" the": 51234, b"ing": 20011, ...}``.
 
 Training needs only these counts, never the running text. A long text is cut into chunks for the
 worker processes only where every built-in pattern is sure to end a piece anyway, so the counts are

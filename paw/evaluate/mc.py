@@ -101,9 +101,12 @@ def _contiguous_head_input(model):
 
 def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int = 8, device=None,
                   padding_side: str = "left", progress: bool = True) -> list[tuple[float, int]]:
-    """``(sum log p(continuation), n_tokens)`` for each encoding, in input order."""
+    """``(sum log p(continuation), n_tokens)`` for each encoding, in input order (``device``: the
+    model's own where not given)."""
     import torch
 
+    if device is None:
+        device = next(model.parameters()).device
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
     starts = range(0, len(order), batch_size)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
