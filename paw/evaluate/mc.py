@@ -99,33 +99,60 @@ def _contiguous_head_input(model):
         handle.remove()
 
 
+LOGITS_BUDGET = 1 << 30
+"""Bytes of float32 logits (rows x kept positions x vocabulary x 4) one forward pass may hold: a batch
+that would need more is halved until it fits (a 262k-token vocabulary and PIQA's long rows, right
+padded past Gemma-3's sliding window, took 24 GiB at batch 8 and were killed on a 24 GiB machine)."""
+
+
+def _logit_bytes(batch, vocab: int) -> int:
+    columns = batch.target_mask.any(0).nonzero()
+    keep = batch.target_mask.shape[1] - (int(columns[0]) if len(columns) else 0)
+    return batch.target_mask.shape[0] * keep * vocab * 4
+
+
+def _vocab_size(model) -> int:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+
+
 def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int = 8, device=None,
                   padding_side: str = "left", progress: bool = True) -> list[tuple[float, int]]:
     """``(sum log p(continuation), n_tokens)`` for each encoding, in input order (``device``: the
-    model's own where not given)."""
+    model's own where not given; a batch whose logits would pass :data:`LOGITS_BUDGET` goes in halves)."""
     import torch
 
-    if device is None:
-        device = next(model.parameters()).device
+    device = model_device(model) if device is None else device
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
     starts = range(0, len(order), batch_size)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
     window = sliding_window_of(model)
+    vocab = _vocab_size(model)
     batches = track(starts, "scoring choices", total=len(starts), unit="batches") if progress else starts
     with torch.no_grad():
         for start in batches:
-            index = order[start:start + batch_size]
-            batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side, window=window)
-            logits, skip = forward_logits(model, batch, device)
-            sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
-                                                 batch.target_mask[:, skip:].to(device))
-            bad = int((~torch.isfinite(sums)).sum())
-            if bad:  # a NaN compares as nothing: the first choice would win silently
-                raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(index)} sequences of "
-                               f"one batch on {sums.device.type}; try --dtype float32, or another "
-                               "--device to compare")
-            for i, s, c in zip(index, sums.tolist(), counts.tolist(), strict=True):
-                results[i] = (float(s), int(c))
+            pending = [order[start:start + batch_size]]
+            while pending:
+                index = pending.pop()
+                batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side,
+                                   window=window)
+                if len(index) > 1 and _logit_bytes(batch, vocab) > LOGITS_BUDGET:
+                    half = len(index) // 2
+                    pending += [index[half:], index[:half]]
+                    continue
+                logits, skip = forward_logits(model, batch, device)
+                sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
+                                                     batch.target_mask[:, skip:].to(device))
+                del logits
+                bad = int((~torch.isfinite(sums)).sum())
+                if bad:  # a NaN compares as nothing: the first choice would win silently
+                    raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(index)} sequences "
+                                   f"of one batch on {sums.device.type}; try --dtype float32, or another "
+                                   "--device to compare")
+                for i, s, c in zip(index, sums.tolist(), counts.tolist(), strict=True):
+                    results[i] = (float(s), int(c))
     return results
 
 
