@@ -161,6 +161,9 @@ def score(folder: str, args, texts: dict[str, list[str]], items) -> dict:
         wins = windows(tok.encode_batch(tx), 256)
         out[f"bpb_{name}"] = bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), prefix=bos_prefix(tok),
                                           device=args.device)
+    norms = lm.get_input_embeddings().weight.detach().float().norm(dim=1)  # a fitted row far longer than the
+    out["row_norms"] = {q: round(float(norms.quantile(v)), 4)            # model's own steals softmax mass
+                        for q, v in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}  # where the head is tied
     m = evaluate(lm, hf, items, batch_size=8, progress=False, device=args.device)
     out.update({"accuracy": m["accuracy"], "accuracy_stderr": m["stderr"], "accuracy_norm": m["accuracy_norm"],
                 "mc_n": m["n"]})
