@@ -78,6 +78,11 @@ results() {  # the work folder's new files as one tar in 15 MiB pieces: at most 
     ls -la $(cat /tmp/res.list) | sort -k5 -n | tail -5
   else split -b 15M /tmp/res.tar "$OUT/res.tar."; fi
 }
+check() {  # CUDA against the CPU on 40 PIQA items, both models, before anything is trusted (into bench.log)
+  for m in gemma-3-270m smollm2-135m-instruct; do echo "== $m"
+    timeout 150 python3 scripts/gpu_check_scores.py "$R/models/$m" "$R/data" 40 2>&1 | grep -v "Loading weights"; done \
+    | tee -a "$OUT/bench.log"
+}
 case "$cmd" in
   pack)
     models="${1:-$HOME/paw-models}"; work="${2:-$HOME/paw-real-tasks/work}"; data="${3:-$here/../../shared/data/commonsense}"
@@ -120,10 +125,11 @@ case "$cmd" in
     rebuild
     touch "$R/started"
     wait "$tests" || true   # the bench's timings are its own
+    check
     left=$(( limit - (SECONDS - start) - 30 ))
     set +e
     timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
-      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" > "$OUT/bench.log" 2>&1
+      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" >> "$OUT/bench.log" 2>&1
     echo "bench exit $? after $((SECONDS - start)) s"; tail -20 "$OUT/bench.log"
     results ;;
   transplant)
@@ -144,12 +150,13 @@ case "$cmd" in
     tests=$!
     rebuild
     touch "$R/started"
+    check
     left=$(( limit - (SECONDS - start) - 30 ))
     set +e
     pair ${PAIR:-smollm2-135m-instruct gemma-3-270m smol-gemmatok} "$left" &
     tr=$!
     OMP_NUM_THREADS=8 timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
-      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" > "$OUT/bench.log" 2>&1
+      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" >> "$OUT/bench.log" 2>&1
     echo "bench exit $? after $((SECONDS - start)) s"; tail -12 "$OUT/bench.log"
     wait "$tr"; wait "$tests"; tail -3 "$OUT/gpu_tests.log"
     cp "$R"/tr/results-*.json "$OUT/" 2>/dev/null
