@@ -86,3 +86,39 @@ def single_threaded_cpu(devices: Iterable) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+_GUARDED: set[str] = set()
+
+
+def key_value_heads(model) -> int | None:
+    """The model's key/value head count (its text config's, for multimodal configs), or None."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    heads = getattr(config, "num_key_value_heads", None)
+    return int(heads) if heads is not None else None
+
+
+def guard_cuda_attention(model) -> bool:
+    """Turn CUDA's memory-efficient SDPA kernel off when ``model`` sits on CUDA with one key/value head.
+
+    With a single key/value head transformers expands keys and values as a stride-0 view; with an
+    attention mask (every padded batch) that kernel has returned wrong values for such views in
+    torch releases before the fix of pytorch issue 191937. On an H200 with torch 2.11 Gemma-3-270M
+    (one key/value head) scored 54.5% on PIQA where the CPU scored 65.4% (docs/benchmarks/gpu.md).
+    The math, flash and cuDNN kernels stay. Process-wide and idempotent (torch's switch is global);
+    ``True`` when the kernel is off for this reason. A no-op on the CPU and with several heads.
+    """
+    import torch
+
+    first = next(iter(model.parameters()), None)
+    if first is None or first.device.type != "cuda" or key_value_heads(model) != 1:
+        return False
+    if "done" not in _GUARDED:
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        _GUARDED.add("done")
+        from paw.progress import status
+
+        status("CUDA: memory-efficient attention off for this process (one key/value head: wrong values under "
+               "masks in older torch, pytorch issue 191937)")
+    return True

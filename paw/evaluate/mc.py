@@ -35,6 +35,7 @@ import contextlib
 import math
 from collections.abc import Sequence
 
+from paw.device import guard_cuda_attention
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
@@ -125,6 +126,7 @@ def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size:
     import torch
 
     device = model_device(model) if device is None else device
+    guard_cuda_attention(model)
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
     starts = range(0, len(order), batch_size)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from paw import arch
 from paw import fsdp as F
+from paw.device import guard_cuda_attention
 from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
@@ -125,6 +126,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
         raise PawError(f"steps ({steps}) and batch size ({batch_size}) must be at least 1")
     if device is not None and not fsdp:
         model.to(device)
+    guard_cuda_attention(model)
     ranks, device = setup(next(model.parameters()).device if not fsdp else torch.device(device or "cpu"))
     F.check(fsdp, save_every=checkpoints and checkpoints.save_every, resume=bool(checkpoints and checkpoints.state),
             ranks=ranks)

@@ -113,7 +113,8 @@ def test_generation_of_padded_batches_matches_one_at_a_time(cuda_attention, tiny
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("arch, overrides", [("llama", {}), ("mistral", {"sliding_window": 4})])
+@pytest.mark.parametrize("arch, overrides", [("llama", {}), ("mistral", {"sliding_window": 4}),
+                                             ("llama", {"num_key_value_heads": 1})])
 def test_padded_batches_on_cuda_equal_one_row_at_a_time(arch, overrides):
     """The real CUDA kernels, where the NaN rows were found (Gemma-3 on an H100): padded batches,
     left and right, give the scores of each sequence alone, and none is NaN."""

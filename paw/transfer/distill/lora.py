@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paw import fsdp as F
-from paw.device import resolve_device
+from paw.device import guard_cuda_attention, resolve_device
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
 from paw.evaluate.train import batches_in_order
@@ -122,6 +122,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     if scale is not None and scale.offload_teacher:
         S.refuse_offload([T.TOKEN_KL] if vocab.shared else [T.ALIGNED_KL] if vocab.aligned else [])
     teacher.model.to(device).eval()
+    guard_cuda_attention(teacher.model)
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
         inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
         held, n_held = data.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
@@ -393,6 +394,7 @@ def _student(adapter, model, init_adapter, rank, alpha, target_modules, seed, de
     torch.manual_seed(seed)
     try:
         peft_model = get_peft_model(model.to(device), config)
+        guard_cuda_attention(model)
     except ValueError as err:
         raise PawError(f"cannot attach a LoRA to the target: {err}") from None
     if init_adapter is not None:
