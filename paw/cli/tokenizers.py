@@ -142,6 +142,8 @@ def register(app: typer.Typer) -> None:
             o = result.record["omp"]
             typer.echo(f"donor OMP: k={o['k']} over {o['anchors']:,} shared anchors, {o['fitted']:,} tokens fitted "
                        f"({o['head_fit']})")
+        for warning in result.warnings:
+            typer.echo(f"warning: {warning}", err=True)
         if result.semantic_check:
             c = result.semantic_check
             figures = " ".join(f"{k} {_four(c.get(k))}" for k in ("mean", "std", "min", "max"))

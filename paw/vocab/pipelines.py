@@ -158,6 +158,10 @@ class Transplant:
         return self.record["target_size"]
 
     @property
+    def warnings(self) -> list[str]:
+        return self.record.get("warnings", [])
+
+    @property
     def semantic_check(self) -> dict | None:
         return self.record.get("semantic_check")
 
@@ -223,6 +227,8 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
               "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names,
               "rows": {"before": rows, "after": tgt.size},
               "coverage": mapping.coverage(), "target_size": mapping.target_size}
+    warning = T.tied_head_warning(record["coverage"], source_rows=rows, tied=tied)
+    record["warnings"] = [warning] if warning else []
     if omp is not None:
         record["omp"] = omp
         record["head"] = "omp" if head_mapping is not None else head

@@ -38,6 +38,7 @@ def test_transplant_to_permuted_tokenizer_keeps_logits(cli, tiny_llama, permuted
     res = cli("transplant-tokenizer", "--model", tiny_llama, "--tokenizer", tok_dir, "--output", out,
               "--check-texts", "4")
     assert res.exit_code == 0, res.stderr
+    assert "warning:" not in res.stderr   # every row copied: nothing is built
     record = json.loads((out / "paw_transplant.json").read_text())
     assert record["coverage"] == {"exact": 296, "special": 4, "unmapped": 0}
     assert record["semantic_check"]["min"] == pytest.approx(1.0, abs=1e-5)
@@ -78,6 +79,28 @@ def test_transplant_tied_model_to_sentencepiece(cli, tiny_qwen, trained, tmp_pat
         if method == "exact":  # exact rows are copied verbatim
             assert torch.equal(emb[t], old[ids[0]])
             assert tgt.token_bytes(t) == src.token_bytes(ids[0])
+    # 296 rows built, not more than the model's own 300: no tied-head warning
+    built = tgt.size - sum(method in ("exact", "special") for _, method, _, _ in mapping["entries"])
+    assert built == 296 and src.size == 300 and "warning:" not in res.stderr
+    assert json.loads((out / "paw_transplant.json").read_text())["warnings"] == []
+
+
+def test_a_tied_model_given_a_much_larger_vocabulary_is_warned(cli, tiny_qwen, tmp_path):
+    """More built rows than the model has in all, and a tied head: each is also an output row (the
+    SmolLM2 pair lost 17-167% in bits per byte that way), so the command says so."""
+    from paw import zoo
+
+    big = zoo.tiny_model(tmp_path / "big", "llama", vocab_size=1500)
+    out = tmp_path / "qwen-big"
+    res = cli("transplant-tokenizer", "--model", tiny_qwen, "--tokenizer", big, "-o", out, "--no-check")
+    assert res.exit_code == 0, res.stderr
+    mapping = json.loads((out / "paw_vocab_map.json").read_text())
+    tgt = open_tokenizer(big)
+    built = tgt.size - sum(method in ("exact", "special") for _, method, _, _ in mapping["entries"])
+    assert built > 300
+    record = json.loads((out / "paw_transplant.json").read_text())
+    assert len(record["warnings"]) == 1 and record["warnings"][0].startswith(f"{built:,} of the {tgt.size:,} rows")
+    assert f"warning: {built:,} of the {tgt.size:,} rows are built, not copied, and the head is tied" in res.stderr
 
 
 def test_transplant_to_rank_file_writes_loadable_tokenizer(cli, tiny_llama, tmp_path):
