@@ -102,8 +102,9 @@ def _contiguous_head_input(model):
 
 LOGITS_BUDGET = 1 << 30
 """Bytes of float32 logits (rows x kept positions x vocabulary x 4) one forward pass may hold: a batch
-that would need more is halved until it fits (a 262k-token vocabulary and PIQA's long rows, right
-padded past Gemma-3's sliding window, took 24 GiB at batch 8 and were killed on a 24 GiB machine)."""
+that would need more is halved until it fits (Gemma-3's 262k-token vocabulary on PIQA's longest
+answers, up to 210 tokens, at the bench's batch of 64 asked for about 10 GiB of logits, twice over
+with their log-softmax, and the process was killed on a 24 GiB machine)."""
 
 
 def _logit_bytes(batch, vocab: int) -> int:

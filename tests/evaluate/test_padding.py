@@ -139,8 +139,8 @@ def test_a_nan_log_likelihood_is_an_error_not_a_silent_first_choice():
 
 
 def test_a_batch_over_the_logits_budget_goes_in_halves_with_the_same_scores(monkeypatch):
-    """Gemma-3's 262k vocabulary on PIQA's long rows asked 24 GiB of logits at batch 8 on the CPU:
-    a batch past LOGITS_BUDGET is halved until it fits, and every score stays what it was."""
+    """Gemma-3's 262k vocabulary on PIQA's long answers at a batch of 64 was killed for memory on the
+    CPU: a batch past LOGITS_BUDGET is halved until it fits, and every score stays what it was."""
     from paw.evaluate import mc
 
     model = _model()
