@@ -88,9 +88,6 @@ def single_threaded_cpu(devices: Iterable) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-_GUARDED: set[str] = set()
-
-
 def key_value_heads(model) -> int | None:
     """The model's key/value head count (its text config's, for multimodal configs), or None."""
     config = getattr(model, "config", None)
@@ -106,7 +103,7 @@ def guard_cuda_attention(model) -> bool:
     attention mask (every padded batch) that kernel has returned wrong values for such views in
     torch releases before the fix of pytorch issue 191937. On an H200 with torch 2.11 Gemma-3-270M
     (one key/value head) scored 54.5% on PIQA where the CPU scored 65.4% (docs/benchmarks/gpu.md).
-    The math, flash and cuDNN kernels stay. Process-wide and idempotent (torch's switch is global);
+    The math, flash and cuDNN kernels stay. Process-wide (torch's switch is global, and says whether it is done);
     ``True`` when the kernel is off for this reason. A no-op on the CPU and with several heads.
     """
     import torch
@@ -114,9 +111,8 @@ def guard_cuda_attention(model) -> bool:
     first = next(iter(model.parameters()), None)
     if first is None or first.device.type != "cuda" or key_value_heads(model) != 1:
         return False
-    if "done" not in _GUARDED:
+    if torch.backends.cuda.mem_efficient_sdp_enabled():
         torch.backends.cuda.enable_mem_efficient_sdp(False)
-        _GUARDED.add("done")
         from paw.progress import status
 
         status("CUDA: memory-efficient attention off for this process (one key/value head: wrong values under "

@@ -78,6 +78,14 @@ results() {  # the work folder's new files as one tar in 15 MiB pieces: at most 
     ls -la $(cat /tmp/res.list) | sort -k5 -n | tail -5
   else split -b 15M /tmp/res.tar "$OUT/res.tar."; fi
 }
+gpu_tests() {  # the gpu-marked tests, their log under $OUT
+  timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
+  echo "exit $?" >> "$OUT/gpu_tests.log"
+}
+bench() {  # issue 26's tasks for SECONDS: bench SECONDS TASKS (appends to bench.log)
+  timeout "$1" python3 -m paw bench real --parts tasks --real-tasks "$2" --models "$R/models" \
+    --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" >> "$OUT/bench.log" 2>&1
+}
 check() {  # CUDA against the CPU on 40 PIQA items, both models, before anything is trusted (into bench.log)
   for m in gemma-3-270m smollm2-135m-instruct; do echo "== $m"
     timeout 150 python3 scripts/gpu_check_scores.py "$R/models/$m" "$R/data" 40 2>&1 | grep -v "Loading weights"; done \
@@ -118,9 +126,7 @@ case "$cmd" in
   run)
     limit="${1:-500}"; tasks="${2:-arc-easy}"; start=$SECONDS
     setup
-    # the gpu-marked tests first (in the background, on the same GPU, while the CPU rebuilds the models)
-    ( timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
-      echo "exit $?" >> "$OUT/gpu_tests.log" ) &
+    gpu_tests &   # on the same GPU, while the CPU rebuilds the models
     tests=$!
     rebuild
     touch "$R/started"
@@ -128,8 +134,7 @@ case "$cmd" in
     check
     left=$(( limit - (SECONDS - start) - 30 ))
     set +e
-    timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
-      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" >> "$OUT/bench.log" 2>&1
+    bench "$left" "$tasks"
     echo "bench exit $? after $((SECONDS - start)) s"; tail -20 "$OUT/bench.log"
     results ;;
   transplant)
@@ -145,8 +150,7 @@ case "$cmd" in
     # the SmolLM2 pair alone (PAIR=...), PAW's donor-aware OMP and the peer (BUILD=...), 8 threads each
     limit="${1:-500}"; tasks="${2:-piqa}"; start=$SECONDS
     setup; peer
-    ( timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests > "$OUT/gpu_tests.log" 2>&1
-      echo "exit $?" >> "$OUT/gpu_tests.log" ) &
+    gpu_tests &
     tests=$!
     rebuild
     touch "$R/started"
@@ -155,8 +159,7 @@ case "$cmd" in
     set +e
     pair ${PAIR:-smollm2-135m-instruct gemma-3-270m smol-gemmatok} "$left" &
     tr=$!
-    OMP_NUM_THREADS=8 timeout "$left" python3 -m paw bench real --parts tasks --real-tasks "$tasks" --models "$R/models" \
-      --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" >> "$OUT/bench.log" 2>&1
+    OMP_NUM_THREADS=8 bench "$left" "$tasks"
     echo "bench exit $? after $((SECONDS - start)) s"; tail -12 "$OUT/bench.log"
     wait "$tr"; wait "$tests"; tail -3 "$OUT/gpu_tests.log"
     cp "$R"/tr/results-*.json "$OUT/" 2>/dev/null

@@ -26,9 +26,10 @@ class _OnCuda(torch.nn.Module):
 
 @pytest.fixture
 def switch(monkeypatch):
+    """torch's global switch, stood in for: its calls, and its state as they leave it."""
     calls = []
     monkeypatch.setattr(torch.backends.cuda, "enable_mem_efficient_sdp", calls.append)
-    monkeypatch.setattr(D, "_GUARDED", set())
+    monkeypatch.setattr(torch.backends.cuda, "mem_efficient_sdp_enabled", lambda: not calls or calls[-1])
     return calls
 
 

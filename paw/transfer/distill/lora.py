@@ -394,9 +394,9 @@ def _student(adapter, model, init_adapter, rank, alpha, target_modules, seed, de
     torch.manual_seed(seed)
     try:
         peft_model = get_peft_model(model.to(device), config)
-        guard_cuda_attention(model)
     except ValueError as err:
         raise PawError(f"cannot attach a LoRA to the target: {err}") from None
+    guard_cuda_attention(model)
     if init_adapter is not None:
         set_peft_model_state_dict(peft_model, {k: v.to(device) for k, v in init_adapter.tensors.items()})
     return peft_model
