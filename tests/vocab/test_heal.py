@@ -121,6 +121,7 @@ def test_heal_refuses_a_corpus_the_tokenizer_cannot_encode(cli, tiny_llama, trai
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_heal_on_cuda_changes_only_the_estimated_rows(cli, transplanted, corpus, tmp_path):
     out = tmp_path / "healed-cuda"
     res = cli("heal-transplant", "--model", transplanted, "--corpus", corpus, "-o", out, "--steps", "6",
