@@ -84,7 +84,13 @@ for k in (8, 32, 64):
 def omp_parity(peer: Path) -> None:
     """PAW's batch_omp against tokensurgeon's on one random dictionary, run in the peer's venv."""
     code = PARITY.format(root=str(Path(__file__).resolve().parents[1]))
-    subprocess.run([str(peer / "bin/python"), "-c", code], check=True)
+    subprocess.run([peer_python(peer), "-c", code], check=True)
+
+
+def peer_python(peer: Path) -> str:
+    """The peer venv's python; a ``pip --target`` folder (the GPU lease's) has none, so this one, with it on PYTHONPATH."""
+    venv = peer / "bin/python"
+    return str(venv) if venv.is_file() else sys.executable
 
 
 def build(args, work: Path):
@@ -100,12 +106,16 @@ def build(args, work: Path):
         "donor": (f"PAW donor-aware OMP (--donor, k={args.k})",
                   [*paw, "transplant-tokenizer", "--model", args.source, "--donor", args.donor,
                    "-o", str(work / "paw-donor"), "--no-check", "--omp-k", str(args.k), "--device", args.device]),
+        # tokensurgeon's own command through a wrapper that keeps each finished batch, so a run longer than a
+        # session resumes (scripts/tokensurgeon_resumable.py; the values are tokensurgeon's)
         "peer": (f"tokensurgeon default (omp, k={args.k})",
-                 [str(args.peer / "bin/mergekit-tokensurgeon"), args.source, args.donor, str(work / "tokensurgeon"),
-                  "--k", str(args.k), "--device", args.device]),
+                 [peer_python(args.peer), str(Path(__file__).with_name("tokensurgeon_resumable.py")),
+                  "--cache", str(work / "tokensurgeon.batches"), "--", args.source, args.donor,
+                  str(work / "tokensurgeon"), "--k", str(args.k), "--device", args.device]),
     }
-    for label, cmd in (runs[key] for key in args.build):
-        folder = Path(cmd[cmd.index("-o") + 1]) if "-o" in cmd else Path(cmd[3])
+    for key in args.build:
+        label, cmd = runs[key]
+        folder = Path(cmd[cmd.index("-o") + 1]) if "-o" in cmd else Path(cmd[cmd.index("--") + 3])
         log = folder.with_name(folder.name + ".time.log")
         if folder.is_dir() and log.is_file():
             info = {"rc": 0, **parse_time_log(log), "reused": True}
@@ -115,6 +125,9 @@ def build(args, work: Path):
         if info["rc"] != 0:
             print(f"  {label} failed (rc {info['rc']}); see {log}", flush=True)
             continue
+        batches = work / "tokensurgeon.batches" / "seconds.json"
+        if key == "peer" and batches.is_file():   # its approximation, summed over every run that computed a part
+            info["approximation_seconds_all_runs"] = round(sum(json.loads(batches.read_text()).values()), 1)
         print(f"  {label}: {info.get('seconds')} s, peak {info.get('peak_rss_mib')} MiB", flush=True)
         yield label, {"path": str(folder), **info}
 

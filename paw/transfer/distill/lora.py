@@ -161,13 +161,15 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     try:
         before = (scale.checkpoints.extra("before") if scale is not None else None) or \
-            (T.agreement(peft_model, teacher.model, tests or train, vocab, device) if measure else None)
+            (T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=progress and main)
+             if measure else None)
         stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
         curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, device=device, progress=progress and main, scale=scale, extra={"before": before},
                         focus=token_focus, stop=stop)
         diverged = curve.pop("diverged_at", None)
-        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device) if measure else None
+        after = (T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=progress and main)
+                 if measure else None)
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
                             F.full_lora_state(peft_model) if sharded else None)
     finally:

@@ -415,7 +415,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
 
 
-def agreement(peft_model, teacher_model, examples, vocab: Vocab, device) -> dict:
+def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, progress: bool = False) -> dict:
     """Teacher-student agreement on ``examples``: top-1 on the continuation tokens, KL, best choice.
 
     ``adapter_agreement`` is the top-1 agreement weighed by the teacher's excess (:func:`add_excess`):
@@ -433,7 +433,8 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device) -> dict
     was_training = peft_model.training
     peft_model.eval()
     with torch.no_grad():
-        for start in range(0, len(examples), 16):
+        starts = range(0, len(examples), 16)
+        for start in (track(starts, "measuring agreement", total=len(starts), unit="batches") if progress else starts):
             chunk = examples[start:start + 16]
             seqs = [e for e in chunk if e.sequence is not None]
             if seqs:

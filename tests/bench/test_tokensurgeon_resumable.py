@@ -1,0 +1,48 @@
+"""scripts/tokensurgeon_resumable.py: tokensurgeon's batches kept per token, so a killed run resumes."""
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tokensurgeon_resumable.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("tokensurgeon_resumable", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(tokens, is_lm_head):
+    """A stand-in for compute_new_embeddings: each token's row depends on that token alone."""
+    return torch.stack([torch.tensor([float(len(str(t))), float(sum(map(ord, str(t)))), float(is_lm_head)])
+                        for t in tokens])
+
+
+def test_resumed_run_computes_only_missing_tokens_in_any_batch_order(tmp_path):
+    m = _module()
+    calls = []
+
+    def compute(orig_embed, *_, target_tokens, is_lm_head, **__):
+        calls.append(list(target_tokens))
+        return _rows(target_tokens, is_lm_head)
+
+    embed = torch.zeros(2, 3)
+    tokens = ["a", "bb", ("word_start", "c"), "dddd", "e", "ff"]
+    first = m.cached(compute, tmp_path)
+    first(embed, None, target_tokens=tokens[:3], is_lm_head=False)   # the killed run finished one batch
+    assert calls == [tokens[:3]]
+
+    calls.clear()
+    again = m.cached(compute, tmp_path)                                # a new process: other batches, other order
+    out = again(embed, None, target_tokens=[tokens[4], tokens[1], tokens[5], tokens[0]], is_lm_head=False)
+    assert calls == [[tokens[4], tokens[5]]]                           # only the tokens not saved yet
+    torch.testing.assert_close(out, _rows([tokens[4], tokens[1], tokens[5], tokens[0]], False), rtol=0, atol=0)
+
+    calls.clear()
+    head = again(embed, None, target_tokens=tokens[:2], is_lm_head=True)   # the head's rows are kept apart
+    assert calls == [tokens[:2]]
+    assert head[:, 2].tolist() == [1.0, 1.0]
+    assert len(list(tmp_path.glob("part-*.pt"))) == 3
