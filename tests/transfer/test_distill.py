@@ -167,6 +167,29 @@ def test_choices_of_a_multiple_choice_file_add_the_choice_loss(world, monkeypatc
     assert set(after) == set(before) and all((after[k] == before[k]).all() for k in before)
 
 
+def test_every_long_phase_of_distill_shows_progress(world, monkeypatch, capsys):
+    """The teacher's writing, its choice scores, its excess and both agreement passes each print a line
+    (PAW_PROGRESS=1 forces them off a terminal): on real tasks each is minutes, and they were silent."""
+    from paw.io.adapter import read_adapter
+    from paw.io.lm import load_lm
+    from paw.io.tokenizer import open_tokenizer
+    from paw.transfer.distill import LM, distill_lora
+    from paw.transfer.distill.run import read_inputs
+
+    w = world
+    teacher, tok_s = load_lm(w["source"], adapter=w["lora"], device="cpu")
+    student, tok_t = load_lm(w["target"], device="cpu")
+    monkeypatch.setenv("PAW_PROGRESS", "1")
+    distill_lora(read_adapter(w["lora"]), LM(teacher, tok_s, "s", tokenizer_info=open_tokenizer(w["source"])),
+                 LM(student, tok_t, "t", tokenizer_info=open_tokenizer(w["target"])),
+                 prompts=read_inputs(w["root"] / "items.jsonl"), steps=2, lr=1e-2, max_new_tokens=2, progress=True)
+    err = capsys.readouterr().err
+    for phase in ("teacher writing", "scoring choices", "teacher with its adapter", "teacher without its adapter",
+                  "distilling"):
+        assert f"[paw] {phase}: " in err, (phase, err)
+    assert err.count("[paw] measuring agreement: ") == 2, err   # before and after
+
+
 def test_shared_tokenizer_uses_token_kl_and_starts_from_the_auto_transfer(src, src_lora, drifted, independent):
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer

@@ -139,9 +139,11 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
     key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
-    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key)
-    tests = T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key) if held else []
-    excess = T.add_excess(train + tests, teacher, student, device, scale, key)  # what the adapter changed, per token
+    shown = progress and (scale is None or scale.ranks.main)
+    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
+    tests = (T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
+             if held else [])
+    excess = T.add_excess(train + tests, teacher, student, device, scale, key, progress=shown)  # what the adapter changed, per token
     if token_focus and not excess:
         raise PawError("--token-focus needs the teacher with its adapter unmerged (a PEFT model), to compare "
                        "it with and without the adapter")

@@ -38,6 +38,7 @@ from paw.io.train_state import (
     read_teacher_scores,
     write_teacher_scores,
 )
+from paw.progress import track
 from paw.train_state import Checkpoints
 from paw.transfer.distill import data
 
@@ -65,16 +66,20 @@ def teacher_key(teacher_name: str, adapter, max_new_tokens: int) -> str:
     return h.hexdigest()[:32]
 
 
-def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale: Scale | None, key: str = "") -> list[str]:
+def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale: Scale | None, key: str = "", *,
+                  progress: bool = False) -> list[str]:
     """The teacher's continuation of each text: from the cache where made before, else generated and cached.
 
     A chunk is generated whole when any of its texts is missing, so its batch (and padding) is the
-    one an uncached, single-process run would make.
+    one an uncached, single-process run would make. ``progress``: count this rank's chunks on stderr.
     """
     scale = scale or Scale()
     cached = read_continuations(scale.work, key) if scale.work is not None else {}
+    mine = len(range(scale.ranks.rank, -(-len(texts) // CHUNK), scale.ranks.world))
+    ticks = iter(track(range(mine), "teacher writing", total=mine, unit="batches") if progress else ())
 
     def run(chunk: list[str]) -> list[str]:
+        next(ticks, None)
         if all(t in cached for t in chunk):
             return [cached[t] for t in chunk]
         made = data.generate(teacher.model, teacher.tokenizer, chunk, max_new_tokens=max_new_tokens,
@@ -83,7 +88,9 @@ def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale:
             append_continuations(scale.work, scale.ranks.rank, key, list(zip(chunk, made, strict=True)))
         return made
 
-    return map_chunks(run, texts, CHUNK, scale.ranks)
+    made = map_chunks(run, texts, CHUNK, scale.ranks)
+    next(ticks, None)   # the tracker's closing line
+    return made
 
 
 def remembered(scale: Scale | None, name: str, key: str, inputs: list, compute) -> list:

@@ -83,12 +83,13 @@ class Example:
 
 
 def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device,
-             vocab: Vocab = Vocab(), scale: S.Scale | None = None, key: str = "") -> list[Example]:
+             vocab: Vocab = Vocab(), scale: S.Scale | None = None, key: str = "", *,
+             progress: bool = False) -> list[Example]:
     """Teacher continuations, student encodings and the teacher's choice scores, once per input.
 
     ``scale`` (:mod:`paw.transfer.distill.scale`): continuations cached under ``key`` and shared out over ranks.
     """
-    texts = S.continuations(teacher, [p.text for p in prompts], max_new_tokens, device, scale, key)
+    texts = S.continuations(teacher, [p.text for p in prompts], max_new_tokens, device, scale, key, progress=progress)
     limit = max_length_of(student.model)
     out = []
     for prompt, text in zip(prompts, texts, strict=True):
@@ -107,7 +108,7 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
         encoded = [encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model), start=START)
                    for _, c, x in pairs]
         return [ll for ll, _ in score_encoded(teacher.model, encoded, pad_id=pad_id_of(teacher.tokenizer),
-                                              device=device, progress=False)]
+                                              device=device, progress=progress)]
 
     if pairs:
         scores = S.remembered(scale, "choice-scores", key, [(c, x) for _, c, x in pairs], score)
@@ -129,13 +130,16 @@ def _align(ex: Example, teacher: LM, vocab: Vocab) -> None:
 
 # ---------------------------------------------------------------------------------- what the adapter changed
 
-def token_logprobs(model, encoded: list, pad_id: int, device, *, batch_size: int = 16) -> list[list[float]]:
-    """Per encoding, the log-probability of each continuation token, in order (``Encoded.n_cont`` values)."""
+def token_logprobs(model, encoded: list, pad_id: int, device, *, batch_size: int = 16,
+                   progress: str | None = None) -> list[list[float]]:
+    """Per encoding, the log-probability of each continuation token, in order (``Encoded.n_cont`` values);
+    ``progress``: a description, to show progress under it."""
     import torch
 
     out: list[list[float]] = []
+    starts = range(0, len(encoded), batch_size)
     with torch.no_grad():
-        for start in range(0, len(encoded), batch_size):
+        for start in (track(starts, progress, total=len(starts), unit="batches") if progress else starts):
             batch = make_batch(encoded[start:start + batch_size], pad_id=pad_id, padding_side="left", window=sliding_window_of(model))
             with _autocast(device):
                 logits, skip = forward_logits(model, batch, device)
@@ -146,7 +150,7 @@ def token_logprobs(model, encoded: list, pad_id: int, device, *, batch_size: int
 
 
 def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale: S.Scale | None = None,
-               key: str = "") -> bool:
+               key: str = "", *, progress: bool = False) -> bool:
     """Fill each example's ``excess``: how much the LoRA raised the teacher's log-probability of each
     token of its own continuation (with the adapter minus without it), on the student's tokens.
 
@@ -167,9 +171,11 @@ def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale:
     pad = pad_id_of(teacher.tokenizer)
 
     def gains() -> list[list[float]]:
-        with_lora = token_logprobs(teacher.model, encoded, pad, device)
+        with_lora = token_logprobs(teacher.model, encoded, pad, device,
+                                   progress="teacher with its adapter" if progress else None)
         with off():
-            without = token_logprobs(teacher.model, encoded, pad, device)
+            without = token_logprobs(teacher.model, encoded, pad, device,
+                                     progress="teacher without its adapter" if progress else None)
         return [[x - y for x, y in zip(a, b, strict=True)] for a, b in zip(with_lora, without, strict=True)]
 
     made = S.remembered(scale, "excess", key, [(e.prompt.text, e.continuation) for e in rows], gains)
