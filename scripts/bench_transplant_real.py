@@ -96,26 +96,25 @@ def peer_python(peer: Path) -> str:
 def build(args, work: Path):
     """Each transplanted model of the pair as it is made: ``(label, {'path', 'seconds', 'peak_rss_mib', ...})``."""
     paw = [sys.executable, "-m", "paw"]
-    runs = {
-        "default": ("PAW exact+decompose (default)",
-                    [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer", args.donor,
-                     "-o", str(work / "paw-default"), "--no-check", "--device", args.device]),
-        "semantic": ("PAW exact+semantic (no donor)",
-                     [*paw, "transplant-tokenizer", "--model", args.source, "--tokenizer", args.donor,
-                      "-o", str(work / "paw-semantic"), "--no-check", "--method", "exact,semantic", "--device", args.device]),
-        "donor": (f"PAW donor-aware OMP (--donor, k={args.k})",
-                  [*paw, "transplant-tokenizer", "--model", args.source, "--donor", args.donor,
-                   "-o", str(work / "paw-donor"), "--no-check", "--omp-k", str(args.k), "--device", args.device]),
-        # tokensurgeon's own command through a wrapper that keeps each finished batch, so a run longer than a
+    transplant = [*paw, "transplant-tokenizer", "--model", args.source, "--no-check", "--device", args.device]
+    peer_cache = work / "tokensurgeon.batches"
+    runs = {  # key: (label, output folder, command)
+        "default": ("PAW exact+decompose (default)", work / "paw-default", [*transplant, "--tokenizer", args.donor]),
+        "semantic": ("PAW exact+semantic (no donor)", work / "paw-semantic",
+                     [*transplant, "--tokenizer", args.donor, "--method", "exact,semantic"]),
+        "donor": (f"PAW donor-aware OMP (--donor, k={args.k})", work / "paw-donor",
+                  [*transplant, "--donor", args.donor, "--omp-k", str(args.k)]),
+        # tokensurgeon's own command through a wrapper that keeps each row it computes, so a run longer than a
         # session resumes (scripts/tokensurgeon_resumable.py; the values are tokensurgeon's)
-        "peer": (f"tokensurgeon default (omp, k={args.k})",
+        "peer": (f"tokensurgeon default (omp, k={args.k})", work / "tokensurgeon",
                  [peer_python(args.peer), str(Path(__file__).with_name("tokensurgeon_resumable.py")),
-                  "--cache", str(work / "tokensurgeon.batches"), "--", args.source, args.donor,
-                  str(work / "tokensurgeon"), "--k", str(args.k), "--device", args.device]),
+                  "--cache", str(peer_cache), "--", args.source, args.donor, str(work / "tokensurgeon"),
+                  "--k", str(args.k), "--device", args.device]),
     }
     for key in args.build:
-        label, cmd = runs[key]
-        folder = Path(cmd[cmd.index("-o") + 1]) if "-o" in cmd else Path(cmd[cmd.index("--") + 3])
+        label, folder, cmd = runs[key]
+        if key != "peer":
+            cmd = [*cmd, "-o", str(folder)]
         log = folder.with_name(folder.name + ".time.log")
         if folder.is_dir() and log.is_file():
             info = {"rc": 0, **parse_time_log(log), "reused": True}
@@ -125,7 +124,7 @@ def build(args, work: Path):
         if info["rc"] != 0:
             print(f"  {label} failed (rc {info['rc']}); see {log}", flush=True)
             continue
-        batches = work / "tokensurgeon.batches" / "seconds.json"
+        batches = peer_cache / "seconds.json"
         if key == "peer" and batches.is_file():   # its approximation, summed over every run that computed a part
             info["approximation_seconds_all_runs"] = round(sum(json.loads(batches.read_text()).values()), 1)
         print(f"  {label}: {info.get('seconds')} s, peak {info.get('peak_rss_mib')} MiB", flush=True)

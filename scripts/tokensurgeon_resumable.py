@@ -1,7 +1,7 @@
 """Run ``mergekit-tokensurgeon`` so that a killed run resumes where it stopped (run with the peer venv's python).
 
 tokensurgeon approximates the new tokens in batches (``--batch-size``, default 512) and keeps them in
-memory until the end: a run of SmolLM2-135M given Gemma-3's tokenizer is 422 batches, about four hours
+memory until the end: a run of SmolLM2-135M given Gemma-3's tokenizer is 423 batches, four to eight hours
 of a 2-core machine, longer than one working session. This wrapper runs tokensurgeon's own command,
 unchanged, with one addition: each batch its ``compute_new_embeddings`` returns is saved under
 ``--cache`` (each row keyed by its token and whether it is the head), and a later run with the same arguments
@@ -46,9 +46,11 @@ def cached(compute, cache: Path):
     times_path = cache / "seconds.json"
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     rows: dict[str, torch.Tensor] = {}
-    for part in sorted(cache.glob("part-*.pt")):
+    parts = sorted(cache.glob("part-*.pt"))
+    for part in parts:
         saved = torch.load(part, weights_only=True)
         rows.update(zip(saved["keys"], saved["rows"], strict=True))
+    made = [len(parts)]   # parts on disk: the next one's number (a run killed before seconds.json was written has one more)
 
     def wrapper(*args, target_tokens, is_lm_head, **kwargs):
         keys = [_key(t, is_lm_head) for t in target_tokens]
@@ -57,16 +59,17 @@ def cached(compute, cache: Path):
             t0 = time.time()
             out = compute(*args, target_tokens=todo, is_lm_head=is_lm_head, **kwargs).detach().cpu()
             new = [_key(t, is_lm_head) for t in todo]
-            part = cache / f"part-{len(times):05d}.pt"
+            part = cache / f"part-{made[0]:05d}.pt"
+            made[0] += 1
             tmp = part.with_name(part.name + ".tmp")
             torch.save({"keys": new, "rows": out.clone()}, tmp)
             os.replace(tmp, part)
             rows.update(zip(new, out, strict=True))
             times[part.name] = round(time.time() - t0, 2)
             _write_json(times_path, times)
-        device = kwargs.get("orig_embed", args[0] if args else None)
+        orig_embed = kwargs.get("orig_embed", args[0] if args else None)   # where tokensurgeon computes
         result = torch.stack([rows[k] for k in keys])
-        return result.to(device.device) if isinstance(device, torch.Tensor) else result
+        return result.to(orig_embed.device) if isinstance(orig_embed, torch.Tensor) else result
 
     return wrapper
 

@@ -3,6 +3,7 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tokensurgeon_resumable.py"
@@ -46,3 +47,20 @@ def test_resumed_run_computes_only_missing_tokens_in_any_batch_order(tmp_path):
     assert calls == [tokens[:2]]
     assert head[:, 2].tolist() == [1.0, 1.0]
     assert len(list(tmp_path.glob("part-*.pt"))) == 3
+
+
+def test_a_part_saved_without_its_seconds_is_not_overwritten(tmp_path):
+    """Killed between saving a part and writing seconds.json: the next run numbers its part after it."""
+    m = _module()
+
+    def compute(orig_embed, *_, target_tokens, is_lm_head, **__):
+        return _rows(target_tokens, is_lm_head)
+
+    embed = torch.zeros(2, 3)
+    m.cached(compute, tmp_path)(embed, target_tokens=["a", "bb"], is_lm_head=False)
+    (tmp_path / "seconds.json").unlink()
+    m.cached(compute, tmp_path)(embed, target_tokens=["ccc"], is_lm_head=False)
+    assert sorted(p.name for p in tmp_path.glob("part-*.pt")) == ["part-00000.pt", "part-00001.pt"]
+    out = m.cached(lambda *a, **k: pytest.fail("nothing left to compute"), tmp_path)(
+        embed, target_tokens=["ccc", "a", "bb"], is_lm_head=False)
+    torch.testing.assert_close(out, _rows(["ccc", "a", "bb"], False), rtol=0, atol=0)

@@ -139,7 +139,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
     key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
-    shown = progress and (scale is None or scale.ranks.main)
+    main = scale is None or scale.ranks.main   # the other ranks train their share and report nothing
+    shown = progress and main
     train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
     tests = (T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
              if held else [])
@@ -159,19 +160,16 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                           "cpu" if sharded else device)
     prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
     fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
-    main = scale is None or scale.ranks.main   # the other ranks train their share and report nothing
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     try:
         before = (scale.checkpoints.extra("before") if scale is not None else None) or \
-            (T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=progress and main)
-             if measure else None)
+            (T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=shown) if measure else None)
         stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
         curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
-                        seed=seed, device=device, progress=progress and main, scale=scale, extra={"before": before},
+                        seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
                         focus=token_focus, stop=stop)
         diverged = curve.pop("diverged_at", None)
-        after = (T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=progress and main)
-                 if measure else None)
+        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=shown) if measure else None
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
                             F.full_lora_state(peft_model) if sharded else None)
     finally:
