@@ -2,7 +2,7 @@
 # Run `paw bench real --parts tasks` on a lent GPU machine that takes only 64 MiB of files per call.
 #
 # The real models are sent as the GGUF files they are built from (351 MB, not 805 MB of safetensors),
-# with the task data and the work folder already cached here, as one tar cut into 60 MiB pieces:
+# with the task data and the work folder already cached here, as one tar cut into 55 MiB pieces (the tree travels beside each: 64 MiB in all):
 #
 #   here:    bash scripts/gpu_real_tasks.sh pack [MODELS] [WORK] [DATA]    -> .gpuc/p0 .. .gpuc/pN, .gpuc/ctl
 #   device:  one call per piece, carry [".gpuc/pK"]:  bash .gpuc/ctl/gpu_real_tasks.sh keep K
@@ -104,8 +104,11 @@ case "$cmd" in
     for f in arc-easy_train arc-easy_validation openbookqa_train openbookqa_test; do
       cp "$data/formatted/${f}_formatted.jsonl" "$stage/data/formatted/"; done
     [ -d "$work" ] && cp -r "$work/." "$stage/work/"
+    # a finished distillation's resume state (23-30 MiB each, its adapter kept) is not needed there
+    for f in "$stage"/work/tasks/*/*-work/train-state.pt; do
+      [ -f "${f%-work/train-state.pt}.meta.json" ] && rm -f "$f"; done
     rm -rf .gpuc && mkdir -p .gpuc/ctl
-    (cd "$stage" && tar cf - gguf data work) | split -b 60M -d - .gpuc/piece.
+    (cd "$stage" && tar cf - gguf data work) | split -b "${PIECE:-55M}" -d - .gpuc/piece.
     i=0; for f in .gpuc/piece.*; do mkdir -p ".gpuc/p$i"; mv "$f" ".gpuc/p$i/"; i=$((i + 1)); done
     cp "$0" .gpuc/ctl/
     # the device may lack the gguf reader: its wheel travels with the script (pure Python)

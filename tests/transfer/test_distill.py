@@ -302,3 +302,21 @@ def test_synthesis_counts_blank_and_off_template_candidates(monkeypatch):
     made, stats = data.synthesize(None, None, seeds, 1, seed=0)
     assert [p.text for p in made] == ["Ann Bo likes the colour"]
     assert (stats["blank"], stats["off_template"], stats["duplicates"], stats["kept"]) == (2, 1, 1, 1)
+
+
+def test_synthesis_counts_the_inputs_it_keeps_on_stderr(monkeypatch, capsys):
+    """A thousand inputs written by the teacher took minutes on a GPU in silence: now a line counts them."""
+    from paw.transfer.distill import data
+
+    rounds = iter(range(100))
+    monkeypatch.setattr(data, "generate", lambda *a, **k: [f"Name{next(rounds)} likes the colour"] * 2)
+    seeds = [data.Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo")]
+    monkeypatch.setenv("PAW_PROGRESS", "1")
+    made, stats = data.synthesize(None, None, seeds, 3, seed=0, batch_size=2, progress=True)
+    assert [p.text for p in made] == [f"Name{i} likes the colour" for i in range(3)]
+    assert (stats["rounds"], stats["duplicates"], stats["kept"]) == (3, 3, 3)   # each round: one new, one repeat
+    err = capsys.readouterr().err
+    assert "[paw] teacher writing inputs: 3/3 inputs (100%)" in err, err
+    rounds = iter(range(100))
+    assert data.synthesize(None, None, seeds, 3, seed=0, batch_size=2)[0] == made   # the same inputs, silently
+    assert capsys.readouterr().err == ""

@@ -123,10 +123,17 @@ def test_still_falling_needs_a_real_fall(fall, budget, falling):
 
 
 class ChatTokenizer:
-    """A stand-in with a chat template, as an instruct model's tokenizer has."""
+    """A stand-in with a chat template, as an instruct model's tokenizer has; ``adds_bos``: whether
+    it puts its BOS (id 1) before every text itself, as Llama's does and SmolLM2's does not."""
 
     chat_template = "{{ messages }}"
-    bos_token = "<s>"
+    bos_token, bos_token_id = "<s>", 1
+
+    def __init__(self, adds_bos: bool = True):
+        self.adds_bos = adds_bos
+
+    def encode(self, text, add_special_tokens=True):
+        return ([1] if add_special_tokens and self.adds_bos else []) + [ord(c) for c in text]
 
     def apply_chat_template(self, messages, add_generation_prompt, tokenize):
         assert add_generation_prompt and not tokenize
@@ -140,6 +147,8 @@ def test_synthesis_asks_an_instruct_teacher_in_its_chat_format():
 
     seeds = [Prompt("Word: road. Again:"), Prompt("Word: tree. Again:")]
     text = chat_context(ChatTokenizer(), seeds, random.Random(0))
-    assert text.startswith("<user>Here are examples") and text.endswith("</user><assistant>")  # BOS left out
+    assert text.startswith("<user>Here are examples") and text.endswith("</user><assistant>")  # BOS added by generate
+    # a tokenizer that never adds its BOS (SmolLM2: BOS is "<|im_start|>") keeps the template's: the turn is whole
+    assert chat_context(ChatTokenizer(adds_bos=False), seeds, random.Random(0)) == "<s>" + text
     assert "Word: road. Again:\n" in text and "Word: tree. Again:\n" in text and "Reply with the input only." in text
     assert chat_context(SimpleNamespace(chat_template=None), seeds, random.Random(0)) is None

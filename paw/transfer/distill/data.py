@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from paw.errors import PawError
 from paw.evaluate.encode import _prefix, encode_pair, left_columns, own_start, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import score_encoded
+from paw.progress import track
 
 START = "own"  # sequences start with the tokenizer's own special tokens (paw.evaluate.encode.encode_pair)
 MAX_SEEDS = 5          # Trans-LoRA's budget of real examples
@@ -274,16 +275,20 @@ def chat_context(tokenizer, seeds: Sequence[Prompt], rng: random.Random) -> str 
     the assistant's reply; None when the tokenizer has no chat template (a base model: plain few-shot).
 
     An instruct model asked in its own format writes a new input; shown a bare list it may answer the
-    last one instead. A leading BOS the template writes is dropped (:func:`generate` puts the
-    tokenizer's own start tokens first).
+    last one instead. A leading BOS the template writes is dropped only where the tokenizer puts
+    that BOS before any text itself (:func:`generate` adds the tokenizer's own start tokens): Llama's
+    ``<s>`` is not written twice, and SmolLM2's ``<|im_start|>``, its BOS by name, which its tokenizer
+    never adds, is kept (without it the system turn began ``system\n``, and SmolLM2-Instruct wrote
+    no usable ARC-Easy question in 64 tries).
     """
     if not getattr(tokenizer, "chat_template", None):
         return None
     request = CHAT_REQUEST.format(examples=few_shot_context(seeds, rng))
     text = tokenizer.apply_chat_template([{"role": "user", "content": request}], add_generation_prompt=True,
                                          tokenize=False)
-    bos = getattr(tokenizer, "bos_token", None)
-    return text[len(bos):] if bos and text.startswith(bos) else text
+    bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    added = bos_id is not None and bos_id in own_start(tokenizer)
+    return text[len(bos):] if added and bos and text.startswith(bos) else text
 
 
 def template_end(seeds: Sequence[Prompt], *, min_chars: int = 2) -> str:
@@ -314,7 +319,7 @@ def _cut_after(line: str, ending: str) -> str | None:
 
 def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, max_new_tokens: int = 48,
                batch_size: int = 16, filter_lines: Sequence[str] | None = None, device=None,
-               chat: bool = True) -> tuple[list[Prompt], dict]:
+               chat: bool = True, progress: bool = False) -> tuple[list[Prompt], dict]:
     """``n`` new task inputs written by the teacher from the seeds, and what happened on the way.
 
     With ``chat`` and a tokenizer that has a chat template, the teacher is asked for a new input in
@@ -322,12 +327,12 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     Each candidate is the line the teacher samples after the seeds (shuffled anew per candidate),
     cut after the ending all seeds share (:func:`template_end`; without it, dropped as off-template).
     Blank lines, seeds and repeats are dropped; with ``filter_lines`` (generic text), candidates
-    that :func:`task_likeness` scores below every seed's own score are dropped too.
+    that :func:`task_likeness` scores below every seed's own score are dropped too. ``progress``:
+    count the inputs kept on stderr (:func:`paw.progress.track`; a thousand take minutes on a GPU).
     """
     seeds = check_seeds(seeds)
     rng = random.Random(f"synth-{seed}")
     known = {_norm(s.text) for s in seeds}
-    kept: list[Prompt] = []
     ending = template_end(seeds)
     use_chat = chat and chat_context(tokenizer, seeds, random.Random(0)) is not None
     stats = {"requested": n, "generated": 0, "blank": 0, "off_template": 0, "duplicates": 0, "filtered": 0,
@@ -337,7 +342,24 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
         threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
                                       device=device)[0] for s in seeds)
         stats["filter_threshold"] = threshold
-    while len(kept) < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)) \
+    written = _written(model, tokenizer, seeds, n, stats, use_chat=use_chat, rng=rng, known=known, ending=ending,
+                       threshold=threshold, filter_lines=filter_lines, seed=seed, max_new_tokens=max_new_tokens,
+                       batch_size=batch_size, device=device)
+    kept = list(track(written, "teacher writing inputs", total=n, unit="inputs") if progress else written)
+    stats["kept"] = len(kept)
+    if not kept:
+        raise PawError(f"the teacher wrote no usable input from the {len(seeds)} seed examples "
+                       f"({stats['generated']} candidates: {stats['blank']} blank, {stats['off_template']} "
+                       f"without the seeds' ending {ending!r}, {stats['duplicates']} repeats, "
+                       f"{stats['filtered']} filtered out)")
+    return kept, stats
+
+
+def _written(model, tokenizer, seeds, n, stats, *, use_chat, rng, known, ending, threshold, filter_lines, seed,
+             max_new_tokens, batch_size, device) -> Iterator[Prompt]:
+    """:func:`synthesize`'s rounds: each usable new input as soon as its round is done (``stats`` counted)."""
+    kept = 0
+    while kept < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)) \
             and (kept or stats["rounds"] < BARREN_ROUNDS):
         contexts = [chat_context(tokenizer, seeds, rng) if use_chat else few_shot_context(seeds, rng)
                     for _ in range(batch_size)]
@@ -362,15 +384,10 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
             scores = task_likeness(model, tokenizer, fresh, seeds, filter_lines, device=device)
             stats["filtered"] += sum(s < threshold for s in scores)
             fresh = [line for line, s in zip(fresh, scores, strict=True) if s >= threshold]
-        stats["surplus"] += max(0, len(fresh) - (n - len(kept)))
-        kept += [Prompt(line) for line in fresh[: n - len(kept)]]
-    stats["kept"] = len(kept)
-    if not kept:
-        raise PawError(f"the teacher wrote no usable input from the {len(seeds)} seed examples "
-                       f"({stats['generated']} candidates: {stats['blank']} blank, {stats['off_template']} "
-                       f"without the seeds' ending {ending!r}, {stats['duplicates']} repeats, "
-                       f"{stats['filtered']} filtered out)")
-    return kept, stats
+        stats["surplus"] += max(0, len(fresh) - (n - kept))
+        for line in fresh[: n - kept]:
+            kept += 1
+            yield Prompt(line)
 
 
 def task_likeness(model, tokenizer, texts: Sequence[str], seeds: Sequence[Prompt], generic: Sequence[str], *,

@@ -112,8 +112,12 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
         lora_rank("--rank", rank, student.model, _target_modules(adapter, student.model, target_modules))
     device = resolve_device(device) if isinstance(device, str) else device
+    main = scale is None or scale.ranks.main   # the other ranks train their share and report nothing
+    shown = progress and main
+    teacher.model.to(device).eval()   # where it writes: synthesised inputs, continuations
+    guard_cuda_attention(teacher.model)
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
-                                 eval_prompts, seed, device)
+                                 eval_prompts, seed, device, progress=shown)
     auto = steps is None
     steps = auto_steps(len(inputs), batch_size) if auto else steps
     inputs = _visited(inputs, steps, batch_size, seed)
@@ -121,8 +125,6 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     vocab = _vocabulary(teacher, student, byte_kl)
     if scale is not None and scale.offload_teacher:
         S.refuse_offload([T.TOKEN_KL] if vocab.shared else [T.ALIGNED_KL] if vocab.aligned else [])
-    teacher.model.to(device).eval()
-    guard_cuda_attention(teacher.model)
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
         inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
         held, n_held = data.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
@@ -139,8 +141,6 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
     key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
-    main = scale is None or scale.ranks.main   # the other ranks train their share and report nothing
-    shown = progress and main
     train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
     tests = (T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
              if held else [])
@@ -229,14 +229,15 @@ def _budget(auto: bool, steps: int, curve: dict, stop, excess: bool) -> dict:
 
 # ---------------------------------------------------------------------------------- checks, inputs
 
-def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device):
+def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device, *,
+            progress: bool = False):
     """``(training prompts, held-out prompts, report section)`` from the one source given (checked by
     :meth:`DistillOptions.check`)."""
     if synthesize:
         seeds = data.prompts_from(seed_examples or [], what="seed examples")
         made, stats = data.synthesize(teacher.model, teacher.tokenizer, data.check_seeds(seeds), synthesize,
                                       seed=seed, filter_lines=sample_texts("en") if discriminator else None,
-                                      device=device)
+                                      device=device, progress=progress)
         info = {"source": "synthesized", "seed_examples": len(seeds), "discriminator": discriminator,
                 "synthesis": stats}
         inputs = made
