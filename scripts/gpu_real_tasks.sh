@@ -86,10 +86,14 @@ bench() {  # issue 26's tasks for SECONDS: bench SECONDS TASKS (appends to bench
   timeout "$1" python3 -m paw bench real --parts tasks --real-tasks "$2" --models "$R/models" \
     --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" >> "$OUT/bench.log" 2>&1
 }
-check() {  # CUDA against the CPU on 40 PIQA items, both models, before anything is trusted (into bench.log)
+check() {  # CUDA against the CPU: 40 PIQA items, both models; then distill's teacher path (into bench.log)
   for m in gemma-3-270m smollm2-135m-instruct; do echo "== $m"
     timeout 150 python3 scripts/gpu_check_scores.py "$R/models/$m" "$R/data" 40 2>&1 | grep -v "Loading weights"; done \
     | tee -a "$OUT/bench.log"
+  # distillation's teacher on CUDA recorded wrong choice scores where the line above agreed (2026-11-27)
+  echo "== distill path (ARC-Easy, Gemma-3 base teacher)" | tee -a "$OUT/bench.log"
+  PAW_PROGRESS=0 timeout 240 python3 scripts/gpu_check_distill.py "$R/models" "$R/data" "$R/work" cpu cuda 2>&1 \
+    | grep -v "Loading weights" | tail -4 | tee -a "$OUT/bench.log"
 }
 case "$cmd" in
   pack)

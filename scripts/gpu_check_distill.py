@@ -1,0 +1,81 @@
+"""Does distillation's teacher score choices on CUDA as it does on the CPU? Run before any lease's bench.
+
+On 2026-11-27 (an H200, torch 2.11.0+cu130, transformers 5.17.0) ``scripts/gpu_check_scores.py`` found
+CUDA and the CPU in agreement on Gemma-3-270M's PIQA scores, yet the ARC-Easy base-teacher distillation
+that ran next on the same GPU had recorded Gemma-3's choice log-likelihoods as -77.6, -98.1, -99.3, -97.4
+for the first four pairs where the CPU, through the same bench code, gives -10.5, -18.7, -27.0, -21.6
+(mean over all 4,000: -78.6 on CUDA). This runs that path, the bench's ``run_variant`` with a tiny recipe
+(8 label-free inputs, 1 step, 8 test items), in a scratch cache holding only the task's cached LoRAs,
+once on the CPU and once on each device given, and prints the teacher's first choice scores from each
+beside the same pairs scored directly (``score_encoded``, no distillation around it).
+
+    python scripts/gpu_check_distill.py MODELS DATA WORK [DEVICE ...]   (default devices: cpu cuda)
+
+MODELS holds gemma-3-270m and smollm2-135m-instruct; WORK is the bench's work folder (its
+``tasks/arc-easy/lora-*`` adapters are linked, never written).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from paw.bench import real_tasks as R
+from paw.bench.common import Base
+from paw.bench.real import _load
+from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
+from paw.evaluate.mc import score_encoded
+from paw.transfer.distill.lora import _visited
+from paw.transfer.distill.train import START
+
+TEACHER, STUDENT = "gemma-3-270m", "smollm2-135m-instruct"
+
+
+def teacher_scores(models: Path, data: str, work: Path, device: str) -> tuple[list[float], list[float]]:
+    """(the scores the distillation recorded, the same pairs scored directly) on ``device``."""
+    cached = work / "tasks" / "arc-easy"
+    scratch = Path(tempfile.mkdtemp(prefix="paw-check-distill-"))
+    try:
+        for f in cached.glob("lora-*"):
+            (scratch / f.name).symlink_to(f.resolve())
+        sides = {}
+        for name in (TEACHER, STUDENT):
+            lm, tok = _load(models / name, device)
+            sides[name] = Base(name, lm, tok, models / name)
+        train, test = R.load_task(data, "arc-easy", 0)
+        recipe = replace(R.RECIPE, train_inputs=8, distill_steps=1)
+        R.run_variant(sides[TEACHER], sides[STUDENT], train, test[:8], R.Cache(scratch), "base-teacher",
+                      recipe=recipe, seed=0, device=device)
+        recorded = json.loads((scratch / f"distilled-base-teacher-{TEACHER}-to-{STUDENT}-work"
+                               / "teacher-choice-scores.json").read_text())["values"]
+        teacher = sides[TEACHER]
+        inputs = _visited(R.label_free_inputs(train, recipe, 0), recipe.distill_steps, recipe.lora_batch, 0)
+        enc = [encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model), start=START)
+               for p in inputs for c, x in p.pairs]
+        direct = [ll for ll, _ in score_encoded(teacher.model, enc, pad_id=pad_id_of(teacher.tokenizer), device=device,
+                                                progress=False)]
+        return recorded, direct
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main() -> None:
+    models, data, work = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+    devices = sys.argv[4:] or ["cpu", "cuda"]
+    rows = {d: teacher_scores(models, data, work, d) for d in devices}
+    ref = rows["cpu"][1] if "cpu" in rows else None
+    for device, (recorded, direct) in rows.items():
+        worst = ""
+        if ref is not None:
+            gap = {name: max(abs(a - b) for a, b in zip(v, ref, strict=True)) for name, v in
+                   (("recorded", recorded), ("direct", direct))}
+            worst = f"   max |dLL| vs cpu direct: recorded {gap['recorded']:.4f}, direct {gap['direct']:.4f}"
+        print(f"{device:5s} recorded {[round(v, 2) for v in recorded[:4]]}  direct {[round(v, 2) for v in direct[:4]]}{worst}",
+              flush=True)
+
+if __name__ == "__main__":
+    main()
