@@ -25,9 +25,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cmd="${1:-}"; shift || true
 R=/tmp/rt
-setup() {  # PAW from this tree, the gguf reader from its carried wheel where the device lacks it
+setup() {  # PAW from this tree, the gguf reader from its carried wheel always (ahead of any the device has)
   export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
-  python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpuc/ctl/whl/*.whl
+  # the H200 image rebuilt Gemma-3 wrongly (2026-11-26/27: a sentence's loss 10.11 where the packed
+  # machine's files give 2.39); the rebuilt folders are now checked against that machine's (rebuild)
+  [ -f /tmp/site/gguf/__init__.py ] || python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .gpuc/ctl/whl/*.whl
+  python3 -c "import gguf, numpy, torch, transformers; print('gguf', gguf.__file__, 'numpy', numpy.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 }
 rebuild() {  # the pieces joined, the GGUFs checked, both model folders written (once per warm machine)
   if [ ! -f "$R/models/gemma-3-270m/model.safetensors" ]; then
@@ -50,6 +53,9 @@ for side in ("smollm2-135m-instruct", "gemma-3-270m"):
     print(f"{side}: rebuilt in {time.time() - t:.0f} s", flush=True)
 EOF
   fi
+  # every file the bench reads, byte for byte as on the machine that packed them, or no bench at all
+  (cd "$R/models" && sha256sum --quiet -c "$here/models.sha256") \
+    || { echo "the rebuilt model folders differ from the packed machine's: nothing runs"; exit 3; }
 }
 peer() {  # mergekit-tokensurgeon from its carried wheels, for the transplant rows
   python3 -m pip install -q --no-index --no-deps --find-links .gpuc/ctl/whl/peer --target /tmp/peer \
@@ -115,6 +121,8 @@ case "$cmd" in
     (cd "$stage" && tar cf - gguf data work) | split -b "${PIECE:-55M}" -d - .gpuc/piece.
     i=0; for f in .gpuc/piece.*; do mkdir -p ".gpuc/p$i"; mv "$f" ".gpuc/p$i/"; i=$((i + 1)); done
     cp "$0" .gpuc/ctl/
+    (cd "$models" && sha256sum {smollm2-135m-instruct,gemma-3-270m}/{config.json,model.safetensors,tokenizer.json,tokenizer_config.json}) \
+      > .gpuc/ctl/models.sha256
     # the device may lack the gguf reader: its wheel travels with the script (pure Python)
     "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl \
       "gguf==$("${PYTHON:-python}" -c 'import importlib.metadata as m; print(m.version("gguf"))')" 2>/dev/null
