@@ -278,8 +278,7 @@ def chat_context(tokenizer, seeds: Sequence[Prompt], rng: random.Random) -> str 
     last one instead. A leading BOS the template writes is dropped only where the tokenizer puts
     that BOS before any text itself (:func:`generate` adds the tokenizer's own start tokens): Llama's
     ``<s>`` is not written twice, and SmolLM2's ``<|im_start|>``, its BOS by name, which its tokenizer
-    never adds, is kept (without it the system turn began ``system\n``, and SmolLM2-Instruct wrote
-    no usable ARC-Easy question in 64 tries).
+    never adds, is kept (it was dropped, and SmolLM2-Instruct's system turn began ``system\n``).
     """
     if not getattr(tokenizer, "chat_template", None):
         return None
