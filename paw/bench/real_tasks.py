@@ -157,7 +157,14 @@ class Cache:
         if found is not None:  # written after the adapter folder: the folder is complete
             return read_adapter(folder), found["seconds"], found.get("report", {})
         t = time.perf_counter()
-        adapter, report = make()
+        try:
+            adapter, report = make()
+        except Failed:
+            raise
+        except PawError as e:  # e.g. a synthesis that wrote nothing usable: on record at once (the bench's
+            # results file comes only at the end, sessions later on a CPU), made again on a rerun (a fix counts)
+            write_json(self.folder / f"{key}.failed.json", {"seconds": time.perf_counter() - t, "failed": str(e)})
+            raise
         seconds = time.perf_counter() - t
         at = report.get("diverged_at_step")
         if at is not None:

@@ -130,6 +130,11 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     failed = R.run_variant(sides["a"], sides["b"], items, items, R.Cache(root / "cache-barren"), "synthesized",
                            recipe=recipe, n_boot=50)
     assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
+    import json  # on record at once, and tried again on a rerun (a fixed bug must not stay a cached failure)
+
+    record = json.loads((root / "cache-barren" / "distilled-synth-a-to-b.failed.json").read_text())
+    assert record["failed"] == failed["failed"] and record["seconds"] >= 0
+    assert not (root / "cache-barren" / "distilled-synth-a-to-b.meta.json").exists()
 
 
 def test_the_base_teacher_control_distils_from_the_source_without_its_lora(pair, monkeypatch):
