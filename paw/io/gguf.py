@@ -288,6 +288,7 @@ def gguf_side_folder(path: str | Path) -> Path:
     quiet_transformers()
     tokenizer = _gguf_tokenizer(path)
     tokenizer.save_pretrained(folder)
+    check_gguf_tokenizer(type(tokenizer).from_pretrained(folder), path)   # as written: what everything reads
     config_dict = config.to_dict()
     config_dict["architectures"] = [causal_lm_class(config)]
     write_json(folder / "config.json", config_dict)
@@ -302,6 +303,30 @@ def _gguf_tokenizer(path: Path):
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise PawError(f"cannot build a tokenizer from the GGUF vocabulary ({str(err).splitlines()[0][:200]})",
                        path=path) from None
+
+
+PROBE = "The capital of France is Paris and the capital of Germany is Berlin."
+
+
+def check_gguf_tokenizer(tokenizer, path: Path) -> None:
+    """Refuse a tokenizer ``transformers`` built from a GGUF vocabulary that splits whole words its
+    vocabulary holds into single characters.
+
+    transformers 5.17 does this with Gemma-3-270M's GGUF (5.24 does not): the tokenizer it builds
+    works, the one it saves and reads back makes "The capital of France..." one token per character,
+    and the model written beside it cost 10.11 nats per token instead of 2.39, silently
+    (docs/benchmarks/gpu.md, fourth lease)."""
+    import transformers
+
+    vocab = tokenizer.get_vocab()
+    whole = [w for w in PROBE.rstrip(".").split() if any(v in vocab for v in (w, "\u2581" + w, "\u0120" + w))]
+    ids = tokenizer(PROBE, add_special_tokens=False)["input_ids"]
+    if len(whole) >= 3 and len(ids) >= 0.8 * len(PROBE):
+        raise PawError(f"transformers {transformers.__version__} built a tokenizer from this GGUF that splits "
+                       f"text into single characters ({len(ids)} tokens for {len(PROBE)} characters, though the "
+                       f"vocabulary holds {', '.join(repr(w) for w in whole[:3])} as tokens): its GGUF conversion "
+                       "is broken for this vocabulary; use another transformers version (5.24 reads Gemma-3's "
+                       "correctly)", path=path)
 
 
 def causal_lm_class(config) -> str:

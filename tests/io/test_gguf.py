@@ -428,3 +428,35 @@ def test_metadata_sizes_that_disagree_with_the_tensors_are_refused_before_the_mo
     path.write_bytes(_patch_u32(raw, b"llama.embedding_length", 2**20))
     with pytest.raises(PawError, match=r"has shape \[.*\] but the metadata implies \[.*1048576"):
         load_gguf_model(path)
+
+
+def _probe_tokenizer(merge: bool):
+    """A SentencePiece-style vocabulary holding the probe's words; ``merge=False`` splits them into
+    characters anyway, as transformers 5.17 built Gemma-3-270M's tokenizer from its GGUF."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from paw.io.gguf import PROBE
+
+    chars = sorted(set(PROBE.replace(" ", "\u2581")) | {"\u2581"})
+    words = ["\u2581" + w for w in PROBE.rstrip(".").split()]
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(chars + words + ["."]))}
+    if merge:
+        model = models.WordPiece(vocab, unk_token=chars[0], continuing_subword_prefix="##")
+    else:
+        model = models.BPE(vocab, merges=[])
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def test_a_tokenizer_built_from_a_gguf_that_splits_known_words_into_characters_is_refused(tmp_path):
+    from paw.io.gguf import PROBE, check_gguf_tokenizer
+
+    good = _probe_tokenizer(merge=True)
+    assert len(good(PROBE, add_special_tokens=False)["input_ids"]) < 20   # a token per word: accepted
+    check_gguf_tokenizer(good, tmp_path / "m.gguf")
+    broken = _probe_tokenizer(merge=False)
+    assert len(broken(PROBE, add_special_tokens=False)["input_ids"]) >= 0.8 * len(PROBE)
+    with pytest.raises(PawError, match="splits text into single characters .* holds '.*' as tokens"):
+        check_gguf_tokenizer(broken, tmp_path / "m.gguf")
