@@ -1,13 +1,14 @@
-"""Does distillation's teacher score choices on CUDA as it does on the CPU? Run before any lease's bench.
+"""Does distillation's teacher score choices on the device as it does on the CPU? Run before any lease's bench.
 
-On 2026-11-27 (an H200, torch 2.11.0+cu130, transformers 5.17.0) ``scripts/gpu_check_scores.py`` found
-CUDA and the CPU in agreement on Gemma-3-270M's PIQA scores, yet the ARC-Easy base-teacher distillation
-that ran next on the same GPU had recorded Gemma-3's choice log-likelihoods as -77.6, -98.1, -99.3, -97.4
-for the first four pairs where the CPU, through the same bench code, gives -10.5, -18.7, -27.0, -21.6
-(mean over all 4,000: -78.6 on CUDA). This runs that path, the bench's ``run_variant`` with a tiny recipe
-(8 label-free inputs, 1 step, 8 test items), in a scratch cache holding only the task's cached LoRAs,
-once on the CPU and once on each device given, and prints the teacher's first choice scores from each
-beside the same pairs scored directly (``score_encoded``, no distillation around it).
+On 2026-11-27 (an H200, transformers 5.17.0) ``scripts/gpu_check_scores.py`` found CUDA and the device's CPU
+in agreement, yet the ARC-Easy base-teacher distillation that ran next had recorded Gemma-3's choice
+log-likelihoods as -77.6, -98.1, -99.3, -97.4 for the first four pairs where this machine, through the same
+bench code, gives -10.5, -18.7, -27.0, -21.6. The cause was not CUDA but the device's Gemma-3 tokenizer
+(transformers 5.17 had written it to cut text into characters; docs/benchmarks/gpu.md, fourth lease): the
+scoring check compared the device with itself. This runs the whole path, the bench's ``run_variant`` with a
+tiny recipe (8 label-free inputs, 1 step, 8 test items), in a scratch cache holding only the task's cached
+LoRAs, once per device given, and prints the teacher's first choice scores beside the same pairs scored
+directly (``score_encoded``); on a sound device its CPU row reads -10.49, -18.71, -27.04, -21.61, as here.
 
     python scripts/gpu_check_distill.py MODELS DATA WORK [DEVICE ...]   (default devices: cpu cuda)
 
@@ -76,6 +77,7 @@ def main() -> None:
             worst = f"   max |dLL| vs cpu direct: recorded {gap['recorded']:.4f}, direct {gap['direct']:.4f}"
         print(f"{device:5s} recorded {[round(v, 2) for v in recorded[:4]]}  direct {[round(v, 2) for v in direct[:4]]}{worst}",
               flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,7 @@
 # Run `paw bench real --parts tasks` on a lent GPU machine that takes only 64 MiB of files per call.
 #
 # The real model folders travel as they are here (805 MB of bf16 safetensors and their tokenizers, about
-# fifteen pieces), with the task data and the work folder already cached here, as one tar cut into 55 MiB
+# seventeen pieces with the work folder), with the task data and the work folder already cached here, as one tar cut into 55 MiB
 # pieces (the tree travels beside each: 64 MiB in all). They used to travel as their GGUF files and be
 # rebuilt there, but the H200 image's transformers 5.17 wrote Gemma-3's tokenizer one character per token
 # (docs/benchmarks/gpu.md, fourth lease); the device now checks every file's sha256 against this machine's.
@@ -82,7 +82,8 @@ check() {  # CUDA against the CPU: 40 PIQA items, both models; then distill's te
   for m in gemma-3-270m smollm2-135m-instruct; do echo "== $m"
     timeout 150 python3 scripts/gpu_check_scores.py "$R/models/$m" "$R/data" 40 2>&1 | grep -v "Loading weights"; done \
     | tee -a "$OUT/bench.log"
-  # distillation's teacher on CUDA recorded wrong choice scores where the line above agreed (2026-11-27)
+  # the whole teacher path, CPU beside CUDA: on 2026-11-27 it read wrong where the line above agreed
+  # (the device's own tokenizer was broken, and that check compares the device with itself)
   echo "== distill path (ARC-Easy, Gemma-3 base teacher)" | tee -a "$OUT/bench.log"
   PAW_PROGRESS=0 timeout 240 python3 scripts/gpu_check_distill.py "$R/models" "$R/data" "$R/work" cpu cuda 2>&1 \
     | grep -v "Loading weights" | tail -4 | tee -a "$OUT/bench.log"
