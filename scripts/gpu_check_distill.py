@@ -13,7 +13,7 @@ directly (``score_encoded``); on a sound device its CPU row reads -10.49, -18.71
     python scripts/gpu_check_distill.py MODELS DATA WORK [DEVICE ...]   (default devices: cpu cuda)
 
 MODELS holds gemma-3-270m and smollm2-135m-instruct; WORK is the bench's work folder (its
-``tasks/arc-easy/lora-*`` adapters are linked, never written).
+``tasks/arc-easy/lora-*`` adapters are linked, never written; where it has none, one-step LoRAs stand in).
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ def teacher_scores(models: Path, data: str, work: Path, device: str) -> tuple[li
             lm, tok = _load(models / name, device)
             sides[name] = Base(name, lm, tok, models / name)
         train, test = R.load_task(data, "arc-easy", 0)
-        recipe = replace(R.RECIPE, train_inputs=8, distill_steps=1)
+        # without the cached LoRAs (a new machine), one-step ones stand in: the base-teacher control's teacher
+        # leaves the LoRA out and its student starts fresh, so only the LoRA's shape reaches this path
+        stand_in = {} if any(scratch.glob("lora-*.meta.json")) else {"lora_steps": 1}
+        recipe = replace(R.RECIPE, train_inputs=8, distill_steps=1, **stand_in)
         R.run_variant(sides[TEACHER], sides[STUDENT], train, test[:8], R.Cache(scratch), "base-teacher",
                       recipe=recipe, seed=0, device=device)
         recorded = json.loads((scratch / f"distilled-base-teacher-{TEACHER}-to-{STUDENT}-work"

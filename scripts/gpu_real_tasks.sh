@@ -21,6 +21,9 @@
 #            the results files and logs come back under $OUT
 #   device:  carry [".gpuc/ctl"]:  BUILD="donor peer" bash .gpuc/ctl/gpu_real_tasks.sh both SECONDS "TASKS"
 #            `run` and the SmolLM2 pair's `transplant` at once on the one GPU (then `unpack` as after `run`)
+#   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh controls SECONDS "TASK ..."
+#            for a work folder with scores and no adapters: the Gemma-3 -> SmolLM2 base-teacher controls
+#            (scripts/run_variant.py) beside the SmolLM2 pair's tokensurgeon and PAW --donor rows
 #
 # .gpuc must be ignored (echo /.gpuc/ >> .git/info/exclude). MODELS defaults to ~/paw-models (as made by
 # scripts/real_models.py), WORK to ~/paw-real-tasks/work, DATA to ../shared/data/commonsense.
@@ -51,12 +54,12 @@ peer() {  # mergekit-tokensurgeon from its carried wheels, for the transplant ro
 }
 pair() {  # issue 30's bench for one pair: SOURCE DONOR NAME SECONDS (log under $OUT)
   PYTHONPATH="$PYTHONPATH:/tmp/peer" timeout "$4" python3 scripts/bench_transplant_real.py --source "$R/models/$1" \
-    --donor "$R/models/$2" --name "$3" --workdir "$R/tr" --peer /tmp/peer --device "${DEVICE:-cuda}" --threads 8 \
-    --build ${BUILD:-default semantic donor peer} --heal 100 500 \
+    --donor "$R/models/$2" --name "$3" --workdir "$R/${TR:-tr}" --peer /tmp/peer --device "${DEVICE:-cuda}" --threads "${THREADS:-8}" \
+    --build ${BUILD:-default semantic donor peer} --heal ${HEAL-100 500} \
     --heal-corpus "$R"/data/formatted/{arc-easy,openbookqa}_train_formatted.jsonl \
     --bpb-data "$R/data/formatted/openbookqa_test_formatted.jsonl" \
-    --mc-data "$R/data/formatted/arc-easy_validation_formatted.jsonl" > "$OUT/transplant-$3.log" 2>&1
-  echo "$3: exit $? after $((SECONDS - start)) s"; tail -15 "$OUT/transplant-$3.log"
+    --mc-data "$R/data/formatted/arc-easy_validation_formatted.jsonl" > "$OUT/transplant-$3${TR:+-$TR}.log" 2>&1
+  echo "$3 ${BUILD:-}: exit $? after $((SECONDS - start)) s"; tail -15 "$OUT/transplant-$3${TR:+-$TR}.log"
 }
 results() {  # the work folder's new files as one tar in 15 MiB pieces: at most 4 (60 MiB) come back
   # beside the logs, so a finished distillation's resume state (train-state.pt, 23 MiB, its adapter
@@ -162,6 +165,32 @@ case "$cmd" in
     echo "bench exit $? after $((SECONDS - start)) s"; tail -12 "$OUT/bench.log"
     wait "$tr"; wait "$tests"; tail -3 "$OUT/gpu_tests.log"
     cp "$R"/tr/results-*.json "$OUT/" 2>/dev/null
+    results ;;
+  controls)
+    # a work folder with the main run's scores but no adapters (a new machine): the Gemma-3 -> SmolLM2
+    # base-teacher controls of TASKS (scripts/run_variant.py --stand-in-loras) beside the SmolLM2 pair's
+    # tokensurgeon and PAW --donor rows (no heal: HEAL=...), each its own process on the one GPU
+    limit="${1:-500}"; tasks="${2:-arc-easy piqa}"; start=$SECONDS
+    setup; peer
+    gpu_tests &
+    tests=$!
+    rebuild
+    touch "$R/started"
+    check
+    left=$(( limit - (SECONDS - start) - 30 ))
+    set +e
+    for b in peer donor; do
+      THREADS=4 BUILD=$b HEAL="${HEAL-}" TR="tr-$b" pair smollm2-135m-instruct gemma-3-270m smol-gemmatok "$left" &
+    done
+    for t in $tasks; do
+      OMP_NUM_THREADS=4 timeout "$left" python3 scripts/run_variant.py "$R/models" "$R/data" "$R/work" "$t" \
+        gemma-3-270m smollm2-135m-instruct base-teacher --device "${DEVICE:-cuda}" --stand-in-loras \
+        > "$OUT/control-$t.log" 2>&1 &
+    done
+    wait
+    for t in $tasks; do echo "== control $t"; tail -25 "$OUT/control-$t.log"; done
+    tail -3 "$OUT/gpu_tests.log"
+    for b in peer donor; do cp "$R/tr-$b/results-smol-gemmatok.json" "$OUT/results-smol-gemmatok-$b.json" 2>/dev/null; done
     results ;;
   unpack)
     at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
