@@ -170,7 +170,7 @@ case "$cmd" in
     # a work folder with the main run's scores but no adapters (a new machine): the Gemma-3 -> SmolLM2
     # base-teacher controls of TASKS (scripts/run_variant.py --stand-in-loras) beside the SmolLM2 pair's
     # tokensurgeon and PAW --donor rows (no heal: HEAL=...), each its own process on the one GPU
-    limit="${1:-500}"; tasks="${2:-arc-easy piqa}"; start=$SECONDS
+    limit="${1:-500}"; tasks="${2-arc-easy piqa}"; start=$SECONDS  # "" for the transplant rows alone
     setup; peer
     gpu_tests &
     tests=$!
