@@ -2,8 +2,9 @@
 
 ``paw transplant-tokenizer --donor MODEL`` calls :func:`donor_mappings`; the arithmetic is in
 :mod:`paw.vocab.omp`, the reading in :mod:`paw.io`. The anchors are the tokens PAW matches exactly
-(same canonical bytes, :func:`paw.vocab.align.exact`) plus special tokens matched by role; every
-other target id the donor has a row for is fitted.
+(same canonical bytes, :func:`paw.vocab.align.exact`) plus special tokens matched by role, less the
+tokenizer's byte-fallback pieces (:func:`anchor_entries`); every other target id the donor has a row for
+is fitted.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerIn
     if not names:
         raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=donor)
     _check_vocabulary(donor, rows, target)
-    base = align(AlignContext(source, target), ["exact"])
+    base = anchor_entries(align(AlignContext(source, target), ["exact"]), target)
     anchors = sorted((t, src[0]) for t, (_, src, _) in base.entries.items())
     todo = [t for t in range(target.size) if t not in base.entries]
     embed = next((n for n in names if not arch.is_head(n)), names[0])
@@ -56,10 +57,27 @@ def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerIn
     head_mapping = None if tied else _fit(base, ckpt[head], anchors, todo, k, batch, device, "head rows")
     record = {"donor": describe_input(donor), "k": min(k, len(anchors)), "anchors": len(anchors),
               "anchor_set": "tokens with the same canonical bytes in both vocabularies, and special tokens "
-                            "matched by role", "fitted": len(todo), "solver": SOLVER, "batch": batch,
+                            "matched by role; the tokenizer's byte-fallback pieces are fitted, not anchored",
+              "byte_fallback_fitted": len(target.byte_fallback_ids & set(todo)), "fitted": len(todo), "solver": SOLVER, "batch": batch,
               "donor_tensors": {"input": embed, "head": head},
               "head_fit": "tied: the input fit serves both" if tied else "own fit on the donor's head rows"}
     return DonorFit(mapping, head_mapping, record)
+
+
+def anchor_entries(exact: VocabMapping, target: TokenizerInfo) -> VocabMapping:
+    """The exact matches that may anchor OMP: all but the target's byte-fallback pieces (``<0x41>``).
+
+    Their bytes match the source's single-byte tokens, but in the donor they are a fallback's rows,
+    barely trained (Gemma-3's sit near its ``<unused*>`` rows), so OMP picks them first for many rare
+    targets and the fitted rows become near-copies of frequent source tokens (``%``, ``-``, ``:``).
+    Under a tied head every such row takes probability from the right token at every position: on
+    SmolLM2-135M given Gemma-3's tokenizer the fitted rows took 46% of the softmax where
+    mergekit-tokensurgeon's took 6.5% (docs/benchmarks/tokenizers.md). Copying them would also give
+    ``<0x3A>`` the same row as ``:`` and halve that token's probability. tokensurgeon, which matches
+    strings, never matches them either; they are fitted like any other token.
+    """
+    keep = {t: e for t, e in exact.entries.items() if t not in target.byte_fallback_ids}
+    return VocabMapping(exact.source_size, exact.target_size, keep, exact.source, exact.target)
 
 
 def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, what) -> VocabMapping:

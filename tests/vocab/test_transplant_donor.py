@@ -135,3 +135,32 @@ def test_donor_and_vocab_map_together_are_refused(cli, tiny_llama, donor, tmp_pa
     res = cli("transplant-tokenizer", "--model", tiny_llama, "--donor", donor, "--vocab-map", tmp_path / "m.json",
               "-o", tmp_path / "x")
     assert res.exit_code == 2 and "--donor and --vocab-map" in res.stderr
+
+
+def test_donor_byte_fallback_pieces_are_fitted_not_anchored(cli, tiny_qwen, tmp_path):
+    """A Gemma-like donor (SentencePiece with ``<0xNN>`` pieces, tied) gives a byte-level model its tokenizer:
+    the byte pieces match the source's byte tokens, yet neither anchor the fit nor are copied (their donor rows
+    are a fallback's; docs/benchmarks/tokenizers.md), so each is fitted and its row is no copy of a byte token."""
+    from paw import zoo
+
+    donor = zoo.tiny_model(tmp_path / "sp", "qwen2", seed=3, vocab_size=400, tokenizer_kind="sentencepiece-bpe",
+                           hidden_size=32, num_layers=1)
+    tgt, src = open_tokenizer(donor), open_tokenizer(tiny_qwen)
+    fallback = sorted(tgt.byte_fallback_ids)
+    assert len(fallback) == 256 and all(tgt.vocab[t] in src.bytes_to_id for t in fallback)
+    out = tmp_path / "out"
+    res = cli("transplant-tokenizer", "--model", tiny_qwen, "--donor", donor, "-o", out, "--omp-k", "4", "--no-check")
+    assert res.exit_code == 0, res.stderr
+    record = json.loads((out / "paw_transplant.json").read_text())
+    assert record["omp"]["byte_fallback_fitted"] == 256
+    entries = read_vocab_map(out / "paw_vocab_map.json").entries
+    assert {entries[t][0] for t in fallback} == {"omp"}
+    anchors = {t for t, e in entries.items() if e[0] != "omp"}
+    assert record["omp"]["anchors"] == len(anchors) and not anchors & set(fallback)
+    assert not {s for t in entries if entries[t][0] == "omp" for s in entries[t][1]} & {
+        src.bytes_to_id[tgt.vocab[t]] for t in fallback if tgt.vocab[t] not in
+        {tgt.vocab[a] for a in anchors}}  # no fit leans on a byte token that only a fallback piece matched
+    E = load_file(out / "model.safetensors")["model.embed_tokens.weight"].float()
+    S = load_file(tiny_qwen / "model.safetensors")["model.embed_tokens.weight"].float()
+    copied = [t for t in fallback if torch.equal(E[t], S[src.bytes_to_id[tgt.vocab[t]]])]
+    assert copied == []

@@ -159,3 +159,18 @@ def test_head_first_uses_first_piece_for_untied_output_only():
     assert tied["lm_head.weight"].shape == (3, 3)  # padded row: the mean of the new rows
     with pytest.raises(PawError, match="head policy"):
         list(transplanted_tensors(tensors, names, m, rows=2, head="last"))
+
+
+def test_donor_anchors_leave_byte_fallback_pieces_to_the_fit(pair):
+    from paw.vocab.donor import anchor_entries
+
+    src, tgt = pair
+    exact = align(AlignContext(src, tgt), ["exact"])
+    assert exact.entries[3 + 0x41] == ("exact", [0x41], [1.0])   # <0x41> matches the source's 'A' byte
+    anchors = anchor_entries(exact, tgt)
+    assert len(tgt.byte_fallback_ids) == 256
+    assert not set(anchors.entries) & tgt.byte_fallback_ids
+    # every other match stays, unchanged: of the 273 ids, <s> and </s> by role, the 7 single characters
+    # and the 6 pieces (not <unk>, which the source lacks, nor '▁cats')
+    assert {t: e for t, e in exact.entries.items() if t not in tgt.byte_fallback_ids} == anchors.entries
+    assert len(anchors.entries) == len(exact.entries) - 256 == 2 + 7 + 6
