@@ -41,7 +41,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stand-in-loras", action="store_true")
     args = p.parse_args()
-    cache = R.Cache(args.work / "tasks" / args.task)
+    # stand-in LoRAs are not the ones the cached scores scored: those scores are kept as they are
+    cache = R.Cache(args.work / "tasks" / args.task, keep_scores=args.stand_in_loras)
     recipe = R.RECIPE
     if args.stand_in_loras:
         if args.variant != "base-teacher":

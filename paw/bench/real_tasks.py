@@ -22,6 +22,7 @@ on a CPU and minutes on one GPU.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import random
 import time
 from dataclasses import dataclass
@@ -127,21 +128,40 @@ class Failed(PawError):
     """A condition that gave no adapter (a diverged distillation), kept in the cache as a result."""
 
 
+def adapter_digest(adapter: LoraAdapter) -> str:
+    """A digest of an adapter's tensors (names and float32 values): which adapter a score file scored."""
+    h = hashlib.sha256()
+    for name in sorted(adapter.tensors):
+        h.update(name.encode())
+        h.update(adapter.tensors[name].detach().to("cpu").contiguous().float().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
 class Cache:
-    """Scores and adapters of one task kept in ``folder`` as they are made: a rerun reuses them."""
+    """Scores and adapters of one task kept in ``folder`` as they are made: a rerun reuses them.
 
-    def __init__(self, folder: Path):
+    A score file names the adapter it scored (:func:`adapter_digest`) and is made again for any other
+    adapter: a work folder that kept its scores but lost its adapters (a new machine, a GPU lease)
+    must not pair old scores with a LoRA trained again. Score files from before the digest are
+    reused unless their adapter was made in this process. ``keep_scores`` reuses every score file
+    whatever adapter is at hand: for a caller whose adapters only stand in for the ones scored
+    (``scripts/run_variant.py --stand-in-loras``)."""
+
+    def __init__(self, folder: Path, *, keep_scores: bool = False):
         self.folder = folder
+        self.keep_scores = keep_scores
+        self.made: set[str] = set()   # digests of the adapters this process trained or distilled
 
-    def scores(self, key: str, make) -> tuple[list[int], float]:
+    def scores(self, key: str, make, adapter: LoraAdapter | None = None) -> tuple[list[int], float]:
         path = self.folder / f"{key}.json"
         found = read_json_if_exists(path)
-        if found is not None:
+        digest = None if adapter is None or self.keep_scores else adapter_digest(adapter)
+        if found is not None and (digest is None or found.get("adapter", digest not in self.made and digest) == digest):
             return found["correct"], found["seconds"]
         t = time.perf_counter()
         correct = make()
         seconds = time.perf_counter() - t
-        write_json(path, {"correct": correct, "seconds": seconds})
+        write_json(path, {"correct": correct, "seconds": seconds} | ({} if digest is None else {"adapter": digest}))
         return correct, seconds
 
     def found(self, key: str) -> list[int] | None:
@@ -173,6 +193,7 @@ class Cache:
             raise Failed(why)
         write_adapter(folder, adapter, overwrite=True)
         write_json(self.folder / f"{key}.meta.json", {"seconds": seconds, "report": report})
+        self.made.add(adapter_digest(adapter))
         return adapter, seconds, report
 
 
@@ -215,7 +236,7 @@ def _four_conditions(source, target, lora_s, lora_t, test_items, cache: Cache, s
                                ("target base", target, None), ("target + own LoRA", target, lora_t)):
         name = f"score-{side.name}-{'base' if adapter is None else 'lora'}"
         out[key], seconds[name] = cache.scores(name, lambda b=side, a=adapter, w=f"{key} ({side.name})":
-                                               _scored(b.model, b.tokenizer, test_items, a, what=w))
+                                               _scored(b.model, b.tokenizer, test_items, a, what=w), adapter)
     return out
 
 
@@ -247,7 +268,7 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
         return _base_conditions(out, seconds, n_boot=n_boot, seed=seed) | {"failed": str(e)}
     out["target + moved LoRA"], seconds[f"score-{t}-moved"] = cache.scores(
         f"score-{t}-moved-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
-                                                     what=f"{t} + the LoRA moved from {s}"))
+                                                     what=f"{t} + the LoRA moved from {s}"), moved)
     return summarise(out, seconds, report, n_boot=n_boot, seed=seed)
 
 
@@ -315,7 +336,8 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, {})
     out["target + moved LoRA"], seconds[f"score-{t}-moved-{key}"] = cache.scores(
         f"score-{t}-moved-{key}-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
-                                                           what=f"{t} + the LoRA moved from {s} {VARIANTS[variant]}"))
+                                                           what=f"{t} + the LoRA moved from {s} {VARIANTS[variant]}"),
+        moved)
     summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
     inputs_report = report.get("inputs", report.get("synthesis"))   # runs before 2026-11-26 13:00 cached "synthesis"
     if variant == "base-teacher":

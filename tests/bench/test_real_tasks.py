@@ -240,3 +240,35 @@ def test_every_task_s_main_directions_run_before_any_variant(monkeypatch, tmp_pa
     assert calls[:4] == [("main", "arc-easy", "s"), ("main", "arc-easy", "t"), ("main", "boolq", "s"), ("main", "boolq", "t")]
     assert len(calls) == 4 + 2 * 2 * len(R.VARIANTS) and all(c[0] in R.VARIANTS for c in calls[4:])
     assert out["tasks"]["boolq"]["directions"]["t -> s"]["token-focus"] == {"v": "token-focus"}
+
+
+def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
+    """A work folder that kept its scores but lost its adapters (a new machine) must not pair them with a
+    LoRA trained again; legacy score files (no digest) are reused unless their adapter was made here."""
+    import torch
+
+    from paw.io.adapter import LoraAdapter
+    from paw.io.manifest import write_json
+
+    def lora(v: float) -> LoraAdapter:
+        return LoraAdapter({"r": 1}, {"a.lora_A.weight": torch.full((1, 2), v)})
+
+    calls = []
+
+    def make(value):
+        return lambda: calls.append(value) or [value]
+
+    old, new = lora(1.0), lora(2.0)
+    assert R.adapter_digest(old) == R.adapter_digest(lora(1.0)) != R.adapter_digest(new)
+    cache = R.Cache(tmp_path)
+    assert cache.scores("s", make(1), old) == ([1], pytest.approx(0, abs=1))
+    assert cache.scores("s", make(9), old)[0] == [1] and calls == [1]        # the same adapter: reused
+    assert cache.scores("s", make(2), new)[0] == [2] and calls == [1, 2]     # another adapter: made again
+    write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})   # written before digests
+    assert cache.scores("legacy", make(3), old)[0] == [7]                    # its adapter was read, not made
+    cache.made.add(R.adapter_digest(new))
+    write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
+    assert cache.scores("legacy", make(4), new)[0] == [4]                    # made in this process: scored again
+    write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
+    assert R.Cache(tmp_path, keep_scores=True).scores("legacy", make(5), new)[0] == [7]   # stand-ins: kept
+    assert calls == [1, 2, 4]
