@@ -179,7 +179,7 @@ case "$cmd" in
     check
     left=$(( limit - (SECONDS - start) - 30 ))
     set +e
-    for b in peer donor; do
+    for b in ${BUILDS:-peer donor}; do   # BUILDS=donor: PAW's row alone (tokensurgeon's is measured)
       THREADS=4 BUILD=$b HEAL="${HEAL-}" TR="tr-$b" pair smollm2-135m-instruct gemma-3-270m smol-gemmatok "$left" &
     done
     for t in $tasks; do
@@ -190,7 +190,7 @@ case "$cmd" in
     wait
     for t in $tasks; do echo "== control $t"; tail -25 "$OUT/control-$t.log"; done
     tail -3 "$OUT/gpu_tests.log"
-    for b in peer donor; do cp "$R/tr-$b/results-smol-gemmatok.json" "$OUT/results-smol-gemmatok-$b.json" 2>/dev/null; done
+    for b in ${BUILDS:-peer donor}; do cp "$R/tr-$b/results-smol-gemmatok.json" "$OUT/results-smol-gemmatok-$b.json" 2>/dev/null; done
     results ;;
   unpack)
     at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
