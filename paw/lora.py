@@ -9,6 +9,7 @@ embedding table E (vocab, hidden) is ``ΔE = scaling · (B @ A)ᵀ``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 
@@ -21,3 +22,13 @@ def lora_delta(A, B, scaling: float, *, embedding: bool = False):
     """ΔW in the base weight's layout: (out, in) for linear, (vocab, hidden) for embeddings."""
     delta = (B.float() @ A.float()) * scaling
     return delta.T if embedding else delta
+
+
+def tensors_digest(tensors: dict, prefix: bytes = b"") -> str:
+    """32 hex digits of sha256 over ``prefix`` and each tensor's name and float32 bytes, in name order:
+    which adapter a cached result came from."""
+    h = hashlib.sha256(prefix)
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].detach().to("cpu").contiguous().float().numpy().tobytes())
+    return h.hexdigest()[:32]

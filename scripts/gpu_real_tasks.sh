@@ -91,6 +91,17 @@ check() {  # CUDA against the CPU: 40 PIQA items, both models; then distill's te
   PAW_PROGRESS=0 timeout 240 python3 scripts/gpu_check_distill.py "$R/models" "$R/data" "$R/work" cpu cuda 2>&1 \
     | grep -v "Loading weights" | tail -4 | tee -a "$OUT/bench.log"
 }
+prepared() {  # `both` and `controls`: the peer, the gpu tests in the background ($tests), the joined and
+  # checked models, the CPU/CUDA checks; then $left seconds of $limit remain for the work
+  setup; peer
+  gpu_tests &
+  tests=$!
+  rebuild
+  touch "$R/started"
+  check
+  left=$(( limit - (SECONDS - start) - 30 ))
+  set +e
+}
 case "$cmd" in
   pack)
     models="${1:-$HOME/paw-models}"; work="${2:-$HOME/paw-real-tasks/work}"; data="${3:-$here/../../shared/data/commonsense}"
@@ -151,14 +162,7 @@ case "$cmd" in
     # `run` and `transplant` side by side on one GPU (each is launch-bound: the GPU has room for both),
     # the SmolLM2 pair alone (PAIR=...), PAW's donor-aware OMP and the peer (BUILD=...), 8 threads each
     limit="${1:-500}"; tasks="${2:-piqa}"; start=$SECONDS
-    setup; peer
-    gpu_tests &
-    tests=$!
-    rebuild
-    touch "$R/started"
-    check
-    left=$(( limit - (SECONDS - start) - 30 ))
-    set +e
+    prepared
     pair ${PAIR:-smollm2-135m-instruct gemma-3-270m smol-gemmatok} "$left" &
     tr=$!
     OMP_NUM_THREADS=8 bench "$left" "$tasks"
@@ -171,14 +175,7 @@ case "$cmd" in
     # base-teacher controls of TASKS (scripts/run_variant.py --stand-in-loras) beside the SmolLM2 pair's
     # tokensurgeon and PAW --donor rows (no heal: HEAL=...), each its own process on the one GPU
     limit="${1:-500}"; tasks="${2-arc-easy piqa}"; start=$SECONDS  # "" for the transplant rows alone
-    setup; peer
-    gpu_tests &
-    tests=$!
-    rebuild
-    touch "$R/started"
-    check
-    left=$(( limit - (SECONDS - start) - 30 ))
-    set +e
+    prepared
     for b in ${BUILDS:-peer donor}; do   # BUILDS=donor: PAW's row alone (tokensurgeon's is measured)
       THREADS=4 BUILD=$b HEAL="${HEAL-}" TR="tr-$b" pair smollm2-135m-instruct gemma-3-270m smol-gemmatok "$left" &
     done

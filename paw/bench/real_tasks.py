@@ -22,7 +22,6 @@ on a CPU and minutes on one GPU.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import random
 import time
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from paw.io.json_file import read_json_if_exists
 from paw.io.manifest import write_json
 from paw.io.tokenizer import open_tokenizer
 from paw.io.train_state import load_train_state, save_train_state
+from paw.lora import tensors_digest
 from paw.progress import status
 from paw.train_state import Checkpoints
 from paw.transfer.distill import LM, distill_lora
@@ -128,19 +128,10 @@ class Failed(PawError):
     """A condition that gave no adapter (a diverged distillation), kept in the cache as a result."""
 
 
-def adapter_digest(adapter: LoraAdapter) -> str:
-    """A digest of an adapter's tensors (names and float32 values): which adapter a score file scored."""
-    h = hashlib.sha256()
-    for name in sorted(adapter.tensors):
-        h.update(name.encode())
-        h.update(adapter.tensors[name].detach().to("cpu").contiguous().float().numpy().tobytes())
-    return h.hexdigest()[:32]
-
-
 class Cache:
     """Scores and adapters of one task kept in ``folder`` as they are made: a rerun reuses them.
 
-    A score file names the adapter it scored (:func:`adapter_digest`) and is made again for any other
+    A score file names the adapter it scored (:func:`paw.lora.tensors_digest`) and is made again for any other
     adapter: a work folder that kept its scores but lost its adapters (a new machine, a GPU lease)
     must not pair old scores with a LoRA trained again. Score files from before the digest are
     reused unless their adapter was made in this process. ``keep_scores`` reuses every score file
@@ -155,14 +146,22 @@ class Cache:
     def scores(self, key: str, make, adapter: LoraAdapter | None = None) -> tuple[list[int], float]:
         path = self.folder / f"{key}.json"
         found = read_json_if_exists(path)
-        digest = None if adapter is None or self.keep_scores else adapter_digest(adapter)
-        if found is not None and (digest is None or found.get("adapter", digest not in self.made and digest) == digest):
+        digest = None if adapter is None or self.keep_scores else tensors_digest(adapter.tensors)
+        if found is not None and self._scored(found, digest):
             return found["correct"], found["seconds"]
         t = time.perf_counter()
         correct = make()
         seconds = time.perf_counter() - t
         write_json(path, {"correct": correct, "seconds": seconds} | ({} if digest is None else {"adapter": digest}))
         return correct, seconds
+
+    def _scored(self, found: dict, digest: str | None) -> bool:
+        """Whether a cached score file scored the adapter of ``digest`` (None: no adapter to check)."""
+        if digest is None:
+            return True
+        if "adapter" in found:
+            return found["adapter"] == digest
+        return digest not in self.made   # written before digests: its adapter was read, not made anew
 
     def found(self, key: str) -> list[int] | None:
         """The per-item outcomes cached under ``key``, or None."""
@@ -193,7 +192,7 @@ class Cache:
             raise Failed(why)
         write_adapter(folder, adapter, overwrite=True)
         write_json(self.folder / f"{key}.meta.json", {"seconds": seconds, "report": report})
-        self.made.add(adapter_digest(adapter))
+        self.made.add(tensors_digest(adapter.tensors))
         return adapter, seconds, report
 
 

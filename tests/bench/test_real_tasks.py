@@ -249,6 +249,7 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
 
     from paw.io.adapter import LoraAdapter
     from paw.io.manifest import write_json
+    from paw.lora import tensors_digest
 
     def lora(v: float) -> LoraAdapter:
         return LoraAdapter({"r": 1}, {"a.lora_A.weight": torch.full((1, 2), v)})
@@ -259,14 +260,14 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
         return lambda: calls.append(value) or [value]
 
     old, new = lora(1.0), lora(2.0)
-    assert R.adapter_digest(old) == R.adapter_digest(lora(1.0)) != R.adapter_digest(new)
+    assert tensors_digest(old.tensors) == tensors_digest(lora(1.0).tensors) != tensors_digest(new.tensors)
     cache = R.Cache(tmp_path)
     assert cache.scores("s", make(1), old) == ([1], pytest.approx(0, abs=1))
     assert cache.scores("s", make(9), old)[0] == [1] and calls == [1]        # the same adapter: reused
     assert cache.scores("s", make(2), new)[0] == [2] and calls == [1, 2]     # another adapter: made again
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})   # written before digests
     assert cache.scores("legacy", make(3), old)[0] == [7]                    # its adapter was read, not made
-    cache.made.add(R.adapter_digest(new))
+    cache.made.add(tensors_digest(new.tensors))
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
     assert cache.scores("legacy", make(4), new)[0] == [4]                    # made in this process: scored again
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})

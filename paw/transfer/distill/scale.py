@@ -38,6 +38,7 @@ from paw.io.train_state import (
     read_teacher_scores,
     write_teacher_scores,
 )
+from paw.lora import tensors_digest
 from paw.progress import track
 from paw.train_state import Checkpoints
 from paw.transfer.distill import data
@@ -59,11 +60,7 @@ class Scale:
 
 def teacher_key(teacher_name: str, adapter, max_new_tokens: int) -> str:
     """A digest of what decides a continuation: the teacher's base, the adapter's tensors, the length."""
-    h = hashlib.sha256(f"{teacher_name}\0{max_new_tokens}\0".encode())
-    for name in sorted(adapter.tensors):
-        h.update(name.encode())
-        h.update(adapter.tensors[name].detach().to("cpu").contiguous().float().numpy().tobytes())
-    return h.hexdigest()[:32]
+    return tensors_digest(adapter.tensors, f"{teacher_name}\0{max_new_tokens}\0".encode())
 
 
 def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale: Scale | None, key: str = "", *,
