@@ -21,6 +21,9 @@
 #            the results files and logs come back under $OUT
 #   device:  carry [".gpuc/ctl"]:  BUILD="donor peer" bash .gpuc/ctl/gpu_real_tasks.sh both SECONDS "TASKS"
 #            `run` and the SmolLM2 pair's `transplant` at once on the one GPU (then `unpack` as after `run`)
+#   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh cells SECONDS "TASK ..." "CELL ..."
+#            issue 26's cells (lora, main, token-focus, synthesized: scripts/run_variant.py), every one its own
+#            process, with the SmolLM2 pair's PAW --donor row and heals beside them; a second call resumes
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh controls SECONDS "TASK ..."
 #            for a work folder with scores and no adapters: the Gemma-3 -> SmolLM2 base-teacher controls
 #            (scripts/run_variant.py) beside the SmolLM2 pair's tokensurgeon and PAW --donor rows
@@ -68,6 +71,10 @@ results() {  # the work folder's new files as one tar in 15 MiB pieces: at most 
     case "$f" in */*-work/train-state.pt) [ -f "${f%-work/train-state.pt}.meta.json" ] && continue ;; esac
     echo "$f"; done > /tmp/res.list
   tar cf /tmp/res.tar -T /tmp/res.list
+  if [ "$(stat -c %s /tmp/res.tar)" -gt $((60 * 1024 * 1024)) ]; then   # the adapters stay there; scores, reports come
+    grep -v -e '/adapter_model.safetensors$' -e '/train-state.pt$' /tmp/res.list > /tmp/res.light
+    tar cf /tmp/res.tar -T /tmp/res.light && echo "without the adapters and checkpoints (over 60 MiB with them)"
+  fi
   if [ "$(stat -c %s /tmp/res.tar)" -gt $((60 * 1024 * 1024)) ]; then
     echo "results tar is $(du -h /tmp/res.tar | cut -f1): over the 60 MiB that come back; only the logs return"
     ls -la $(cat /tmp/res.list) | sort -k5 -n | tail -5
@@ -189,11 +196,42 @@ case "$cmd" in
     tail -3 "$OUT/gpu_tests.log"
     for b in ${BUILDS:-peer donor}; do cp "$R/tr-$b/results-smol-gemmatok.json" "$OUT/results-smol-gemmatok-$b.json" 2>/dev/null; done
     results ;;
+  cells)
+    # issue 26's remaining cells from a work folder of LoRAs trained again (the LoRAs it holds are used, the
+    # others trained here; pack it without the score-NAME-lora.json of any LoRA it lacks, or a LoRA made
+    # in one process is paired with an old score in another): per task, both models' LoRAs first (two
+    # processes), then every CELL of both directions at once (scripts/run_variant.py, one process each);
+    # beside them the SmolLM2 pair's PAW --donor row with its heals (BUILDS="": none). A second call the
+    # same way resumes what the first left (the cache and the distillations' checkpoints stay while warm).
+    limit="${1:-560}"; tasks="${2-arc-easy piqa}"; cells="${3:-main token-focus synthesized}"; start=$SECONDS
+    if [ -f "$R/checked" ]; then setup; touch "$R/started"; set +e; left=$(( limit - 30 ))
+    else prepared; touch "$R/checked"; fi
+    deadline=$(( $(date +%s) + left ))
+    cell() {  # TASK SOURCE TARGET CELL, until the deadline
+      local rest=$(( deadline - $(date +%s) ))
+      [ "$rest" -gt 20 ] || { echo "$1 $4 $2 -> $3: no time left"; return; }
+      OMP_NUM_THREADS=1 timeout "$rest" python3 scripts/run_variant.py "$R/models" "$R/data" \
+        "$R/work" "$1" "$2" "$3" "$4" --device "${DEVICE:-cuda}" > "$OUT/cell-$1-$4-$2.log" 2>&1
+      echo "$1 $4 $2 -> $3: exit $? at $((SECONDS - start)) s"
+    }
+    for b in ${BUILDS-donor}; do
+      THREADS=4 BUILD=$b HEAL="${HEAL-100 500}" TR="tr-$b" pair smollm2-135m-instruct gemma-3-270m smol-gemmatok "$left" &
+    done
+    S=smollm2-135m-instruct G=gemma-3-270m
+    for t in $tasks; do
+      ( cell "$t" "$S" "$G" lora & cell "$t" "$G" "$S" lora & wait
+        for c in $cells; do cell "$t" "$S" "$G" "$c" & cell "$t" "$G" "$S" "$c" & done; wait ) &
+    done
+    wait
+    for f in "$OUT"/cell-*.log; do echo "== $f"; tail -4 "$f"; done
+    [ -n "${tests:-}" ] && tail -3 "$OUT/gpu_tests.log"
+    for b in ${BUILDS-donor}; do cp "$R/tr-$b/results-smol-gemmatok.json" "$OUT/results-smol-gemmatok-$b.json" 2>/dev/null; done
+    results ;;
   unpack)
     at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
     cat "$at"/res.tar.* | tar x -C "$tmp"
     [ -d "$tmp/work" ] && cp -r "$tmp/work/." "$work/" && echo "merged into $work" || echo "no new work files"
     [ -d "$tmp/out" ] && cp -r "$tmp/out" "$work/../out-gpu" && echo "results in $work/../out-gpu"
     rm -rf "$tmp" ;;
-  *) sed -n 2,17p "$0"; exit 2 ;;
+  *) sed -n '2,/^# .gpuc must/p' "$0"; exit 2 ;;
 esac

@@ -3,9 +3,13 @@ main run's score files but not its adapters (a new machine, a GPU lease that get
 
     python scripts/run_variant.py MODELS DATA WORK TASK SOURCE TARGET VARIANT [--device cuda] [--stand-in-loras]
 
-It calls the bench's own ``run_variant`` on the bench's cache in ``WORK/tasks/TASK`` (reusing whatever is
-there, writing what it makes) and writes the variant's summary to ``WORK/variant-TASK-VARIANT-SOURCE-to-
-TARGET.json``, with ``vs_main`` (the main move minus this one, paired) where the main move's scores are cached.
+It calls the bench's own ``run_variant`` (or, for VARIANT ``main``, ``run_direction``: the main move again, from
+whatever source LoRA the cache holds; for ``lora``, ``own_lora``: the source's LoRA alone) on the bench's cache in ``WORK/tasks/TASK`` (reusing whatever is there,
+writing what it makes) and writes the summary to ``WORK/variant-TASK-VARIANT-SOURCE-to-TARGET.json``, with
+``vs_main`` (the main move minus this one, paired) where the main move's scores are cached. The target's own
+LoRA is trained only where its score is not cached (it gives nothing else). Several may run at once on one
+work folder if no two of them train the same LoRA: ``lora`` for each model first, the rest once both LoRAs'
+``lora-NAME.meta.json`` are there (``gpu_real_tasks.sh cells`` does).
 
 ``--stand-in-loras`` is for the ``base-teacher`` control only: its teacher is the source base without the
 LoRA and its student starts from a fresh adapter (the two tokenizers differ, so no weight-space start), so
@@ -36,7 +40,7 @@ def main() -> None:
     p.add_argument("task")
     p.add_argument("source")
     p.add_argument("target")
-    p.add_argument("variant", choices=sorted(R.VARIANTS))
+    p.add_argument("variant", choices=["lora", "main", *sorted(R.VARIANTS)])
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stand-in-loras", action="store_true")
@@ -59,8 +63,15 @@ def main() -> None:
         lm, tok = _load(args.models / name, args.device)
         sides[name] = Base(name, lm, tok, args.models / name)
     train, test = R.load_task(args.data, args.task, args.seed)
-    out = R.run_variant(sides[args.source], sides[args.target], train, test, cache, args.variant, recipe=recipe,
-                        seed=args.seed, device=args.device)
+    if args.variant == "lora":   # the source's LoRA alone (trained unless cached): what the others start from
+        _, seconds, report = R.own_lora(sides[args.source], train, cache, recipe=recipe, seed=args.seed)
+        out = {"seconds": seconds, "report": report}
+    elif args.variant == "main":
+        out = R.run_direction(sides[args.source], sides[args.target], train, test, cache, recipe=recipe,
+                              seed=args.seed, device=args.device)
+    else:
+        out = R.run_variant(sides[args.source], sides[args.target], train, test, cache, args.variant,
+                            recipe=recipe, seed=args.seed, device=args.device)
     for key in stand_ins:   # never left where the bench would take them for the real LoRAs
         shutil.rmtree(cache.folder / key, ignore_errors=True)
         (cache.folder / f"{key}.meta.json").unlink(missing_ok=True)

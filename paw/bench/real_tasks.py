@@ -229,14 +229,35 @@ def _side(base, adapter: LoraAdapter | None = None) -> LM:
 
 
 def _four_conditions(source, target, lora_s, lora_t, test_items, cache: Cache, seconds: dict) -> dict[str, list[int]]:
-    """Per-item outcomes of the source and the target, each bare and with its own LoRA (cached)."""
+    """Per-item outcomes of the source and the target, each bare and with its own LoRA (cached). ``lora_t``
+    None: the target LoRA's score is cached and the adapter is not (:func:`_own_lora`)."""
     out: dict[str, list[int]] = {}
-    for key, side, adapter in (("source base", source, None), ("source + LoRA", source, lora_s),
-                               ("target base", target, None), ("target + own LoRA", target, lora_t)):
-        name = f"score-{side.name}-{'base' if adapter is None else 'lora'}"
+    for key, side, kind, adapter in (("source base", source, "base", None), ("source + LoRA", source, "lora", lora_s),
+                                     ("target base", target, "base", None), ("target + own LoRA", target, "lora", lora_t)):
+        name = f"score-{side.name}-{kind}"
+        if kind == "lora" and adapter is None:
+            out[key], seconds[name] = cache.found(name), 0.0
+            continue
         out[key], seconds[name] = cache.scores(name, lambda b=side, a=adapter, w=f"{key} ({side.name})":
                                                _scored(b.model, b.tokenizer, test_items, a, what=w), adapter)
     return out
+
+
+def _own_lora(target, train_items: list, cache: Cache, recipe: Recipe, seed: int) -> tuple[LoraAdapter | None, float]:
+    """The target's own LoRA and its training seconds, or ``(None, 0.0)`` where its score is cached but the
+    adapter is not: it gives the directions nothing but the "target + own LoRA" reference score, so a work
+    folder that travelled without adapters (a new machine, a GPU lease) does not train it again for a score
+    it has (4,604 s on CPU for Gemma-3's ARC-Easy LoRA)."""
+    if cache.found(f"score-{target.name}-lora") is not None and not (cache.folder / f"lora-{target.name}.meta.json").is_file():
+        return None, 0.0
+    adapter, seconds, _ = own_lora(target, train_items, cache, recipe=recipe, seed=seed)
+    return adapter, seconds
+
+
+def own_lora(side, train_items: list, cache: Cache, *, recipe: Recipe = RECIPE, seed: int = 0
+             ) -> tuple[LoraAdapter, float, dict]:
+    """``side``'s LoRA trained with labels on ``train_items`` (cached as ``lora-NAME``): adapter, seconds, report."""
+    return cache.adapter(f"lora-{side.name}", lambda: _trained(side, train_items, recipe, seed))
 
 
 def run_direction(source, target, train_items: list, test_items: list, cache: Cache, *, recipe: Recipe = RECIPE,
@@ -244,8 +265,8 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
     """One task moved ``source`` -> ``target`` (bench ``Base`` s): every condition scored on ``test_items``."""
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
-    lora_s, seconds[f"train {s}"], _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
-    lora_t, seconds[f"train {t}"], _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
+    lora_s, seconds[f"train {s}"], _ = own_lora(source, train_items, cache, recipe=recipe, seed=seed)
+    lora_t, seconds[f"train {t}"] = _own_lora(target, train_items, cache, recipe, seed)
     out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, seconds)
     prompts = label_free_inputs(train_items, recipe, seed)
 
@@ -299,8 +320,8 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     (its ``vs_main`` is the main move's accuracy minus this one's, paired: what the LoRA itself carried)."""
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
-    lora_s, _, _ = cache.adapter(f"lora-{s}", lambda: _trained(source, train_items, recipe, seed))
-    lora_t, _, _ = cache.adapter(f"lora-{t}", lambda: _trained(target, train_items, recipe, seed))
+    lora_s, _, _ = own_lora(source, train_items, cache, recipe=recipe, seed=seed)
+    lora_t, _ = _own_lora(target, train_items, cache, recipe, seed)
     inputs = label_free_inputs(train_items, recipe, seed)
     taught = lora_s   # the adapter in the teacher (the LoRA also gives the new adapter its shape: rank, modules)
     if variant == "synthesized":

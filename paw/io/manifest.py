@@ -17,6 +17,7 @@ import enum
 import functools
 import inspect
 import json
+import os
 import shlex
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -113,7 +114,15 @@ def dumps(data: Any) -> str:
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    Path(path).write_text(dumps(data), encoding="utf-8")
+    """Write ``data`` as JSON in one step: a reader (another process on the same work folder) sees the old
+    file or the new one, never half of it; a failed write leaves the old file as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_manifest(folder: str | Path, filename: str, *, command: str, inputs: dict[str, Any],

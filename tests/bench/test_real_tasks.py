@@ -273,3 +273,28 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
     assert R.Cache(tmp_path, keep_scores=True).scores("legacy", make(5), new)[0] == [7]   # stand-ins: kept
     assert calls == [1, 2, 4]
+
+
+def test_a_target_lora_that_is_only_a_cached_score_is_not_trained_again(pair, monkeypatch):
+    """The target's own LoRA gives a direction only its reference score: where that score is cached and the
+    adapter did not travel (a GPU lease, a new machine), a variant uses the score and trains nothing for it;
+    with neither at hand it is trained."""
+    import shutil
+
+    sides, items, root = pair
+    cache = R.Cache(root / "cache-own")
+    main = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    shutil.rmtree(cache.folder / "lora-b")
+    (cache.folder / "lora-b.meta.json").unlink()
+    trained, real = [], R.train_adapter
+
+    def spy(*args, **kwargs):
+        trained.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(R, "train_adapter", spy)
+    out = R.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=RECIPE, n_boot=50)
+    assert trained == [] and out["accuracy"]["target + own LoRA"] == main["accuracy"]["target + own LoRA"]
+    (cache.folder / "score-b-lora.json").unlink()
+    R.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=RECIPE, n_boot=50)
+    assert trained == [1] and (cache.folder / "lora-b.meta.json").is_file() and cache.found("score-b-lora")

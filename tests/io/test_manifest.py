@@ -64,3 +64,28 @@ def test_call_text_shows_values_not_addresses():
 
 def test_command_line_outside_the_cli_says_so():
     assert "arguments unknown" in command_line()
+
+
+def test_write_json_replaces_a_file_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Another process reading a work folder sees the old JSON or the new one; a write that fails half-way
+    (a full disk) leaves the old file as it was and no temporary file beside it."""
+    from pathlib import Path
+
+    from paw.io.manifest import write_json
+
+    path = tmp_path / "score.json"
+    write_json(path, {"correct": [1, 0]})
+    real = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(OSError):
+        write_json(path, {"correct": [0, 1, 1, 1]})
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"correct": [1, 0]}
+    assert [p.name for p in tmp_path.iterdir()] == ["score.json"]
+    write_json(path, {"correct": [0, 1]})
+    assert json.loads(path.read_text()) == {"correct": [0, 1]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -243,7 +244,9 @@ def test_batched_generation_equals_one_by_one(world):
 
     teacher, tok = load_lm(world["source"], adapter=world["lora"], device="cpu")
     texts = ["Fact: the colour of", "Fact: the colour of " + world["task"][3].question.split()[-2] + " is", "A"]
-    batched = generate(teacher, tok, texts, max_new_tokens=6, batch_size=3)
+    with warnings.catch_warnings():   # the cache goes in under the name this transformers version reads
+        warnings.filterwarnings("error", message=".*past_key_values.*")
+        batched = generate(teacher, tok, texts, max_new_tokens=6, batch_size=3)
     assert batched == [generate(teacher, tok, [t], max_new_tokens=6)[0] for t in texts]  # left padding is inert
     assert all("\n" not in t for t in batched) and any(t.strip() for t in batched)
 

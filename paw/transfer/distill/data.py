@@ -17,6 +17,7 @@ ratio calibrated on the seeds, leave-one-out).
 
 from __future__ import annotations
 
+import inspect
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -160,6 +161,14 @@ def _padded_chunks(chunk: list, window: int | None, max_new_tokens: int) -> list
     return [[c] for c in chunk]
 
 
+def _cache_argument(model) -> str:
+    """The name under which this transformers version takes and returns the key/value cache: ``cache`` from
+    5.24 (``past_key_values`` still works there, with a deprecation warning on every call), before it
+    ``past_key_values``. A PEFT model passes its keywords through: its base model's signature decides."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device, ends_line) -> list[list[int]]:
     import torch
 
@@ -167,11 +176,11 @@ def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature,
     new: list[list[int]] = [[] for _ in chunk]
     done = [False] * len(chunk)
     past = None
+    key = _cache_argument(model)
     with torch.no_grad():
         for _ in range(max_new_tokens):
-            result = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
-                           use_cache=True)
-            past = result.past_key_values
+            result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{key: past})
+            past = getattr(result, key)
             logits = result.logits[:, -1].float()
             if sample:
                 probs = torch.softmax(logits / max(temperature, 1e-6), -1)
