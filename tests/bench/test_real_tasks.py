@@ -298,3 +298,32 @@ def test_a_target_lora_that_is_only_a_cached_score_is_not_trained_again(pair, mo
     (cache.folder / "score-b-lora.json").unlink()
     R.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=RECIPE, n_boot=50)
     assert trained == [1] and (cache.folder / "lora-b.meta.json").is_file() and cache.found("score-b-lora")
+
+
+def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
+    """scripts/real_tasks_table.py: hand-made outcomes of 4 items give hand-checked rows; a move whose score
+    file predates the LoRA's (trained again, digest-named) is marked as an earlier LoRA's."""
+    import importlib.util
+    from pathlib import Path
+
+    from paw.io.manifest import write_json
+
+    spec = importlib.util.spec_from_file_location("real_tasks_table", Path(__file__).resolve().parents[2]
+                                                  / "scripts" / "real_tasks_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    s, t = "smollm2-135m-instruct", "gemma-3-270m"
+    folder = tmp_path / "tasks" / "x"
+    folder.mkdir(parents=True)
+    for key, correct in ((f"{s}-base", [0, 0, 0, 1]), (f"{s}-lora", [1, 1, 0, 1]), (f"{t}-base", [0, 0, 1, 1]),
+                         (f"{t}-lora", [1, 1, 1, 1]), (f"{t}-moved-from-{s}", [1, 0, 1, 1]),
+                         (f"{t}-moved-focus-from-{s}", [1, 1, 1, 1])):
+        write_json(folder / f"score-{key}.json", {"correct": correct, "seconds": 1.0})
+    main, focus = table.rows(folder, "x", s, t, n_boot=0)
+    # main: 3/4; gain +1/4 (paired stderr of [1,0,0,0]: 0.25); kept (1/4)/(2/4); recovered (1/4)/(2/4)
+    assert main == (f"| x | {s} -> {t} | main | first machine's | 75.0 ± 21.7 | +25.0 ± 25.0 | 0.50 | 0.50 |  |")
+    assert focus.split(" | ")[4:7] == ["100.0 ± 0.0", "+50.0 ± 28.9", "1.00"]
+    assert focus.endswith("| +25.0 ± 25.0 |")   # focus − main, paired: [0, 1, 0, 0]
+    write_json(folder / f"score-{s}-lora.json", {"correct": [1, 1, 0, 1], "seconds": 1.0, "adapter": "ab" * 32})
+    assert "abababab (the move's score predates it" in table.rows(folder, "x", s, t, n_boot=0)[0]
+    assert table.rows(folder, "x", t, s, n_boot=0) == []   # no move that way

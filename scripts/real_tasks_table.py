@@ -1,0 +1,84 @@
+"""Every move of `paw bench real --parts tasks` that a work folder holds, as one markdown table from its score files.
+
+    python scripts/real_tasks_table.py WORK [--tasks arc-easy piqa] [--n-boot 1000]
+
+For each task and direction (SmolLM2-135M-Instruct <-> Gemma-3-270M), one row per move whose score file is
+there: the main move (``score-T-moved-from-S``) and the variants (``score-T-moved-KEY-from-S``: base-teacher,
+focus, synth), each with its accuracy, its gain over the target's base (paired), the kept and recovered
+fractions (cluster-bootstrap stderr), and the move minus the main move, paired on the items. Where a score file
+names the adapter it scored (``adapter``), the source LoRA column gives the first 8 hex digits of its digest
+(score files from before digests: "first machine's"), so rows from a LoRA trained again are never read as the
+first machine's; a move whose own score file predates a LoRA trained again is marked. Nothing is run: the table
+is what the files say.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from paw.bench.stats import accuracy, kept, paired_difference, recovered
+from paw.io.json_file import read_json_if_exists
+
+MODELS = ("smollm2-135m-instruct", "gemma-3-270m")
+MOVES = {"": "main", "base-teacher-": "control: source base as teacher", "focus-": "token focus",
+         "synth-": "synthesized inputs"}
+
+
+def _scores(folder: Path, key: str) -> tuple[list[int], str] | None:
+    found = read_json_if_exists(folder / f"score-{key}.json")
+    return None if found is None else (found["correct"], found.get("adapter", "")[:8])
+
+
+def rows(folder: Path, task: str, source: str, target: str, *, n_boot: int) -> list[str]:
+    """The table rows of one direction (none where a base or LoRA score is missing)."""
+    need = {k: _scores(folder, k) for k in (f"{source}-base", f"{source}-lora", f"{target}-base", f"{target}-lora")}
+    if any(v is None for v in need.values()):
+        return []
+    sb, sl, tb, tl = (need[k][0] for k in (f"{source}-base", f"{source}-lora", f"{target}-base", f"{target}-lora"))
+    main = _scores(folder, f"{target}-moved-from-{source}")
+    out = []
+    for key, what in MOVES.items():
+        found = _scores(folder, f"{target}-moved-{key}from-{source}")
+        if found is None:
+            continue
+        moved, digest = found
+        acc, gain = accuracy([moved]), paired_difference(moved, tb)
+        k = kept([moved], [tb], [sl], [sb], n_boot=n_boot)
+        r = recovered([moved], [tb], [tl], n_boot=n_boot)
+        vs = "" if main is None or not key else _pm(paired_difference(moved, main[0]), "difference", 100)
+        lora = need[f"{source}-lora"][1] or "first machine's"
+        if need[f"{source}-lora"][1] and not digest:
+            lora += " (the move's score predates it: an earlier LoRA's move)"
+        out.append(f"| {task} | {source} -> {target} | {what} | {lora} | "
+                   f"{100 * acc['mean']:.1f} ± {100 * acc['stderr']:.1f} | {_pm(gain, 'difference', 100)} | "
+                   f"{_pm(k, 'value')} | {_pm(r, 'value')} | {vs} |")
+    return out
+
+
+def _pm(d: dict, key: str, scale: float = 1.0) -> str:
+    if d.get(key) is None:
+        return "n/a"
+    digits = 1 if scale == 100 else 2
+    sign = "+" if scale == 100 and d[key] >= 0 else ""
+    value = f"{sign}{scale * d[key]:.{digits}f}"
+    return value if d.get("stderr") is None else f"{value} ± {scale * d['stderr']:.{digits}f}"   # None: no bootstrap
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("work", type=Path)
+    p.add_argument("--tasks", nargs="*", default=["arc-easy", "piqa"])
+    p.add_argument("--n-boot", type=int, default=1000)
+    args = p.parse_args()
+    print("| task | direction | move | source LoRA | accuracy | gain over target base | kept | recovered "
+          "| this − main, paired |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for task in args.tasks:
+        for s, t in (MODELS, MODELS[::-1]):
+            for row in rows(args.work / "tasks" / task, task, s, t, n_boot=args.n_boot):
+                print(row)
+
+
+if __name__ == "__main__":
+    main()
