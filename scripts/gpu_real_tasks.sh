@@ -198,14 +198,18 @@ case "$cmd" in
     results ;;
   cells)
     # issue 26's remaining cells from a work folder of LoRAs trained again (the LoRAs it holds are used, the
-    # others trained here; pack it without the score-NAME-lora.json of any LoRA it lacks, or a LoRA made
-    # in one process is paired with an old score in another): per task, both models' LoRAs first (two
+    # others trained here; the score-NAME-lora.json of a LoRA it lacks is set aside first, or a LoRA made in
+    # one process would be paired with that old score in another): per task, both models' LoRAs first (two
     # processes), then every CELL of both directions at once (scripts/run_variant.py, one process each);
     # beside them the SmolLM2 pair's PAW --donor row with its heals (BUILDS="": none). A second call the
     # same way resumes what the first left (the cache and the distillations' checkpoints stay while warm).
     limit="${1:-560}"; tasks="${2-arc-easy piqa}"; cells="${3:-main token-focus synthesized}"; start=$SECONDS
     if [ -f "$R/checked" ]; then setup; touch "$R/started"; set +e; left=$(( limit - 30 ))
     else prepared; touch "$R/checked"; fi
+    for t in $tasks; do for m in smollm2-135m-instruct gemma-3-270m; do   # a LoRA to be trained here is scored here
+      f="$R/work/tasks/$t/score-$m-lora.json"
+      if [ -f "$f" ] && [ ! -f "$R/work/tasks/$t/lora-$m.meta.json" ]; then echo "set aside: $f (its LoRA is not here)"; mv "$f" "$f.earlier"; fi
+    done; done
     deadline=$(( $(date +%s) + left ))
     cell() {  # TASK SOURCE TARGET CELL, until the deadline
       local rest=$(( deadline - $(date +%s) ))
