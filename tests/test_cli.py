@@ -106,3 +106,16 @@ def test_tables_do_not_wrap_off_a_terminal(capsys):
     lines = capsys.readouterr().out.splitlines()
     header_line = next(line for line in lines if "header number 0" in line)
     assert all(h in header_line for h in headers)
+
+
+def test_ctrl_c_is_exit_130_with_one_line_not_success(cli, monkeypatch, tmp_path):
+    """typer hands a KeyboardInterrupt back as the return value 130 (not an exception) when it does not
+    exit itself; a script that chains paw commands must not read an interrupted one as a success."""
+    from paw.vocab import pipelines
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipelines, "transplant_tokenizer", interrupted)
+    res = cli("transplant-tokenizer", "--model", tmp_path, "--tokenizer", tmp_path, "-o", tmp_path / "out")
+    assert res.exit_code == 130 and res.stderr.strip() == "error: interrupted"

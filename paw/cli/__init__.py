@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)  # what this CLI parses, recorded as its command
     try:
         with input_scope(), cli_invocation(args):
-            command.main(args=args, prog_name="paw", standalone_mode=False)
+            code = command.main(args=args, prog_name="paw", standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool) and code:  # typer returns Ctrl-C as 130, not raises it
+            return _fail("interrupted", code=130) if code == 130 else code
     except PawError as err:
         return _fail(str(err), code=err.exit_code)  # 2: bad input; 3: NoGain (--require-gain)
     except KeyboardInterrupt:

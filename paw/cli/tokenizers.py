@@ -112,6 +112,8 @@ def register(app: typer.Typer) -> None:
         omp_k: int = typer.Option(64, "--omp-k", min=1, help="Shared tokens (anchors) per new token for --donor."),
         omp_batch: int = typer.Option(512, "--omp-batch", min=1, help="Tokens fitted at once with --donor "
                                       "(memory ~ batch x anchors floats)."),
+        resume: bool = typer.Option(False, "--resume", help="[--donor] Take the OMP fits a stopped run kept in "
+                                    "OUT-work/ (each batch is kept as it is done) and fit only the rest."),
         heal_steps: int = typer.Option(0, "--heal-steps", min=0, help="Then train the non-exact rows this many "
                                        "steps on --heal-corpus (see paw heal-transplant)."),
         heal_corpus: list[Path] = typer.Option(None, "--heal-corpus", help="Text or .jsonl files for --heal-steps."),
@@ -134,7 +136,7 @@ def register(app: typer.Typer) -> None:
         heal = HealOptions(steps=heal_steps, corpus=heal_corpus, device=device) if heal_steps else None
         result = transplant_tokenizer(model, tokenizer, output, methods=parse_methods(method), vocab_map=vocab_map,
                                       init=init.value, head=head.value, corpus=corpus, check=check, check_texts=check_texts,
-                                      anchors=anchors, donor=donor, omp_k=omp_k, omp_batch=omp_batch, heal=heal,
+                                      anchors=anchors, donor=donor, omp_k=omp_k, omp_batch=omp_batch, resume=resume, heal=heal,
                                       rank_pattern=rank_pattern, device=device, overwrite=overwrite,
                                       command=command_line())
         console().print(_coverage_table(f"{model} -> {tokenizer or donor}", result.coverage, result.target_size))

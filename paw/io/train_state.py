@@ -12,6 +12,10 @@ killed run made survives it:
 - ``teacher-{NAME}.json``: one list of the teacher's per-input scores (its choice log-likelihoods,
   its per-token log-probability gains), written atomically once made, under a key that names the
   teacher and every input it scored; a file under another key, or unreadable, is made again.
+- ``omp-{WHAT}-{START}.safetensors``: ``paw transplant-tokenizer --donor``'s OMP fits, one file per
+  batch of tokens (``idx`` and ``coef``, the batch's first position ``START``), written atomically as
+  each batch is done, under a key that names the donor's rows, the anchors, the tokens and ``k``; a
+  file under another key, or unreadable, is fitted again.
 
 This module knows files only; what a state holds is :mod:`paw.train_state`'s business.
 """
@@ -119,3 +123,47 @@ def write_teacher_scores(folder: str | os.PathLike, name: str, key: str, values:
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_file(folder / f"teacher-{name}.json", "w", overwrite=True, encoding="utf-8") as f:
         json.dump({"key": key, "values": values}, f)
+
+
+FIT_GLOB = "omp-*.safetensors"
+
+
+def save_fit_part(folder: str | os.PathLike, what: str, key: str, start: int, tensors: dict[str, Any]) -> Path:
+    """Keep one batch of fits as ``folder/omp-{what}-{start}.safetensors`` under ``key``, atomically."""
+    from safetensors.torch import save
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"omp-{what}-{start:08d}.safetensors"
+    data = save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, metadata={"key": key})
+    with atomic_file(path, "wb", overwrite=True) as f:
+        f.write(data)
+    return path
+
+
+def read_fit_parts(folder: str | os.PathLike, what: str, key: str) -> dict[int, dict[str, Any]]:
+    """``{start: tensors}`` of every batch kept in ``folder`` for ``what`` under ``key`` (others are skipped)."""
+    from safetensors import safe_open
+
+    out: dict[int, dict[str, Any]] = {}
+    for path in sorted(Path(folder).glob(f"omp-{what}-*.safetensors")):
+        try:
+            start = int(path.stem.rsplit("-", 1)[1])
+            with safe_open(str(path), framework="pt") as f:
+                if (f.metadata() or {}).get("key") != key:
+                    continue
+                out[start] = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open has no iteration)
+        except Exception:  # noqa: BLE001 (a damaged or foreign file is fitted again, whatever it raises)
+            continue
+    return out
+
+
+def remove_fit_parts(folder: str | os.PathLike) -> None:
+    """Delete the kept fits (the output is complete), and the folder if nothing else is in it."""
+    folder = Path(folder)
+    for path in folder.glob(FIT_GLOB):
+        path.unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass

@@ -18,7 +18,9 @@ from paw.errors import PawError
 from paw.io.checkpoint import open_checkpoint
 from paw.io.manifest import describe_input
 from paw.io.tokenizer import TokenizerInfo, open_tokenizer
+from paw.io.train_state import read_fit_parts, save_fit_part
 from paw.io.vocab_map import VocabMapping
+from paw.lora import tensors_digest
 from paw.progress import track
 from paw.vocab.align import AlignContext, align
 from paw.vocab.omp import METHOD, donor_omp
@@ -38,8 +40,13 @@ class DonorFit:
 
 
 def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerInfo, *, tied: bool,
-                   k: int, batch: int, device: Any) -> DonorFit:
-    """Exact/special matches, then OMP fits on the donor's rows for every other target id."""
+                   k: int, batch: int, device: Any, work: Path | None = None, resume: bool = False) -> DonorFit:
+    """Exact/special matches, then OMP fits on the donor's rows for every other target id.
+
+    With ``work``, each batch of fits is kept there as it is done (:func:`paw.io.train_state.save_fit_part`);
+    with ``resume`` too, the batches kept there by a stopped run under the same key (the donor's rows, the
+    anchors, the tokens, ``k``, the batch size, the device type) are taken as they are and only the rest
+    fitted, so the result is the uninterrupted run's."""
     ckpt = open_checkpoint(donor)
     if not ckpt.config:
         raise PawError("donor model folder has no config.json", path=donor)
@@ -53,12 +60,15 @@ def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerIn
     todo = [t for t in range(target.size) if t not in base.entries]
     embed = next((n for n in names if not arch.is_head(n)), names[0])
     head = next((n for n in names if arch.is_head(n)), embed)  # a tied donor's head is its embedding
-    mapping = _fit(base, ckpt[embed], anchors, todo, k, batch, device, "input rows")
-    head_mapping = None if tied else _fit(base, ckpt[head], anchors, todo, k, batch, device, "head rows")
+    keeping = _Keeping(work, resume, anchors, todo, k, batch, device)
+    mapping = _fit(base, ckpt[embed], anchors, todo, k, batch, device, "input rows", keeping.part("input"))
+    head_mapping = None if tied else _fit(base, ckpt[head], anchors, todo, k, batch, device, "head rows",
+                                          keeping.part("head"))
     record = {"donor": describe_input(donor), "k": min(k, len(anchors)), "anchors": len(anchors),
               "anchor_set": "tokens with the same canonical bytes in both vocabularies, and special tokens "
                             "matched by role; the tokenizer's byte-fallback pieces are fitted, not anchored",
               "byte_fallback_fitted": len(target.byte_fallback_ids & set(todo)), "fitted": len(todo), "solver": SOLVER, "batch": batch,
+              "resumed_batches": keeping.resumed,
               "donor_tensors": {"input": embed, "head": head},
               "head_fit": "tied: the input fit serves both" if tied else "own fit on the donor's head rows"}
     return DonorFit(mapping, head_mapping, record)
@@ -80,10 +90,30 @@ def anchor_entries(exact: VocabMapping, target: TokenizerInfo) -> VocabMapping:
     return VocabMapping(exact.source_size, exact.target_size, keep, exact.source, exact.target)
 
 
-def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, what) -> VocabMapping:
+class _Keeping:
+    """Where a fit's batches are kept and which were kept before (``work`` None: nowhere, nothing)."""
+
+    def __init__(self, work, resume, anchors, todo, k, batch, device):
+        self.work, self.resume, self.resumed = work, resume, 0
+        self.settings = repr((anchors, todo, k, batch, getattr(device, "type", str(device)))).encode()
+
+    def part(self, what: str):
+        """``(done, keep)`` hooks of :func:`donor_omp` for the fit of ``what``, given its donor rows."""
+        def hooks(rows):
+            if self.work is None:
+                return None, None
+            key = tensors_digest({"rows": rows}, prefix=self.settings)
+            done = read_fit_parts(self.work, what, key) if self.resume else {}
+            self.resumed += len(done)
+            return done, lambda start, tensors: save_fit_part(self.work, what, key, start, tensors)
+        return hooks
+
+
+def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, what, hooks) -> VocabMapping:
     rows = donor_rows.to(device)
     batches = -(-len(todo) // batch)
-    fits = donor_omp(rows, anchors, todo, k=k, batch=batch,
+    done, keep = hooks(donor_rows)
+    fits = donor_omp(rows, anchors, todo, k=k, batch=batch, done=done, keep=keep,
                      track=lambda it: track(it, f"fitting OMP {what}", total=batches, unit="batches"))
     entries = dict(base.entries)
     entries.update({t: (METHOD, src, w) for t, (src, w) in fits.items()})

@@ -19,7 +19,8 @@ Worked example (:func:`batch_omp`): anchors ``A = [e1, e2, e3, e1+e2]`` in R^3 a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from paw.errors import PawError
 
@@ -76,6 +77,8 @@ def batch_omp(X, A, *, k: int, eps: float = 1e-8):
 
 def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[int], *, k: int = DEFAULT_K,
               batch: int = DEFAULT_BATCH, track: Callable[[Iterable[int]], Iterable[int]] = iter,
+              done: Mapping[int, Mapping[str, Any]] | None = None,
+              keep: Callable[[int, dict[str, Any]], None] | None = None,
               ) -> dict[int, tuple[list[int], list[float]]]:
     """For each target id ``t``: ``([source ids], [coefficients])`` fitted on ``donor_rows[t]``.
 
@@ -83,7 +86,9 @@ def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[
     ``anchors`` pairs ``(target id, source id)`` of the shared tokens. The coefficients multiply
     the anchors' *source* rows, so the result drops into a :class:`~paw.io.vocab_map.VocabMapping`
     entry and :func:`paw.vocab.embed.apply_mapping` builds the rows. ``track`` wraps the batch
-    starts (a progress bar: :func:`paw.progress.track`).
+    starts (a progress bar: :func:`paw.progress.track`). ``done`` maps a batch's first position to the
+    ``idx`` and ``coef`` already fitted for it (a resumed run); ``keep(start, {"idx", "coef"})`` is called
+    with each batch fitted here, as soon as it is done.
     """
     import torch
 
@@ -97,8 +102,13 @@ def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[
     out = {}
     for start in track(range(0, len(targets), batch)):
         chunk = list(targets[start:start + batch])
-        X = donor_rows[torch.tensor(chunk, device=dev)].float()  # (B, d_donor)
-        idx, coef = batch_omp(X, A, k=k)
+        if done and start in done and done[start]["idx"].shape == (len(chunk), k):
+            idx, coef = done[start]["idx"], done[start]["coef"]
+        else:
+            X = donor_rows[torch.tensor(chunk, device=dev)].float()  # (B, d_donor)
+            idx, coef = batch_omp(X, A, k=k)
+            if keep is not None:
+                keep(start, {"idx": idx, "coef": coef})
         for t, row_i, row_c in zip(chunk, idx.tolist(), coef.tolist(), strict=True):
             out[t] = ([source_ids[j] for j in row_i], row_c)
     return out

@@ -30,6 +30,7 @@ from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.manifest import describe_input, records_call, write_json
 from paw.io.tokenizer import open_tokenizer, read_corpus
+from paw.io.train_state import remove_fit_parts, work_dir
 from paw.io.vocab_map import mapping_to_json, read_vocab_map, write_analysis, write_vocab_map
 from paw.io.writer import write_checkpoint
 from paw.vocab import transplant as T
@@ -173,6 +174,7 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
                          check: bool = True, check_texts: int = 64, anchors: int = 8,
                          donor: PathLike | None = None, omp_k: int = DEFAULT_K, omp_batch: int = DEFAULT_BATCH,
                          heal: HealOptions | None = None, rank_pattern: str | None = None, device: str = "cpu",
+                         resume: bool = False, omp_work: PathLike | None = None,
                          overwrite: bool = False, command: str | None = None) -> Transplant:
     """Give ``model`` the tokenizer ``tokenizer``: remapped embedding/head rows, new config, T's files.
 
@@ -181,6 +183,8 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
     :mod:`paw.vocab.omp`), writes ``output`` atomically with ``paw_vocab_map.json`` and
     ``paw_transplant.json``, then (``check``) compares hidden states of the old and new model on
     ``check_texts`` texts. ``tokenizer`` may be None when ``donor`` is given (the donor's own).
+    With ``donor``, each batch of OMP fits is kept in ``omp_work`` (default ``OUTPUT-work``) as it is
+    done and removed once ``output`` is written; ``resume`` takes the batches a stopped run kept there.
     With ``heal``, the transplant goes to a temporary folder beside ``output`` and
     :func:`paw.vocab.heal_pipeline.heal_transplant` writes ``output``; ``record['heal']`` is its report.
     """
@@ -190,7 +194,8 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
         return _transplant_then_heal(model, tokenizer, output, heal, overwrite=overwrite, command=command,
                                      methods=methods, vocab_map=vocab_map, init=init, head=head, corpus=corpus,
                                      check=check, check_texts=check_texts, anchors=anchors, donor=donor,
-                                     omp_k=omp_k, omp_batch=omp_batch, rank_pattern=rank_pattern, device=device)
+                                     omp_k=omp_k, omp_batch=omp_batch, rank_pattern=rank_pattern, device=device,
+                                     resume=resume, omp_work=omp_work or work_dir(output))
     if tokenizer is None and donor is None:
         raise PawError("--tokenizer is needed (or --donor, whose tokenizer is then taken)")
     if donor is not None and vocab_map is not None:
@@ -216,9 +221,10 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
     config = T.new_config(ckpt.config, tgt, tgt.size)
     tied = bool(ckpt.tied_embeddings or arch.tied(config))
     head_mapping, omp = None, None
+    omp_work = Path(omp_work) if omp_work is not None else work_dir(output)
     if donor is not None:
         fit = donor_mappings(donor, src, tgt, tied=tied or not any(arch.is_head(n) for n in names), k=omp_k,
-                             batch=omp_batch, device=dev)
+                             batch=omp_batch, device=dev, work=omp_work, resume=resume)
         mapping, head_mapping, methods, omp = fit.mapping, fit.head_mapping, ["exact", "omp"], fit.record
     else:
         mapping, methods = _mapping(ckpt, names, src, tgt, rows, list(methods), vocab_map, corpus, anchors, dev)
@@ -247,6 +253,8 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
                                          head_mapping=head_mapping, device=dev)
         write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=overwrite,
                          extra_files={**extra, "paw_transplant.json": record})
+    if donor is not None:
+        remove_fit_parts(omp_work)  # the output is complete: nothing left to resume
     if check:
         record["semantic_check"] = _semantic_check(model, output, src, tgt, corpus_texts(corpus)[:check_texts], dev)
         write_json(Path(output) / "paw_transplant.json", record)

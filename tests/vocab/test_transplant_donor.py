@@ -164,3 +164,57 @@ def test_donor_byte_fallback_pieces_are_fitted_not_anchored(cli, tiny_qwen, tmp_
     S = load_file(tiny_qwen / "model.safetensors")["model.embed_tokens.weight"].float()
     copied = [t for t in fallback if torch.equal(E[t], S[src.bytes_to_id[tgt.vocab[t]]])]
     assert copied == []
+
+
+def test_a_stopped_donor_fit_resumes_from_the_batches_it_kept(cli, tiny_llama, donor, tmp_path, monkeypatch):
+    """Each batch of fits is kept in OUT-work/ as it is done; a run killed after 3 of its 7 batches of 16
+    (of 100 tokens) resumes with --resume, fits only the rest, and writes the uninterrupted run's bytes;
+    the kept batches go once the output is written, and batches kept under another key (k) are refitted."""
+    from paw.vocab import omp
+
+    whole = tmp_path / "whole"
+    args = ["--model", tiny_llama, "--donor", donor, "--omp-k", "4", "--omp-batch", "16", "--no-check"]
+    assert cli("transplant-tokenizer", *args, "-o", whole).exit_code == 0
+    assert not (tmp_path / "whole-work").exists()        # complete: nothing kept
+    real, calls = omp.batch_omp, []
+
+    def killed_after(n):
+        def fit(X, A, *, k):
+            calls.append(len(X))
+            if len(calls) > n:
+                raise KeyboardInterrupt   # the kill
+            return real(X, A, k=k)
+        return fit
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(omp, "batch_omp", killed_after(3))
+    _killed(cli, "transplant-tokenizer", *args, "-o", out)
+    kept = sorted(p.name for p in (tmp_path / "out-work").iterdir())
+    assert kept == ["omp-input-00000000.safetensors", "omp-input-00000016.safetensors",
+                    "omp-input-00000032.safetensors"] and not out.exists()
+    calls.clear()
+    monkeypatch.setattr(omp, "batch_omp", killed_after(99))
+    res = cli("transplant-tokenizer", *args, "-o", out, "--resume")
+    assert res.exit_code == 0, res.stderr
+    assert len(calls) == 4 + 7     # the input rows' last 4 batches, then the head's 7 (tied donor, untied model)
+    assert (out / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
+    assert json.loads((out / "paw_transplant.json").read_text())["omp"]["resumed_batches"] == 3
+    assert not (tmp_path / "out-work").exists()
+    # another k: the kept batches are not this run's
+    calls.clear()
+    monkeypatch.setattr(omp, "batch_omp", killed_after(1))
+    _killed(cli, "transplant-tokenizer", *args, "-o", tmp_path / "k")
+    calls.clear()
+    monkeypatch.setattr(omp, "batch_omp", killed_after(99))
+    res = cli("transplant-tokenizer", *[a if a != "4" else "3" for a in args], "-o", tmp_path / "k", "--resume")
+    assert res.exit_code == 0 and len(calls) == 14
+    assert json.loads((tmp_path / "k" / "paw_transplant.json").read_text())["omp"]["resumed_batches"] == 0
+
+
+def _killed(cli, *args):
+    """Run a command whose work is interrupted (Ctrl-C): it stops with an error, whether the CLI or the test sees it."""
+    try:
+        res = cli(*args)
+    except KeyboardInterrupt:
+        return
+    assert res.exit_code != 0
