@@ -103,7 +103,7 @@ def build(args, work: Path):
         "semantic": ("PAW exact+semantic (no donor)", work / "paw-semantic",
                      [*transplant, "--tokenizer", args.donor, "--method", "exact,semantic"]),
         "donor": (f"PAW donor-aware OMP (--donor, k={args.k})", work / "paw-donor",
-                  [*transplant, "--donor", args.donor, "--omp-k", str(args.k)]),
+                  [*transplant, "--donor", args.donor, "--omp-k", str(args.k), "--resume"]),  # a stopped fit goes on
         # tokensurgeon's own command through a wrapper that keeps each row it computes, so a run longer than a
         # session resumes (scripts/tokensurgeon_resumable.py; the values are tokensurgeon's)
         "peer": (f"tokensurgeon default (omp, k={args.k})", work / "tokensurgeon",
