@@ -2,6 +2,9 @@
 
     python scripts/real_tasks_table.py WORK [--tasks arc-easy piqa] [--n-boot 1000]
 
+WORK is the bench's work folder (its ``tasks/TASK`` folders) or a folder of task folders, such as
+``docs/benchmarks/real-tasks-2026-11-27``.
+
 For each task and direction (SmolLM2-135M-Instruct <-> Gemma-3-270M), one row per move whose score file is
 there: the main move (``score-T-moved-from-S``) and the variants (``score-T-moved-KEY-from-S``: base-teacher,
 focus, synth), each with its accuracy, its gain over the target's base (paired), the kept and recovered
@@ -74,9 +77,10 @@ def main() -> None:
     print("| task | direction | move | source LoRA | accuracy | gain over target base | kept | recovered "
           "| this − main, paired |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    tasks = args.work / "tasks" if (args.work / "tasks").is_dir() else args.work   # a bench work folder, or docs'
     for task in args.tasks:
         for s, t in (MODELS, MODELS[::-1]):
-            for row in rows(args.work / "tasks" / task, task, s, t, n_boot=args.n_boot):
+            for row in rows(tasks / task, task, s, t, n_boot=args.n_boot):
                 print(row)
 
 
