@@ -38,7 +38,7 @@ def rows(folder: Path, task: str, source: str, target: str, *, n_boot: int) -> l
     need = {k: _scores(folder, k) for k in (f"{source}-base", f"{source}-lora", f"{target}-base", f"{target}-lora")}
     if any(v is None for v in need.values()):
         return []
-    sb, sl, tb, tl = (need[k][0] for k in (f"{source}-base", f"{source}-lora", f"{target}-base", f"{target}-lora"))
+    sb, sl, tb, tl = (found[0] for found in need.values())
     main = _scores(folder, f"{target}-moved-from-{source}")
     out = []
     for key, what in MOVES.items():

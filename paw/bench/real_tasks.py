@@ -230,7 +230,7 @@ def _side(base, adapter: LoraAdapter | None = None) -> LM:
 
 def _four_conditions(source, target, lora_s, lora_t, test_items, cache: Cache, seconds: dict) -> dict[str, list[int]]:
     """Per-item outcomes of the source and the target, each bare and with its own LoRA (cached). ``lora_t``
-    None: the target LoRA's score is cached and the adapter is not (:func:`_own_lora`)."""
+    None: the target LoRA's score is cached and the adapter is not (:func:`_reference_lora`)."""
     out: dict[str, list[int]] = {}
     for key, side, kind, adapter in (("source base", source, "base", None), ("source + LoRA", source, "lora", lora_s),
                                      ("target base", target, "base", None), ("target + own LoRA", target, "lora", lora_t)):
@@ -243,7 +243,7 @@ def _four_conditions(source, target, lora_s, lora_t, test_items, cache: Cache, s
     return out
 
 
-def _own_lora(target, train_items: list, cache: Cache, recipe: Recipe, seed: int) -> tuple[LoraAdapter | None, float]:
+def _reference_lora(target, train_items: list, cache: Cache, recipe: Recipe, seed: int) -> tuple[LoraAdapter | None, float]:
     """The target's own LoRA and its training seconds, or ``(None, 0.0)`` where its score is cached but the
     adapter is not: it gives the directions nothing but the "target + own LoRA" reference score, so a work
     folder that travelled without adapters (a new machine, a GPU lease) does not train it again for a score
@@ -266,7 +266,7 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
     lora_s, seconds[f"train {s}"], _ = own_lora(source, train_items, cache, recipe=recipe, seed=seed)
-    lora_t, seconds[f"train {t}"] = _own_lora(target, train_items, cache, recipe, seed)
+    lora_t, seconds[f"train {t}"] = _reference_lora(target, train_items, cache, recipe, seed)
     out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, seconds)
     prompts = label_free_inputs(train_items, recipe, seed)
 
@@ -321,7 +321,7 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     s, t = source.name, target.name
     seconds: dict[str, float] = {}
     lora_s, _, _ = own_lora(source, train_items, cache, recipe=recipe, seed=seed)
-    lora_t, _ = _own_lora(target, train_items, cache, recipe, seed)
+    lora_t, _ = _reference_lora(target, train_items, cache, recipe, seed)
     inputs = label_free_inputs(train_items, recipe, seed)
     taught = lora_s   # the adapter in the teacher (the LoRA also gives the new adapter its shape: rank, modules)
     if variant == "synthesized":

@@ -10,6 +10,7 @@ is fitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,8 @@ def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerIn
     embed = next((n for n in names if not arch.is_head(n)), names[0])
     head = next((n for n in names if arch.is_head(n)), embed)  # a tied donor's head is its embedding
     keeping = _Keeping(work, resume, anchors, todo, k, batch, device)
-    mapping = _fit(base, ckpt[embed], anchors, todo, k, batch, device, "input rows", keeping.part("input"))
-    head_mapping = None if tied else _fit(base, ckpt[head], anchors, todo, k, batch, device, "head rows",
-                                          keeping.part("head"))
+    mapping = _fit(base, ckpt[embed], anchors, todo, k, batch, device, "input", keeping)
+    head_mapping = None if tied else _fit(base, ckpt[head], anchors, todo, k, batch, device, "head", keeping)
     record = {"donor": describe_input(donor), "k": min(k, len(anchors)), "anchors": len(anchors),
               "anchor_set": "tokens with the same canonical bytes in both vocabularies, and special tokens "
                             "matched by role; the tokenizer's byte-fallback pieces are fitted, not anchored",
@@ -97,24 +97,22 @@ class _Keeping:
         self.work, self.resume, self.resumed = work, resume, 0
         self.settings = repr((anchors, todo, k, batch, getattr(device, "type", str(device)))).encode()
 
-    def part(self, what: str):
-        """``(done, keep)`` hooks of :func:`donor_omp` for the fit of ``what``, given its donor rows."""
-        def hooks(rows):
-            if self.work is None:
-                return None, None
-            key = tensors_digest({"rows": rows}, prefix=self.settings)
-            done = read_fit_parts(self.work, what, key) if self.resume else {}
-            self.resumed += len(done)
-            return done, lambda start, tensors: save_fit_part(self.work, what, key, start, tensors)
-        return hooks
+    def hooks(self, part: str, rows):
+        """``(done, keep)`` of :func:`donor_omp` for the fit of ``part`` (input, head) on the donor's ``rows``."""
+        if self.work is None:
+            return None, None
+        key = tensors_digest({"rows": rows}, prefix=self.settings)
+        done = read_fit_parts(self.work, part, key) if self.resume else {}
+        self.resumed += len(done)
+        return done, partial(save_fit_part, self.work, part, key)
 
 
-def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, what, hooks) -> VocabMapping:
+def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, part, keeping: _Keeping) -> VocabMapping:
     rows = donor_rows.to(device)
     batches = -(-len(todo) // batch)
-    done, keep = hooks(donor_rows)
+    done, keep = keeping.hooks(part, donor_rows)
     fits = donor_omp(rows, anchors, todo, k=k, batch=batch, done=done, keep=keep,
-                     track=lambda it: track(it, f"fitting OMP {what}", total=batches, unit="batches"))
+                     track=lambda it: track(it, f"fitting OMP {part} rows", total=batches, unit="batches"))
     entries = dict(base.entries)
     entries.update({t: (METHOD, src, w) for t, (src, w) in fits.items()})
     return VocabMapping(base.source_size, base.target_size, entries, base.source, base.target)
