@@ -307,6 +307,26 @@ def test_synthesis_counts_blank_and_off_template_candidates(monkeypatch):
     assert (stats["blank"], stats["off_template"], stats["duplicates"], stats["kept"]) == (2, 1, 1, 1)
 
 
+def test_synthesis_begins_the_teachers_reply_with_the_seeds_shared_beginning(monkeypatch):
+    """SmolLM2-135M-Instruct shown ARC-Easy seeds answered the last one or talked about the list (0 to 1 usable
+    candidate in 16); begun with 'Question:' it wrote questions (6 to 7 in 16 with the seeds' ending)."""
+    from paw.transfer.distill import data
+
+    contexts = []
+
+    def generate(model, tokenizer, texts, **kwargs):
+        contexts.extend(texts)
+        return [" Why is the sky blue?\nAnswer: light", "  ", " What melts?", "Question: Why?\nAnswer:"]
+
+    monkeypatch.setattr(data, "generate", generate)
+    seeds = [data.Prompt("Question: Which list?\nAnswer:"), data.Prompt("Question: A team of surveyors\nAnswer:")]
+    made, stats = data.synthesize(None, None, seeds, 2, seed=0, batch_size=4)
+    assert [p.text for p in made] == ["Question: Why is the sky blue?\nAnswer:", "Question: Why?\nAnswer:"]
+    assert stats["template_start"] == "Question:" and stats["template_end"] == "\nAnswer:"
+    assert (stats["blank"], stats["off_template"], stats["kept"]) == (1, 1, 2)
+    assert contexts and all(c.endswith("\n\nQuestion:") for c in contexts)
+
+
 def test_synthesis_counts_the_inputs_it_keeps_on_stderr(monkeypatch, capsys):
     """A thousand inputs written by the teacher took minutes on a GPU in silence: now a line counts them."""
     from paw.transfer.distill import data

@@ -19,6 +19,7 @@ from paw.transfer.distill.data import (
     prompts_from,
     split_holdout,
     template_end,
+    template_start,
 )
 
 KL_HALF_QUARTER = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)  # KL([.5, .5] || [.25, .75])
@@ -103,6 +104,16 @@ def test_synthesis_template_end_and_few_shot_layout():
     assert context.endswith("\n") and sorted(context.splitlines()) == sorted(s.text for s in seeds)
     two_line = [Prompt("Question: why?\nAnswer:"), Prompt("Question: how?\nAnswer:")]
     assert few_shot_context(two_line, random.Random(0)).count("\n\n") == 2  # examples apart by a blank line
+
+
+def test_synthesis_template_start():
+    arc = [Prompt("Question: Which list?\nAnswer:"), Prompt("Question: A team of surveyors\nAnswer:")]
+    assert template_start(arc) == "Question:"   # the shared space is left to the teacher's next token
+    assert template_start([Prompt("Word: road. Again:"), Prompt("Word: rose. Again:")]) == "Word:"  # not 'Word: ro'
+    assert template_start([Prompt("Word: road. Again:"), Prompt("Word: road, Again:")]) == "Word: road"
+    assert template_start([Prompt("Kavo likes the colour"), Prompt("Brin likes the colour")]) == ""
+    assert template_start([Prompt("a cat"), Prompt("a bat")]) == ""   # one character is no template
+    assert template_start([Prompt("What is"), Prompt("What is it")]) == "What is"   # a whole seed, at a boundary
 
 
 def test_cost_estimate_arithmetic():

@@ -318,6 +318,29 @@ def template_end(seeds: Sequence[Prompt], *, min_chars: int = 2) -> str:
     return end if len(end.strip()) >= min_chars else ""
 
 
+def template_start(seeds: Sequence[Prompt], *, min_chars: int = 2) -> str:
+    """The longest beginning every seed shares, up to a word boundary and without trailing space
+    (``'Question:'``), or ``''`` if short.
+
+    The teacher's reply is begun with it (:func:`synthesize`): a small model shown a list of
+    ``Question: ... Answer:`` seeds otherwise answers the last one, or talks about the list, instead
+    of writing the next question.
+
+    >>> template_start([Prompt("Question: why?\\nAnswer:"), Prompt("Question: how?\\nAnswer:")])
+    'Question:'
+    """
+    texts = [s.text for s in seeds]
+    n = 0
+    while n < min(len(t) for t in texts) and len({t[n] for t in texts}) == 1:
+        n += 1
+    start = texts[0][:n]
+    if any(len(t) > n and t[n].isalnum() for t in texts):   # 'Word: ro' of 'road' and 'rose': to the word boundary
+        while start and start[-1].isalnum():
+            start = start[:-1]
+    start = start.rstrip()
+    return start if len(start) >= min_chars else ""
+
+
 def _cut_after(line: str, ending: str) -> str | None:
     """``line`` up to and including ``ending`` (its answer dropped); None without it; whole if no ending."""
     if not ending:
@@ -333,7 +356,8 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     With ``chat`` and a tokenizer that has a chat template, the teacher is asked for a new input in
     its own chat format (:func:`chat_context`); otherwise the seeds are a plain few-shot list.
     Each candidate is the line the teacher samples after the seeds (shuffled anew per candidate),
-    cut after the ending all seeds share (:func:`template_end`; without it, dropped as off-template).
+    its reply begun with the beginning all seeds share (:func:`template_start`), cut after the
+    ending all seeds share (:func:`template_end`; without it, dropped as off-template).
     Blank lines, seeds and repeats are dropped; with ``filter_lines`` (generic text), candidates
     that :func:`task_likeness` scores below every seed's own score are dropped too. ``progress``:
     count the inputs kept on stderr (:func:`paw.progress.track`; a thousand take minutes on a GPU).
@@ -341,17 +365,17 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     seeds = check_seeds(seeds)
     rng = random.Random(f"synth-{seed}")
     known = {_norm(s.text) for s in seeds}
-    ending = template_end(seeds)
+    ending, start = template_end(seeds), template_start(seeds)
     use_chat = chat and chat_context(tokenizer, seeds, random.Random(0)) is not None
     stats = {"requested": n, "generated": 0, "blank": 0, "off_template": 0, "duplicates": 0, "filtered": 0,
-             "surplus": 0, "rounds": 0, "template_end": ending, "prompting": "chat template" if use_chat else "few-shot"}
+             "surplus": 0, "rounds": 0, "template_start": start, "template_end": ending, "prompting": "chat template" if use_chat else "few-shot"}
     threshold = None
     if filter_lines is not None:
         threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
                                       device=device)[0] for s in seeds)
         stats["filter_threshold"] = threshold
-    written = _written(model, tokenizer, seeds, n, stats, use_chat=use_chat, rng=rng, known=known, ending=ending,
-                       threshold=threshold, filter_lines=filter_lines, seed=seed, max_new_tokens=max_new_tokens,
+    written = _written(model, tokenizer, seeds, n, stats, use_chat=use_chat, rng=rng, known=known, start=start,
+                       ending=ending, threshold=threshold, filter_lines=filter_lines, seed=seed, max_new_tokens=max_new_tokens,
                        batch_size=batch_size, device=device)
     kept = list(track(written, "teacher writing inputs", total=n, unit="inputs") if progress else written)
     stats["kept"] = len(kept)
@@ -363,13 +387,13 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     return kept, stats
 
 
-def _written(model, tokenizer, seeds, n, stats, *, use_chat, rng, known, ending, threshold, filter_lines, seed,
+def _written(model, tokenizer, seeds, n, stats, *, use_chat, rng, known, start, ending, threshold, filter_lines, seed,
              max_new_tokens, batch_size, device) -> Iterator[Prompt]:
     """:func:`synthesize`'s rounds: each usable new input as soon as its round is done (``stats`` counted)."""
     kept = 0
     while kept < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)) \
             and (kept or stats["rounds"] < BARREN_ROUNDS):
-        contexts = [chat_context(tokenizer, seeds, rng) if use_chat else few_shot_context(seeds, rng)
+        contexts = [(chat_context(tokenizer, seeds, rng) if use_chat else few_shot_context(seeds, rng)) + start
                     for _ in range(batch_size)]
         lines = generate(model, tokenizer, contexts, max_new_tokens=max_new_tokens, sample=True,
                          seed=seed + 7919 * stats["rounds"], batch_size=batch_size, device=device,
@@ -377,9 +401,10 @@ def _written(model, tokenizer, seeds, n, stats, *, use_chat, rng, known, ending,
         stats["rounds"] += 1
         stats["generated"] += len(lines)
         fresh = []
-        for line in (x.strip() for x in lines):
+        for written in lines:   # (a teacher that writes the beginning again gets it once)
+            line = written.strip() if start and written.lstrip().startswith(start) else (start + written).strip()
             cut = _cut_after(line, ending)
-            if not line:
+            if not written.strip():
                 stats["blank"] += 1
             elif cut is None:
                 stats["off_template"] += 1
