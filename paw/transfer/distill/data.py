@@ -401,10 +401,11 @@ def _written(model, tokenizer, seeds, n, stats, *, use_chat, rng, known, start, 
         stats["rounds"] += 1
         stats["generated"] += len(lines)
         fresh = []
-        for written in lines:   # (a teacher that writes the beginning again gets it once)
-            line = written.strip() if start and written.lstrip().startswith(start) else (start + written).strip()
+        for written in lines:
+            body = written.strip()
+            line = body if body.startswith(start) else (start + written).strip()   # a teacher that writes it again: once
             cut = _cut_after(line, ending)
-            if not written.strip():
+            if not body:
                 stats["blank"] += 1
             elif cut is None:
                 stats["off_template"] += 1
