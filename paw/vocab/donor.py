@@ -22,7 +22,7 @@ from paw.io.tokenizer import TokenizerInfo, open_tokenizer
 from paw.io.train_state import read_fit_parts, save_fit_part
 from paw.io.vocab_map import VocabMapping
 from paw.lora import tensors_digest
-from paw.progress import track
+from paw.progress import status, track
 from paw.vocab.align import AlignContext, align
 from paw.vocab.omp import METHOD, donor_omp
 from paw.vocab.transplant import embedding_names, vocab_rows
@@ -109,10 +109,12 @@ class _Keeping:
 
 def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, part, keeping: _Keeping) -> VocabMapping:
     rows = donor_rows.to(device)
-    batches = -(-len(todo) // batch)
     done, keep = keeping.hooks(part, donor_rows)
+    if done:
+        status(f"fitting OMP {part} rows: {len(done)} of {-(-len(todo) // batch)} batches taken as a stopped run "
+               f"kept them in {keeping.work}")
     fits = donor_omp(rows, anchors, todo, k=k, batch=batch, done=done, keep=keep,
-                     track=lambda it: track(it, f"fitting OMP {part} rows", total=batches, unit="batches"))
+                     track=lambda it: track(it, f"fitting OMP {part} rows", unit="batches"))
     entries = dict(base.entries)
     entries.update({t: (METHOD, src, w) for t, (src, w) in fits.items()})
     return VocabMapping(base.source_size, base.target_size, entries, base.source, base.target)

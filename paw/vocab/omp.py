@@ -85,9 +85,10 @@ def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[
     ``anchors`` pairs ``(target id, source id)`` of the shared tokens. The coefficients multiply
     the anchors' *source* rows, so the result drops into a :class:`~paw.io.vocab_map.VocabMapping`
     entry and :func:`paw.vocab.embed.apply_mapping` builds the rows. ``track`` wraps the batch
-    starts (a progress bar: :func:`paw.progress.track`). ``done`` maps a batch's first position to the
-    ``idx`` and ``coef`` already fitted for it (a resumed run); ``keep(start, {"idx", "coef"})`` is called
-    with each batch fitted here, as soon as it is done.
+    starts still to fit (a progress bar: :func:`paw.progress.track`), so a resumed run's rate and time
+    left count only its own work. ``done`` maps a batch's first position to the ``idx`` and ``coef``
+    already fitted for it (a resumed run); ``keep(start, {"idx", "coef"})`` is called with each batch
+    fitted here, as soon as it is done.
     """
     import torch
 
@@ -98,16 +99,19 @@ def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[
     source_ids = [s for _, s in anchors]
     A = donor_rows[anchor_t].float()  # (Na, d_donor)
     k = min(k, len(anchors))
+    starts = range(0, len(targets), batch)
+    kept = {s: done[s] for s in starts
+            if done and s in done and done[s]["idx"].shape == (len(targets[s:s + batch]), k)}
+    fits = dict(kept)
+    for start in track([s for s in starts if s not in kept]):
+        X = donor_rows[torch.tensor(list(targets[start:start + batch]), device=dev)].float()  # (B, d_donor)
+        idx, coef = batch_omp(X, A, k=k)
+        if keep is not None:
+            keep(start, {"idx": idx, "coef": coef})
+        fits[start] = {"idx": idx, "coef": coef}
     out = {}
-    for start in track(range(0, len(targets), batch)):
-        chunk = list(targets[start:start + batch])
-        if done and start in done and done[start]["idx"].shape == (len(chunk), k):
-            idx, coef = done[start]["idx"], done[start]["coef"]
-        else:
-            X = donor_rows[torch.tensor(chunk, device=dev)].float()  # (B, d_donor)
-            idx, coef = batch_omp(X, A, k=k)
-            if keep is not None:
-                keep(start, {"idx": idx, "coef": coef})
-        for t, row_i, row_c in zip(chunk, idx.tolist(), coef.tolist(), strict=True):
+    for start in starts:  # in target order, kept batches and fitted ones alike
+        chunk = targets[start:start + batch]
+        for t, row_i, row_c in zip(chunk, fits[start]["idx"].tolist(), fits[start]["coef"].tolist(), strict=True):
             out[t] = ([source_ids[j] for j in row_i], row_c)
     return out

@@ -197,6 +197,7 @@ def test_a_stopped_donor_fit_resumes_from_the_batches_it_kept(cli, tiny_llama, d
     res = cli("transplant-tokenizer", *args, "-o", out, "--resume")
     assert res.exit_code == 0, res.stderr
     assert len(calls) == 4 + 7     # the input rows' last 4 batches, then the head's 7 (tied donor, untied model)
+    assert "fitting OMP input rows: 3 of 7 batches taken as a stopped run kept them in" in res.stderr
     assert (out / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
     assert json.loads((out / "paw_transplant.json").read_text())["omp"]["resumed_batches"] == 3
     assert not (tmp_path / "out-work").exists()
@@ -218,3 +219,19 @@ def _killed(cli, *args):
     except KeyboardInterrupt:
         return
     assert res.exit_code != 0
+
+
+def test_donor_omp_tracks_only_the_batches_it_fits():
+    """A resumed fit hands the progress bar only the batches still to fit (so its rate and time left are
+    this run's), and returns the same fits as a run from scratch, in target order."""
+    g = torch.Generator().manual_seed(1)
+    D = torch.randn(40, 8, generator=g)
+    anchors = [(i, 100 + i) for i in range(10)]
+    targets = list(range(10, 40))
+    kept, seen = {}, []
+    whole = donor_omp(D, anchors, targets, k=3, batch=8, keep=lambda s, f: kept.__setitem__(s, f))
+    assert sorted(kept) == [0, 8, 16, 24]
+    done = {0: kept[0], 16: kept[16], 24: {"idx": kept[24]["idx"][:, :2], "coef": kept[24]["coef"][:, :2]}}
+    resumed = donor_omp(D, anchors, targets, k=3, batch=8, done=done, track=lambda it: seen.extend(it) or seen)
+    assert seen == [8, 24]            # batch 24 was kept under another k: refitted
+    assert list(resumed) == targets and resumed == whole
