@@ -201,7 +201,7 @@ case "$cmd" in
     # others trained here; the score-NAME-lora.json of a LoRA it lacks is set aside first, or a LoRA made in
     # one process would be paired with that old score in another): per task, both models' LoRAs first (two
     # processes), then every CELL of both directions at once (scripts/run_variant.py, one process each);
-    # beside them the SmolLM2 pair's PAW --donor row with its heals (BUILDS="": none). A second call the
+    # BUILDS=donor adds the SmolLM2 pair's PAW --donor row with its heals beside them (default none: the CPU built it). A second call the
     # same way resumes what the first left (the cache and the distillations' checkpoints stay while warm).
     limit="${1:-560}"; tasks="${2-arc-easy piqa}"; cells="${3:-main token-focus synthesized}"; start=$SECONDS
     if [ -f "$R/checked" ]; then setup; touch "$R/started"; set +e; left=$(( limit - 30 ))
@@ -218,7 +218,7 @@ case "$cmd" in
         "$R/work" "$1" "$2" "$3" "$4" --device "${DEVICE:-cuda}" > "$OUT/cell-$1-$4-$2.log" 2>&1
       echo "$1 $4 $2 -> $3: exit $? at $((SECONDS - start)) s"
     }
-    for b in ${BUILDS-donor}; do
+    for b in ${BUILDS-}; do
       THREADS=4 BUILD=$b HEAL="${HEAL-100 500}" TR="tr-$b" pair smollm2-135m-instruct gemma-3-270m smol-gemmatok "$left" &
     done
     S=smollm2-135m-instruct G=gemma-3-270m
@@ -229,7 +229,7 @@ case "$cmd" in
     wait
     for f in "$OUT"/cell-*.log; do echo "== $f"; tail -4 "$f"; done
     [ -n "${tests:-}" ] && tail -3 "$OUT/gpu_tests.log"
-    for b in ${BUILDS-donor}; do cp "$R/tr-$b/results-smol-gemmatok.json" "$OUT/results-smol-gemmatok-$b.json" 2>/dev/null; done
+    for b in ${BUILDS-}; do cp "$R/tr-$b/results-smol-gemmatok.json" "$OUT/results-smol-gemmatok-$b.json" 2>/dev/null; done
     results ;;
   unpack)
     at="$1"; work="${2:-$HOME/paw-real-tasks/work}"; tmp="$(mktemp -d)"
