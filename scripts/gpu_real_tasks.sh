@@ -201,8 +201,8 @@ case "$cmd" in
     # others trained here; the score-NAME-lora.json of a LoRA it lacks is set aside first, or a LoRA made in
     # one process would be paired with that old score in another): per task, both models' LoRAs first (two
     # processes), then every CELL of both directions at once (scripts/run_variant.py, one process each);
-    # BUILDS=donor adds the SmolLM2 pair's PAW --donor row with its heals beside them (default none: the CPU built it). A second call the
-    # same way resumes what the first left (the cache and the distillations' checkpoints stay while warm).
+    # BUILDS=donor adds the SmolLM2 pair's PAW --donor row with its heals beside them (default none: the CPU
+    # built it). A second call the same way resumes what the first left (the cache and the distillations' checkpoints stay while warm).
     limit="${1:-560}"; tasks="${2-arc-easy piqa}"; cells="${3:-main token-focus synthesized}"; start=$SECONDS
     if [ -f "$R/checked" ]; then setup; touch "$R/started"; set +e; left=$(( limit - 30 ))
     else prepared; touch "$R/checked"; fi

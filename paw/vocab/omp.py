@@ -100,10 +100,9 @@ def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[
     A = donor_rows[anchor_t].float()  # (Na, d_donor)
     k = min(k, len(anchors))
     starts = range(0, len(targets), batch)
-    kept = {s: done[s] for s in starts
+    fits = {s: done[s] for s in starts  # a resumed run's batches, where fitted under this k
             if done and s in done and done[s]["idx"].shape == (len(targets[s:s + batch]), k)}
-    fits = dict(kept)
-    for start in track([s for s in starts if s not in kept]):
+    for start in track([s for s in starts if s not in fits]):
         X = donor_rows[torch.tensor(list(targets[start:start + batch]), device=dev)].float()  # (B, d_donor)
         idx, coef = batch_omp(X, A, k=k)
         if keep is not None:
