@@ -54,19 +54,24 @@ def _every() -> float:
     return every
 
 
-def track(items: Iterable[T], description: str, *, total: int | None = None, unit: str = "") -> Iterator[T]:
-    """``for step in track(range(900), 'distilling', unit='steps'): ...`` with progress on stderr."""
+def track(items: Iterable[T], description: str, *, total: int | None = None, unit: str = "",
+          start: int = 0) -> Iterator[T]:
+    """``for step in track(range(900), 'distilling', unit='steps'): ...`` with progress on stderr.
+
+    ``start``: items a stopped run already did, counted in ``total`` (``range(start, total)`` is what is
+    left). The count starts there (``126/300``), and the rate and time left count only this run's items.
+    """
     flag = _flag()
     if flag == "0":
         yield from items
         return
     if total is None and hasattr(items, "__len__"):
-        total = len(items)  # type: ignore[arg-type]
+        total = start + len(items)  # type: ignore[arg-type]
     if sys.stderr.isatty():
-        yield from _bar(items, description, total)
+        yield from _bar(items, description, total, start)
         return
-    lines = Lines(description, total=total, unit=unit, every=_every(), always_end=flag == "1")
-    done = 0  # items handed out; each is finished when the loop asks for the next one
+    lines = Lines(description, total=total, unit=unit, every=_every(), always_end=flag == "1", start=start)
+    done = start  # items done, this run's handed-out ones included (each is finished when the loop asks for the next)
     try:
         for item in items:
             done += 1
@@ -76,13 +81,13 @@ def track(items: Iterable[T], description: str, *, total: int | None = None, uni
         lines.end(done)
 
 
-def _bar(items: Iterable[T], description: str, total: int | None) -> Iterator[T]:
+def _bar(items: Iterable[T], description: str, total: int | None, start: int = 0) -> Iterator[T]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(description, total=total)
+        task = progress.add_task(description, total=total, completed=start)
         for item in items:
             yield item
             progress.advance(task)
@@ -94,11 +99,15 @@ class Lines:
     >>> lines = Lines("distilling", total=900, unit="steps", clock=lambda: 0.0)  # started at 0 s
     >>> lines.line(120, 29.3, end=False)  # what update(120) prints at 29.3 s, 10 s after the last line
     '[paw] distilling: 120/900 steps (13%), 4.1 steps/s, ETA 3 min 10 s'
+    >>> resumed = Lines("distilling", total=900, unit="steps", start=780, clock=lambda: 0.0)  # 780 done before
+    >>> resumed.line(900, 29.3, end=True)  # the rate counts this run's 120 steps only
+    '[paw] distilling: 900/900 steps (100%), 4.1 steps/s, took 29 s'
     """
 
     def __init__(self, description: str, *, total: int | None, unit: str = "", every: float = EVERY,
-                 always_end: bool = False, clock=None, stream=None):
+                 always_end: bool = False, clock=None, stream=None, start: int = 0):
         self.description, self.total, self.unit, self.every = description, total, unit, every
+        self.begun = start  # items done before this run (a resumed one): in the count, not in the rate
         self.always_end = always_end  # PAW_PROGRESS=1: the last line even for work shorter than `every`
         self.clock = clock or _clock
         self.stream = stream  # None: sys.stderr when printing (pytest's capsys swaps it)
@@ -122,14 +131,14 @@ class Lines:
     def line(self, done: int, now: float, *, end: bool) -> str:
         elapsed = max(now - self.start, 0.0)
         unit = f" {self.unit}" if self.unit else ""
-        rate = done / elapsed if elapsed > 0 else math.inf
+        rate = (done - self.begun) / elapsed if elapsed > 0 else math.inf
         parts = [f"{done}/{self.total}{unit} ({100 * done // max(self.total, 1)}%)" if self.total is not None
                  else f"{done}{unit}"]
         if math.isfinite(rate):
             parts.append(f"{_rate(rate)} {self.unit or 'items'}/s")
         if end:
             parts.append(f"took {format_duration(elapsed)}")
-        elif self.total is not None and done and math.isfinite(rate):
+        elif self.total is not None and rate > 0 and math.isfinite(rate):
             parts.append(f"ETA {format_duration((self.total - done) / rate)}")
         return f"[paw] {self.description}: {', '.join(parts)}"
 

@@ -46,6 +46,25 @@ def test_long_work_prints_a_line_every_ten_seconds_and_at_the_end(clock, capsys)
     assert lines[-1] == "[paw] distilling: 900/900 steps (100%), 4.0 steps/s, took 3 min 45 s"
 
 
+def test_a_resumed_run_counts_from_where_it_stopped_and_times_only_its_own_items(clock, capsys):
+    # 125 of 300 steps were done by a stopped run; this one does the last 175 at 4 s a step
+    seen = []
+    for i in track(range(125, 300), "distilling", total=300, unit="steps", start=125):
+        seen.append(i)
+        clock.now += 4.0
+    assert seen == list(range(125, 300))
+    lines = capsys.readouterr().err.splitlines()
+    # the old line read '3/175 steps (1%)'; one counting the stopped run's steps read 128/12 s = 11 steps/s
+    assert lines[0] == "[paw] distilling: 128/300 steps (42%), 0.25 steps/s, ETA 11 min 28 s"
+    assert lines[-1] == "[paw] distilling: 300/300 steps (100%), 0.25 steps/s, took 11 min 40 s"
+
+
+def test_a_resumed_run_with_nothing_left_says_so_without_dividing_by_zero(clock, capsys, monkeypatch):
+    monkeypatch.setenv("PAW_PROGRESS", "1")
+    assert list(track(range(300, 300), "distilling", total=300, unit="steps", start=300)) == []
+    assert capsys.readouterr().err == "[paw] distilling: 300/300 steps (100%), took 0 s\n"
+
+
 def test_short_work_prints_nothing_unless_forced(clock, capsys, monkeypatch):
     _run(20, clock, 0.1)
     assert capsys.readouterr().err == ""
@@ -86,7 +105,7 @@ def test_unknown_total_and_slow_items(clock, capsys):
 def test_a_terminal_gets_the_bar_not_lines(clock, capsys, monkeypatch):
     drawn = []
     monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr(progress, "_bar", lambda items, description, total: (drawn.append(total), *items)[1:])
+    monkeypatch.setattr(progress, "_bar", lambda items, description, total, start: (drawn.append(total), *items)[1:])
     assert _run(30, clock, 1.0) == list(range(30))
     assert drawn == [30] and capsys.readouterr().err == ""
 

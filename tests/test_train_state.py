@@ -108,9 +108,11 @@ def test_train_lora_resumed_after_a_kill_equals_an_uninterrupted_run(cli, tmp_pa
 
     steps, step_loss = [], train._step_loss
     monkeypatch.setattr(train, "_step_loss", lambda *a: steps.append(1) or step_loss(*a))
+    monkeypatch.setenv("PAW_PROGRESS", "1")  # the progress line even for work this short
     result = cli(*args, "--output", tmp_path / "cut", "--save-every", "2", "--resume")
     assert result.exit_code == 0, result.stderr
     assert len(steps) == 4  # steps 3 to 6: the first two came from the checkpoint
+    assert "[paw] training LoRA: 6/6 steps (100%)" in result.stderr  # counted from the checkpoint (not 4/4)
     name = "adapter_model.safetensors"
     assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
     assert load_train_state(tmp_path / "cut-work") is None  # done: nothing left to resume

@@ -156,7 +156,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     losses: list[float] = list(checkpoints.extra("losses", []))
     peft_model.train()
     order = batches_in_order(len(encoded), batch_size, steps, seed)
-    steps_iter = track(range(start, steps), "training LoRA", total=steps - start) if progress else range(start, steps)
+    steps_iter = track(range(start, steps), "training LoRA", total=steps, unit="steps", start=start) if progress else range(start, steps)
     for step in steps_iter:
         loss = _step_loss(peft_model, [encoded[i] for i in order[step]], pad_id, device, ranks, fsdp)
         optimizer.zero_grad(set_to_none=True)

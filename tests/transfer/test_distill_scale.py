@@ -109,9 +109,11 @@ def test_a_killed_distillation_resumes_to_the_bytes_of_an_uninterrupted_one(cli,
 
     steps, sync = [], S.sync
     monkeypatch.setattr(S, "sync", lambda *a: steps.append(1) or sync(*a))  # once per optimiser step
+    monkeypatch.setenv("PAW_PROGRESS", "1")  # the progress line even for work this short
     result = _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2", "--resume")
     assert result.exit_code == 0, result.stderr
     assert len(steps) == 4  # steps 3 to 6: the first two came from the checkpoint
+    assert "[paw] distilling: 6/6 steps (100%)" in result.stderr  # counted from the checkpoint (not 4/4)
     assert (tmp_path / "cut" / ADAPTER).read_bytes() == (tmp_path / "whole" / ADAPTER).read_bytes()
 
 

@@ -380,7 +380,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     peft_model.train()
     todo = range(start, steps)
     done = start
-    for step in (track(todo, "distilling", total=len(todo), unit="steps") if progress else todo):
+    for step in (track(todo, "distilling", total=steps, unit="steps", start=start) if progress else todo):
         chosen = [examples[i] for i in order[step]]
         if not any(e.sequence is not None or e.choices for e in chosen):
             continue
