@@ -1,6 +1,6 @@
 """Every move of `paw bench real --parts tasks` that a work folder holds, as one markdown table from its score files.
 
-    python scripts/real_tasks_table.py WORK [--tasks arc-easy piqa] [--n-boot 1000]
+    python scripts/real_tasks_table.py WORK [--tasks arc-easy piqa] [--n-boot 1000] [--plot moves.png]
 
 WORK is the bench's work folder (its ``tasks/TASK`` folders) or a folder of task folders, such as
 ``docs/benchmarks/real-tasks-2026-11-27``.
@@ -12,7 +12,8 @@ fractions (cluster-bootstrap stderr), and the move minus the main move, paired o
 names the adapter it scored (``adapter``), the source LoRA column gives the first 8 hex digits of its digest
 (score files from before digests: "first machine's"), so rows from a LoRA trained again are never read as the
 first machine's; a move whose own score file predates a LoRA trained again is marked. Nothing is run: the table
-is what the files say.
+is what the files say. ``--plot`` draws the same accuracies, one panel per task and direction, with the target's
+base and own LoRA and the teacher (the source with its LoRA) beside the moves.
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from paw.bench.real_report import tasks_figure
 from paw.bench.stats import accuracy, kept, paired_difference, recovered
 from paw.io.json_file import read_json_if_exists
+from paw.io.reports import save_figure
 
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m")
 MOVES = {"": "main", "base-teacher-": "control: source base as teacher", "focus-": "token focus",
          "synth-": "synthesized inputs"}
+SHORT = {"smollm2-135m-instruct": "SmolLM2", "gemma-3-270m": "Gemma-3"}
+TASKS = {"arc-easy": "ARC-Easy", "piqa": "PIQA", "boolq": "BoolQ"}
 
 
 def _scores(folder: Path, key: str) -> tuple[list[int], str] | None:
@@ -59,6 +64,25 @@ def rows(folder: Path, task: str, source: str, target: str, *, n_boot: int) -> l
     return out
 
 
+def panel(folder: Path, task: str, source: str, target: str) -> dict | None:
+    """The figure panel of one direction: the target's base and own LoRA, the teacher, then each move found."""
+    s, t = SHORT.get(source, source), SHORT.get(target, target)
+    wanted = [(f"{target}-base", f"{t} base", "target"), (f"{target}-lora", f"{t} + own LoRA (labels)", "target"),
+              (f"{source}-lora", f"{s} + LoRA (the teacher)", "source")]
+    wanted += [(f"{target}-moved-{key}from-{source}", f"moved: {what}", "main" if not key else "variant")
+               for key, what in MOVES.items()]
+    found = [(label, role, _scores(folder, key)) for key, label, role in wanted]
+    if found[0][2] is None or not any(role in ("main", "variant") and got for _, role, got in found):
+        return None
+    out = []
+    for label, role, got in found:
+        if got is not None:
+            acc = accuracy([got[0]])
+            out.append({"label": label, "mean": 100 * acc["mean"], "stderr": 100 * acc["stderr"], "role": role})
+    items = len(found[0][2][0])
+    return {"title": f"{TASKS.get(task, task)}: {s} -> {t} ({items:,} test items)", "rows": out}
+
+
 def _pm(d: dict, key: str, scale: float = 1.0) -> str:
     if d.get(key) is None:
         return "n/a"
@@ -73,15 +97,22 @@ def main() -> None:
     p.add_argument("work", type=Path)
     p.add_argument("--tasks", nargs="*", default=["arc-easy", "piqa"])
     p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--plot", type=Path, help="also draw the accuracies into this figure (png, pdf or svg)")
     args = p.parse_args()
     print("| task | direction | move | source LoRA | accuracy | gain over target base | kept | recovered "
           "| this − main, paired |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
     tasks = args.work / "tasks" if (args.work / "tasks").is_dir() else args.work   # a bench work folder, or docs'
+    panels = []
     for task in args.tasks:
         for s, t in (MODELS, MODELS[::-1]):
             for row in rows(tasks / task, task, s, t, n_boot=args.n_boot):
                 print(row)
+            found = panel(tasks / task, task, s, t)
+            panels += [found] if found else []
+    if args.plot:
+        save_figure(tasks_figure(panels), args.plot)
+        print(f"\nfigure: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``paw bench real`` results as ``results.json``, ``results.md`` and ``real.png`` (see :mod:`paw.bench.real`)."""
+"""``paw bench real`` results as ``results.json``, ``results.md``, ``real.png`` and, with the tasks part,
+``tasks.png`` (see :mod:`paw.bench.real`)."""
 
 from __future__ import annotations
 
@@ -191,12 +192,80 @@ def plot(results: dict):
     return fig
 
 
+_ROLE_COLOURS = {"target": "tab:gray", "source": "tab:brown", "main": "tab:green", "variant": "tab:blue"}
+
+
+def tasks_figure(panels: list[dict]):
+    """Accuracy of every condition of the real-task moves, one panel per task and direction.
+
+    ``panels``: ``[{"title": str, "rows": [{"label", "mean", "stderr", "role"}, ...]}, ...]``, accuracy
+    and stderr in percent; ``role`` is ``target`` (the target's base and own LoRA: grey), ``source`` (the
+    teacher: brown), ``main`` (the default move: green) or ``variant`` (blue). A dashed line marks the
+    target's base (the first ``target`` row), so a move left of it made the target worse.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    cols = 2 if len(panels) > 1 else 1
+    rows = max(1, -(-len(panels) // cols))
+    tallest = max((len(p["rows"]) for p in panels), default=1)
+    fig = Figure(figsize=(6.5 * cols, (0.9 + 0.32 * tallest) * rows + 0.3))
+    if not panels:
+        fig.text(0.5, 0.5, "no real-task scores", ha="center")
+        return fig
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels, strict=False):
+        found = panel["rows"][::-1]   # top to bottom as listed
+        ys = range(len(found))
+        ax.barh(ys, [r["mean"] for r in found], xerr=[r["stderr"] for r in found], height=0.7,
+                color=[_ROLE_COLOURS[r["role"]] for r in found], capsize=2)
+        for y, r in zip(ys, found, strict=True):
+            ax.text(r["mean"] + r["stderr"] + 0.4, y, f"{r['mean']:.1f}", va="center", fontsize=7)
+        ax.set_yticks(list(ys), [r["label"] for r in found], fontsize=8)
+        base = next((r["mean"] for r in panel["rows"] if r["role"] == "target"), None)
+        if base is not None:
+            ax.axvline(base, ls="--", lw=0.8, color="black")
+        lo = min(r["mean"] - r["stderr"] for r in found)
+        hi = max(r["mean"] + r["stderr"] for r in found)
+        ax.set_xlim(max(0.0, lo - 5), min(100.0, hi + 5))
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_xlabel("accuracy % (± stderr; dashed: the target's base)", fontsize=8)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def task_panels(tk: dict) -> list[dict]:
+    """:func:`tasks_figure`'s panels from the tasks part of the results (``results["tasks"]``)."""
+    panels = []
+    for task, t in tk["tasks"].items():
+        for direction, d in t["directions"].items():
+            a = d["accuracy"]
+            wanted = [("target base", "target"), ("target + own LoRA", "target"), ("source + LoRA", "source")]
+            found = [(f"{k} (the teacher)" if role == "source" else k, role, a[k]) for k, role in wanted]
+            if "failed" not in d:
+                found.append(("moved", "main", a["target + moved LoRA"]))
+            for variant, label in VARIANTS.items():
+                v = d.get(variant)
+                if v is not None and "failed" not in v:
+                    found.append((f"moved: {label}", "variant", v["accuracy"]["target + moved LoRA"]))
+            panels.append({"title": f"{task}: {direction} ({d['items']:,} test items)",
+                           "rows": [{"label": label, "role": role, "mean": 100 * acc["mean"],
+                                     "stderr": 100 * acc["stderr"]} for label, role, acc in found]})
+    return panels
+
+
 def write_real(output: str | Path, results: dict, *, overwrite: bool = False, command: str = "") -> Path:
-    """Write ``results.json``, ``results.md`` and ``real.png`` into ``output`` atomically."""
+    """Write ``results.json``, ``results.md``, ``real.png`` (and ``tasks.png``) into ``output`` atomically."""
     with atomic_dir(output, overwrite=overwrite) as tmp:
         write_json(tmp / "results.json", {"paw_version": __version__, "command": command, **results})
         (tmp / "results.md").write_text(markdown(results), encoding="utf-8")
         save_figure(plot(results), tmp / "real.png")
+        if "tasks" in results:
+            save_figure(tasks_figure(task_panels(results["tasks"])), tmp / "tasks.png")
     return Path(output)
 
 

@@ -67,6 +67,13 @@ def test_report_writes_json_markdown_and_plot(tmp_path):
     assert "distill not merged yet" in text
     out = write_real(tmp_path / "r", results)
     assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "real.png"}
+    # with the tasks part, its figure too: one panel per direction (a failed move draws the references only)
+    four = {k: acc for k in ("source base", "source + LoRA", "target base", "target + own LoRA")}
+    results["tasks"] = {"tasks": {"piqa": {"directions": {"a -> b": {
+        "items": 20, "accuracy": four, "source_gain": {"difference": 0.0, "z": 0.0}, "failed": "no adapter"}}}}}
+    out = write_real(tmp_path / "t", results)
+    assert {p.name for p in out.iterdir()} == {"results.json", "results.md", "real.png", "tasks.png"}
+    assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_reworded_figures_by_hand_and_their_table():

@@ -54,6 +54,13 @@ def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
 
     [_, _, row] = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": out}}}})
     assert row.startswith(f"| colour | a -> b | {len(items)} |") and row.count("|") == 13
+    from paw.bench.real_report import task_panels
+
+    [panel] = task_panels({"tasks": {"colour": {"directions": {"a -> b": out}}}})   # tasks.png's one panel
+    assert [(r["label"], r["role"]) for r in panel["rows"]] == [
+        ("target base", "target"), ("target + own LoRA", "target"), ("source + LoRA (the teacher)", "source"),
+        ("moved", "main")]
+    assert panel["rows"][-1]["mean"] == pytest.approx(100 * acc["target + moved LoRA"]["mean"])
 
     def fail(*args, **kwargs):
         raise AssertionError("cached work was done again")
@@ -327,3 +334,20 @@ def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
     write_json(folder / f"score-{s}-lora.json", {"correct": [1, 1, 0, 1], "seconds": 1.0, "adapter": "ab" * 32})
     assert "abababab (the move's score predates it" in table.rows(folder, "x", s, t, n_boot=0)[0]
     assert table.rows(folder, "x", t, s, n_boot=0) == []   # no move that way
+    # the figure's panel: the target's base and own LoRA, the teacher, then the moves, in percent
+    drawn = table.panel(folder, "x", s, t)
+    assert drawn["title"] == "x: SmolLM2 -> Gemma-3 (4 test items)"
+    assert [(r["label"], r["role"], r["mean"]) for r in drawn["rows"]] == [
+        ("Gemma-3 base", "target", 50.0), ("Gemma-3 + own LoRA (labels)", "target", 100.0),
+        ("SmolLM2 + LoRA (the teacher)", "source", 75.0), ("moved: main", "main", 75.0),
+        ("moved: token focus", "variant", 100.0)]
+    assert abs(drawn["rows"][0]["stderr"] - 25.0) < 1e-9   # sqrt(p (1 - p) / n) of [0, 0, 1, 1]: sqrt(0.25 / 4)
+    assert table.panel(folder, "x", t, s) is None
+    from paw.bench.real_report import tasks_figure
+
+    fig = tasks_figure([drawn, drawn, drawn])   # three panels on a 2 x 2 grid: the fourth hidden
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(fig.axes) == 4 and len(shown) == 3
+    assert [tick.get_text() for tick in shown[0].get_yticklabels()][-1] == "Gemma-3 base"   # first row on top
+    dashed = [line for line in shown[0].lines if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and list(dashed[0].get_xdata()) == [50.0, 50.0]   # the line at the target's base
