@@ -110,11 +110,13 @@ class _Keeping:
 def _fit(base: VocabMapping, donor_rows, anchors, todo, k, batch, device, part, keeping: _Keeping) -> VocabMapping:
     rows = donor_rows.to(device)
     done, keep = keeping.hooks(part, donor_rows)
+    batches = -(-len(todo) // batch)
     if done:
-        status(f"fitting OMP {part} rows: {len(done)} of {-(-len(todo) // batch)} batches taken as a stopped run "
+        status(f"fitting OMP {part} rows: {len(done)} of {batches} batches taken as a stopped run "
                f"kept them in {keeping.work}")
     fits = donor_omp(rows, anchors, todo, k=k, batch=batch, done=done, keep=keep,
-                     track=lambda it: track(it, f"fitting OMP {part} rows", unit="batches"))
+                     track=lambda it, kept: track(it, f"fitting OMP {part} rows", total=batches, unit="batches",
+                                                  start=kept))
     entries = dict(base.entries)
     entries.update({t: (METHOD, src, w) for t, (src, w) in fits.items()})
     return VocabMapping(base.source_size, base.target_size, entries, base.source, base.target)

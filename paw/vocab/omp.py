@@ -75,7 +75,7 @@ def batch_omp(X, A, *, k: int, eps: float = 1e-8):
 
 
 def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[int], *, k: int = DEFAULT_K,
-              batch: int = DEFAULT_BATCH, track: Callable[[Iterable[int]], Iterable[int]] = iter,
+              batch: int = DEFAULT_BATCH, track: Callable[[Iterable[int], int], Iterable[int]] = lambda it, _: it,
               done: Mapping[int, Mapping[str, Any]] | None = None,
               keep: Callable[[int, dict[str, Any]], None] | None = None,
               ) -> dict[int, tuple[list[int], list[float]]]:
@@ -84,9 +84,10 @@ def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[
     ``donor_rows`` (Nt, d_donor) is the donor's embedding (or head) matrix, indexed by target id;
     ``anchors`` pairs ``(target id, source id)`` of the shared tokens. The coefficients multiply
     the anchors' *source* rows, so the result drops into a :class:`~paw.io.vocab_map.VocabMapping`
-    entry and :func:`paw.vocab.embed.apply_mapping` builds the rows. ``track`` wraps the batch
-    starts still to fit (a progress bar: :func:`paw.progress.track`), so a resumed run's rate and time
-    left count only its own work. ``done`` maps a batch's first position to the ``idx`` and ``coef``
+    entry and :func:`paw.vocab.embed.apply_mapping` builds the rows. ``track(starts, kept)`` wraps the
+    batch starts still to fit, ``kept`` the number of batches a resumed run took as they were (a
+    progress bar: :func:`paw.progress.track` with ``start=kept``, so the count starts there and the rate
+    and time left are this run's). ``done`` maps a batch's first position to the ``idx`` and ``coef``
     already fitted for it (a resumed run); ``keep(start, {"idx", "coef"})`` is called with each batch
     fitted here, as soon as it is done.
     """
@@ -102,7 +103,7 @@ def donor_omp(donor_rows, anchors: Sequence[tuple[int, int]], targets: Sequence[
     starts = range(0, len(targets), batch)
     fits = {s: done[s] for s in starts  # a resumed run's batches, where fitted under this k
             if done and s in done and done[s]["idx"].shape == (len(targets[s:s + batch]), k)}
-    for start in track([s for s in starts if s not in fits]):
+    for start in track([s for s in starts if s not in fits], len(fits)):
         X = donor_rows[torch.tensor(list(targets[start:start + batch]), device=dev)].float()  # (B, d_donor)
         idx, coef = batch_omp(X, A, k=k)
         if keep is not None:

@@ -194,10 +194,12 @@ def test_a_stopped_donor_fit_resumes_from_the_batches_it_kept(cli, tiny_llama, d
                     "omp-input-00000032.safetensors"] and not out.exists()
     calls.clear()
     monkeypatch.setattr(omp, "batch_omp", killed_after(99))
+    monkeypatch.setenv("PAW_PROGRESS", "1")   # the progress line even for work this short
     res = cli("transplant-tokenizer", *args, "-o", out, "--resume")
     assert res.exit_code == 0, res.stderr
     assert len(calls) == 4 + 7     # the input rows' last 4 batches, then the head's 7 (tied donor, untied model)
     assert "fitting OMP input rows: 3 of 7 batches taken as a stopped run kept them in" in res.stderr
+    assert "[paw] fitting OMP input rows: 7/7 batches (100%)" in res.stderr   # counted from the 3 taken
     assert (out / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
     assert json.loads((out / "paw_transplant.json").read_text())["omp"]["resumed_batches"] == 3
     assert not (tmp_path / "out-work").exists()
@@ -232,6 +234,9 @@ def test_donor_omp_tracks_only_the_batches_it_fits():
     whole = donor_omp(D, anchors, targets, k=3, batch=8, keep=lambda s, f: kept.__setitem__(s, f))
     assert sorted(kept) == [0, 8, 16, 24]
     done = {0: kept[0], 16: kept[16], 24: {"idx": kept[24]["idx"][:, :2], "coef": kept[24]["coef"][:, :2]}}
-    resumed = donor_omp(D, anchors, targets, k=3, batch=8, done=done, track=lambda it: seen.extend(it) or seen)
+    taken = []
+    resumed = donor_omp(D, anchors, targets, k=3, batch=8, done=done,
+                        track=lambda it, kept: taken.append(kept) or seen.extend(it) or seen)
     assert seen == [8, 24]            # batch 24 was kept under another k: refitted
+    assert taken == [2]               # the progress counts from the two batches taken (0 and 16)
     assert list(resumed) == targets and resumed == whole
