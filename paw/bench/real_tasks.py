@@ -37,14 +37,15 @@ from paw.io.adapter import LoraAdapter, read_adapter, write_adapter
 from paw.io.json_file import read_json_if_exists
 from paw.io.manifest import write_json
 from paw.io.tokenizer import open_tokenizer
-from paw.io.train_state import load_train_state, save_train_state
+from paw.io.train_state import load_train_state, read_synthesized, save_train_state
 from paw.lora import tensors_digest
 from paw.progress import status
 from paw.train_state import Checkpoints
 from paw.transfer.distill import LM, distill_lora
-from paw.transfer.distill.data import Prompt
+from paw.transfer.distill.data import Prompt, discriminator_passes
 from paw.transfer.distill.scale import Scale
 from paw.transfer.summary import DistillSummary
+from paw.zoo import sample_texts
 
 MIN_SOURCE_Z = 5.0    # the source's gain must reach this many paired stderrs for the task to count
 SAVE_EVERY = 25       # distillation steps between checkpoints: a run killed mid-distillation resumes there
@@ -360,11 +361,50 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
         moved)
     summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
     inputs_report = report.get("inputs", report.get("synthesis"))   # runs before 2026-11-26 13:00 cached "synthesis"
+    if variant == "synthesized":
+        extra["discriminator"] = discriminator_check(source, lora_s, inputs, recipe, cache,
+                                                     resumable(cache, f"distilled-{key}-{s}-to-{t}", recipe, seed).work,
+                                                     seed=seed, target=t)
     if variant == "base-teacher":
         main = cache.found(f"score-{t}-moved-from-{s}")   # absent where the main move failed
         extra = {"vs_main": None if main is None else paired_difference(main, out["target + moved LoRA"])}
     return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered", "seconds")} | {
         "inputs": inputs_report} | extra
+
+
+DISCRIMINATOR_SAMPLE = 100   # synthesized inputs, and real ones, that the discriminator check judges
+
+
+def discriminator_check(source, lora_s: LoraAdapter, inputs: list[Prompt], recipe: Recipe, cache: Cache, work: Path,
+                        *, seed: int, target: str) -> dict:
+    """What ``--discriminator`` would say of the inputs the teacher wrote, beside what it says of real ones.
+
+    The synthesized move trains on every usable input the teacher writes (the setting fixed before any
+    result); this only measures: of :data:`DISCRIMINATOR_SAMPLE` synthesized inputs and as many real
+    label-free inputs (the seeds left out), drawn seeded, the fraction the teacher (source + LoRA) finds
+    at least as task-like as its least task-like seed (:func:`paw.transfer.distill.data.discriminator_passes`).
+    The real inputs' fraction is the yardstick: a discriminator that passes half the real inputs says less of
+    a synthetic one it drops. ``{"unavailable": why}`` where the synthesized inputs were not kept.
+    """
+    written = read_synthesized(work)
+    if not written:
+        return {"unavailable": f"no synthesized inputs kept in {work} (a run before synthesis states were kept)"}
+    seeds, real = inputs[:recipe.synth_seeds], [p.text for p in inputs[recipe.synth_seeds:]]
+    rng = random.Random(f"paw-discriminator-check-{seed}")
+    picked = {"synthesized": rng.sample(written, min(DISCRIMINATOR_SAMPLE, len(written))),
+              "real": rng.sample(real, min(DISCRIMINATOR_SAMPLE, len(real)))}
+    out: dict[str, Any] = {"sampled": {k: len(v) for k, v in picked.items()}}
+    for kind, texts in picked.items():
+        def judge(texts=texts, kind=kind):
+            status(f"tasks: discriminator on {len(texts)} {kind} inputs of {source.name}")
+            with applied(source.model, adapter_deltas(lora_s)):
+                return discriminator_passes(source.model, source.tokenizer, texts, seeds, sample_texts("en"))
+        name = f"discriminator-{kind}-{source.name}" + (f"-to-{target}" if kind == "synthesized" else "")
+        passes, seconds = cache.scores(name, judge, lora_s)
+        out[kind] = accuracy([passes]) | {"seconds": seconds}
+    a, b = out["synthesized"], out["real"]
+    out["difference"] = {"difference": a["mean"] - b["mean"], "stderr": (a["stderr"] ** 2 + b["stderr"] ** 2) ** 0.5}
+    return out
 
 
 def _diverged(report: dict) -> dict:

@@ -12,6 +12,9 @@ killed run made survives it:
 - ``teacher-{NAME}.json``: one list of the teacher's per-input scores (its choice log-likelihoods,
   its per-token log-probability gains), written atomically once made, under a key that names the
   teacher and every input it scored; a file under another key, or unreadable, is made again.
+- ``synthesis.json``: ``--synthesize``'s inputs so far and what it needs to go on (counts, every text
+  seen, the sampler's RNG), rewritten atomically after each round of candidates under a key that
+  names the teacher, the seeds and the settings; a file under another key, or unreadable, is ignored.
 - ``omp-{WHAT}-{START}.safetensors``: ``paw transplant-tokenizer --donor``'s OMP fits, one file per
   batch of tokens (``idx`` and ``coef``, the batch's first position ``START``), written atomically as
   each batch is done, under a key that names the donor's rows, the anchors, the tokens and ``k``; a
@@ -123,6 +126,39 @@ def write_teacher_scores(folder: str | os.PathLike, name: str, key: str, values:
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_file(folder / f"teacher-{name}.json", "w", overwrite=True, encoding="utf-8") as f:
         json.dump({"key": key, "values": values}, f)
+
+
+SYNTHESIS_NAME = "synthesis.json"
+
+
+def read_synthesis(folder: str | os.PathLike, key: str) -> dict | None:
+    """The synthesis state kept as ``folder/synthesis.json`` under ``key``, or None (absent, other key, unreadable)."""
+    try:
+        record = json.loads((Path(folder) / SYNTHESIS_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(record, dict) and record.get("key") == key and isinstance(record.get("state"), dict):
+        return record["state"]
+    return None
+
+
+def read_synthesized(folder: str | os.PathLike) -> list[str]:
+    """The inputs ``folder/synthesis.json`` holds, whatever run wrote it; [] when there is none."""
+    try:
+        record = json.loads((Path(folder) / SYNTHESIS_NAME).read_text(encoding="utf-8"))
+        kept = record["state"]["kept"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [str(x) for x in kept] if isinstance(kept, list) else []
+
+
+def write_synthesis(folder: str | os.PathLike, key: str, state: dict) -> None:
+    """Keep ``state`` (JSON values) as ``folder/synthesis.json`` under ``key``, atomically: a kill while
+    writing leaves the previous round's."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_file(folder / SYNTHESIS_NAME, "w", overwrite=True, encoding="utf-8") as f:
+        json.dump({"key": key, "state": state}, f)
 
 
 FIT_GLOB = "omp-*.safetensors"

@@ -3,6 +3,8 @@ scored, the fractions computed from the outcomes, the work cached and reused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from paw.bench import real_tasks as R
@@ -115,6 +117,23 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert calls == [1]                                   # only the moved LoRA was scored
     assert out["accuracy"]["target base"] == main["accuracy"]["target base"]
     assert 0 < out["inputs"]["synthesis"]["kept"] <= 6
+    judged = out["discriminator"]    # what --discriminator says of the written inputs, and of real ones
+    written = json.loads((root / "cache-synth" / "distilled-synth-a-to-b-work" / "synthesis.json").read_text())
+    assert judged["sampled"] == {"synthesized": out["inputs"]["synthesis"]["kept"], "real": len(items) - 3}
+    assert len(written["state"]["kept"]) == judged["sampled"]["synthesized"]
+    from paw.bench.common import adapter_deltas, applied
+    from paw.transfer.distill.data import discriminator_passes
+    from paw.zoo import sample_texts
+
+    a, lora = sides["a"], R.own_lora(sides["a"], items, cache, recipe=recipe)[0]
+    with applied(a.model, adapter_deltas(lora)):
+        verdicts = discriminator_passes(a.model, a.tokenizer, [p.text for p in R.label_free_inputs(items, recipe, 0)[3:]],
+                                    R.label_free_inputs(items, recipe, 0)[:3], sample_texts("en"))
+    assert judged["real"]["mean"] == pytest.approx(sum(verdicts) / len(verdicts)) and judged["real"]["n"] == len(items) - 3
+    assert judged["difference"]["difference"] == pytest.approx(judged["synthesized"]["mean"] - judged["real"]["mean"])
+    monkeypatch.setattr(R, "discriminator_passes", lambda *a, **k: pytest.fail("judged again"))
+    assert R.run_variant(sides["a"], sides["b"], items, items, cache, "synthesized", recipe=recipe,
+                         n_boot=50)["discriminator"] == judged
 
     from paw.bench.real_report import _tasks_table
 
@@ -137,8 +156,7 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     failed = R.run_variant(sides["a"], sides["b"], items, items, R.Cache(root / "cache-barren"), "synthesized",
                            recipe=recipe, n_boot=50)
     assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
-    import json  # on record at once, and tried again on a rerun (a fixed bug must not stay a cached failure)
-
+    # on record at once, and tried again on a rerun (a fixed bug must not stay a cached failure)
     record = json.loads((root / "cache-barren" / "distilled-synth-a-to-b.failed.json").read_text())
     assert record["failed"] == failed["failed"] and record["seconds"] >= 0
     assert not (root / "cache-barren" / "distilled-synth-a-to-b.meta.json").exists()

@@ -265,6 +265,14 @@ def test_synthesis_from_seed_examples_with_the_discriminator(world):
     assert stats["template_end"] == " is" and all(p.text.endswith(" is") for p in made)  # no answer written
     again, _ = synthesize(teacher, tok, seeds, 6, seed=0, max_new_tokens=12, filter_lines=["The sky is blue."])
     assert again == made
+    from paw.transfer.distill.data import discriminator_passes, discriminator_threshold, task_likeness
+
+    assert discriminator_passes(teacher, tok, [p.text for p in made], seeds, ["The sky is blue."]) == [1] * len(made)
+    assert discriminator_threshold(teacher, tok, seeds, ["The sky is blue."]) == stats["filter_threshold"]
+    off = ["zzz qqq", "The sky is blue."]   # the discriminator's verdicts are the likeness against that threshold
+    likeness = task_likeness(teacher, tok, off, seeds, ["The sky is blue."])
+    assert discriminator_passes(teacher, tok, off, seeds, ["The sky is blue."]) == [
+        int(x >= stats["filter_threshold"]) for x in likeness]
 
 
 def test_bad_inputs_exit_2_with_one_line_and_write_nothing(cli, world, tmp_path):
@@ -343,3 +351,32 @@ def test_synthesis_counts_the_inputs_it_keeps_on_stderr(monkeypatch, capsys):
     rounds = iter(range(100))
     assert data.synthesize(None, None, seeds, 3, seed=0, batch_size=2)[0] == made   # the same inputs, silently
     assert capsys.readouterr().err == ""
+
+
+def test_a_synthesis_resumed_from_a_rounds_state_ends_as_an_uninterrupted_one(monkeypatch, capsys):
+    """A thousand inputs take an hour of a CPU: a killed run goes on from its last round, not from nothing,
+    and ends with the inputs and counts of a run that was never stopped (the restored sampler RNG shuffles
+    the seeds as it would have, round r samples with its own seed)."""
+    from paw.errors import PawError
+    from paw.transfer.distill import data
+
+    def generate(model, tokenizer, texts, *, seed, **kwargs):   # depends on the shuffled seeds and the round's seed
+        return [f"{t.split(chr(10))[0][:7]} {seed % 97} {i % 3} likes the colour" for i, t in enumerate(texts)]
+
+    monkeypatch.setattr(data, "generate", generate)
+    seeds = [data.Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo", "Ann Bo")]
+    states = []
+    whole, stats = data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, on_round=states.append)
+    assert len(whole) == 10 and stats["rounds"] == len(states) >= 3 and stats["duplicates"] > 0
+    assert [len(s["kept"]) for s in states] == sorted(len(s["kept"]) for s in states)   # each round adds to the last
+    saved = json.loads(json.dumps(states[1]))   # as the work folder keeps it
+    monkeypatch.setenv("PAW_PROGRESS", "1")
+    later = []
+    resumed, again = data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state=saved, on_round=later.append,
+                                     progress=True)
+    assert resumed == whole and again == stats and len(later) == len(states) - 2
+    assert "teacher writing inputs: 10/10 inputs (100%)" in capsys.readouterr().err
+    done, _ = data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state=json.loads(json.dumps(states[-1])))
+    assert done == whole   # nothing left to write
+    with pytest.raises(PawError, match="synthesis state is damaged"):
+        data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state={"kept": []})

@@ -195,3 +195,53 @@ def test_a_rerun_reuses_the_teachers_choice_scores_and_gains(cli, src, src_lora,
     assert (tmp_path / "a" / ADAPTER).read_bytes() == made
     other = run(tmp_path / "b")   # another output folder: another work folder, so the teacher scores again
     assert other == first
+
+
+def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, independent, tmp_path, monkeypatch):
+    """``--synthesize`` keeps its inputs after each round of candidates in OUT-work/synthesis.json: a run killed
+    there writes only the rounds left, and its adapter is the bytes of an uninterrupted run's."""
+    import json
+
+    from paw.transfer.distill import data
+    from paw.transfer.distill import scale as S
+
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("Kavo Milret likes the colour\nTin Sulo likes the colour\nAnn Bo likes the colour\n")
+    synth = ("--synthesize", "12", "--seed-examples", str(seeds), *FAST[2:])
+    rounds = []
+    generate = data.generate
+
+    def sampled(model, tokenizer, texts, **kwargs):   # the teacher's sampling stood in for: 4 new names a round,
+        if not kwargs.get("sample"):                   # from the round's seed and the first shuffled seeds; its
+            return generate(model, tokenizer, texts, **kwargs)   # continuations are the tiny model's own
+        rounds.append(1)
+        first = texts[0].split("\n")[-2][:4]
+        return [f"{first}{kwargs['seed'] % 89}x{i % 4} likes the colour" for i in range(len(texts))]
+
+    monkeypatch.setattr(data, "generate", sampled)
+
+    def run(out):
+        rounds.clear()
+        result = cli("transfer-lora", "--method", "distill", "--adapter", src_lora, "--source-base", src,
+                     "--target-base", independent, "--output", out, *synth)
+        assert result.exit_code == 0, result.stderr
+        return len(rounds), json.loads((out / "transfer_report.json").read_text())["distill"]["inputs"]["synthesis"]
+
+    whole, whole_stats = run(tmp_path / "whole")
+    assert whole == 3 and whole_stats["kept"] == 12 and whole_stats["duplicates"] == 36
+    real = S.write_synthesis
+
+    def keep_then_die(folder, key, state):
+        real(folder, key, state)
+        if state["stats"]["rounds"] == 2:
+            raise Killed
+
+    monkeypatch.setattr(S, "write_synthesis", keep_then_die)
+    with pytest.raises(Killed):
+        run(tmp_path / "cut")
+    kept = json.loads((tmp_path / "cut-work" / "synthesis.json").read_text())["state"]
+    assert kept["stats"]["rounds"] == 2 and len(kept["kept"]) == 8 and not (tmp_path / "cut").exists()
+    monkeypatch.setattr(S, "write_synthesis", real)
+    left, stats = run(tmp_path / "cut")
+    assert left == whole - 2 and stats == whole_stats
+    assert (tmp_path / "cut" / ADAPTER).read_bytes() == (tmp_path / "whole" / ADAPTER).read_bytes()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import random
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from paw.errors import PawError
@@ -350,7 +350,8 @@ def _cut_after(line: str, ending: str) -> str | None:
 
 def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, max_new_tokens: int = 48,
                batch_size: int = 16, filter_lines: Sequence[str] | None = None, device=None,
-               chat: bool = True, progress: bool = False) -> tuple[list[Prompt], dict]:
+               chat: bool = True, progress: bool = False, state: dict | None = None,
+               on_round: Callable[[dict], None] | None = None) -> tuple[list[Prompt], dict]:
     """``n`` new task inputs written by the teacher from the seeds, and what happened on the way.
 
     With ``chat`` and a tokenizer that has a chat template, the teacher is asked for a new input in
@@ -361,6 +362,11 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     Blank lines, seeds and repeats are dropped; with ``filter_lines`` (generic text), candidates
     that :func:`task_likeness` scores below every seed's own score are dropped too. ``progress``:
     count the inputs kept on stderr (:func:`paw.progress.track`; a thousand take minutes on a GPU).
+
+    Resuming: after each round of candidates ``on_round`` is handed the whole state (the inputs kept
+    so far, every text seen, the counts, the sampler's RNG: JSON values); ``state``, one such state
+    of an earlier run with the same arguments, continues from it. The result is the one an
+    uninterrupted run gives: round ``r`` samples with seed ``seed + 7919 r`` from the restored RNG.
     """
     seeds = check_seeds(seeds)
     rng = random.Random(f"synth-{seed}")
@@ -371,13 +377,14 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
              "surplus": 0, "rounds": 0, "template_start": start, "template_end": ending, "prompting": "chat template" if use_chat else "few-shot"}
     threshold = None
     if filter_lines is not None:
-        threshold = min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], filter_lines,
-                                      device=device)[0] for s in seeds)
-        stats["filter_threshold"] = threshold
+        threshold = stats["filter_threshold"] = discriminator_threshold(model, tokenizer, seeds, filter_lines, device=device)
+    done = _resume(state, stats, known, rng) if state else []
     written = _written(model, tokenizer, seeds, n, stats, use_chat=use_chat, rng=rng, known=known, start=start,
                        ending=ending, threshold=threshold, filter_lines=filter_lines, seed=seed, max_new_tokens=max_new_tokens,
-                       batch_size=batch_size, device=device)
-    kept = list(track(written, "teacher writing inputs", total=n, unit="inputs") if progress else written)
+                       batch_size=batch_size, device=device, done=done, on_round=on_round)
+    earlier = [Prompt(line) for line in done]
+    kept = earlier + list(track(written, "teacher writing inputs", total=n, unit="inputs", start=len(earlier))
+                          if progress else written)
     stats["kept"] = len(kept)
     if not kept:
         raise PawError(f"the teacher wrote no usable input from the {len(seeds)} seed examples "
@@ -387,10 +394,32 @@ def synthesize(model, tokenizer, seeds: Sequence[Prompt], n: int, *, seed: int, 
     return kept, stats
 
 
+def synthesis_state(done: list[str], known: set[str], stats: dict, rng: random.Random) -> dict:
+    """What :func:`synthesize` needs to go on after a round: JSON values only."""
+    version, internal, gauss = rng.getstate()
+    return {"kept": list(done), "known": sorted(known), "stats": dict(stats), "rng": [version, list(internal), gauss]}
+
+
+def _resume(state: dict, stats: dict, known: set[str], rng: random.Random) -> list[str]:
+    """Restore ``stats``, ``known`` and ``rng`` from a :func:`synthesis_state`; the inputs it had kept."""
+    try:
+        version, internal, gauss = state["rng"]
+        rng.setstate((int(version), tuple(int(x) for x in internal), gauss))
+        done = [str(x) for x in state["kept"]]
+        seen = {str(x) for x in state["known"]}
+        counts = {k: state["stats"][k] for k in stats if k in state["stats"]}
+    except (KeyError, TypeError, ValueError) as e:
+        raise PawError(f"the saved synthesis state is damaged ({e}); delete it to start again") from None
+    known |= seen
+    stats.update(counts)
+    return done
+
+
 def _written(model, tokenizer, seeds, n, stats, *, use_chat, rng, known, start, ending, threshold, filter_lines, seed,
-             max_new_tokens, batch_size, device) -> Iterator[Prompt]:
-    """:func:`synthesize`'s rounds: each usable new input as soon as its round is done (``stats`` counted)."""
-    kept = 0
+             max_new_tokens, batch_size, device, done: list[str], on_round=None) -> Iterator[Prompt]:
+    """:func:`synthesize`'s rounds: each usable new input as soon as its round is done (``stats`` counted,
+    ``done`` extended, then ``on_round`` told the state)."""
+    kept = len(done)
     while kept < n and stats["rounds"] < MAX_ATTEMPT_ROUNDS * max(1, -(-n // batch_size)) \
             and (kept or stats["rounds"] < BARREN_ROUNDS):
         contexts = [(chat_context(tokenizer, seeds, rng) if use_chat else few_shot_context(seeds, rng)) + start
@@ -419,8 +448,12 @@ def _written(model, tokenizer, seeds, n, stats, *, use_chat, rng, known, start, 
             stats["filtered"] += sum(s < threshold for s in scores)
             fresh = [line for line, s in zip(fresh, scores, strict=True) if s >= threshold]
         stats["surplus"] += max(0, len(fresh) - (n - kept))
-        for line in fresh[: n - kept]:
-            kept += 1
+        taken = fresh[: n - kept]
+        done.extend(taken)
+        kept += len(taken)
+        if on_round is not None:
+            on_round(synthesis_state(done, known, stats, rng))
+        for line in taken:
             yield Prompt(line)
 
 
@@ -436,6 +469,20 @@ def task_likeness(model, tokenizer, texts: Sequence[str], seeds: Sequence[Prompt
     scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), device=device, progress=False)
     return [scores[2 * i][0] / max(scores[2 * i][1], 1) - scores[2 * i + 1][0] / max(scores[2 * i + 1][1], 1)
             for i in range(len(texts))]
+
+
+def discriminator_threshold(model, tokenizer, seeds: Sequence[Prompt], generic: Sequence[str], *, device=None) -> float:
+    """The least :func:`task_likeness` of a seed given the other seeds (leave-one-out): a candidate the
+    seeds make at least that much more likely than generic text does is task-like (``--discriminator``)."""
+    return min(task_likeness(model, tokenizer, [s.text], [x for x in seeds if x != s], generic, device=device)[0]
+               for s in seeds)
+
+
+def discriminator_passes(model, tokenizer, texts: Sequence[str], seeds: Sequence[Prompt], generic: Sequence[str], *,
+                         device=None) -> list[int]:
+    """1 for each text ``--discriminator`` would keep, 0 for each it would drop (:func:`discriminator_threshold`)."""
+    threshold = discriminator_threshold(model, tokenizer, seeds, generic, device=device)
+    return [int(x >= threshold) for x in task_likeness(model, tokenizer, texts, seeds, generic, device=device)]
 
 
 def _norm(text: str) -> str:

@@ -117,7 +117,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     teacher.model.to(device).eval()   # where it writes: synthesised inputs, continuations
     guard_cuda_attention(teacher.model)
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
-                                 eval_prompts, seed, device, progress=shown)
+                                 eval_prompts, seed, device, progress=shown, adapter=adapter, scale=scale)
     auto = steps is None
     steps = auto_steps(len(inputs), batch_size) if auto else steps
     inputs = _visited(inputs, steps, batch_size, seed)
@@ -230,14 +230,19 @@ def _budget(auto: bool, steps: int, curve: dict, stop, excess: bool) -> dict:
 # ---------------------------------------------------------------------------------- checks, inputs
 
 def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device, *,
-            progress: bool = False):
+            progress: bool = False, adapter=None, scale: S.Scale | None = None):
     """``(training prompts, held-out prompts, report section)`` from the one source given (checked by
-    :meth:`DistillOptions.check`)."""
+    :meth:`DistillOptions.check`); a synthesis with a work folder resumes there (:func:`S.synthesized`)."""
     if synthesize:
-        seeds = data.prompts_from(seed_examples or [], what="seed examples")
-        made, stats = data.synthesize(teacher.model, teacher.tokenizer, data.check_seeds(seeds), synthesize,
-                                      seed=seed, filter_lines=sample_texts("en") if discriminator else None,
-                                      device=device, progress=progress)
+        seeds = data.check_seeds(data.prompts_from(seed_examples or [], what="seed examples"))
+        cached = scale is not None and scale.work is not None
+        key = S.synthesis_key(teacher.name, adapter, seeds, synthesize, seed, discriminator) if cached else ""
+        made, stats = S.synthesized(
+            scale if cached else None, key,
+            lambda state, on_round: data.synthesize(
+                teacher.model, teacher.tokenizer, seeds, synthesize, seed=seed,
+                filter_lines=sample_texts("en") if discriminator else None, device=device, progress=progress,
+                state=state, on_round=on_round))
         info = {"source": "synthesized", "seed_examples": len(seeds), "discriminator": discriminator,
                 "synthesis": stats}
         inputs = made

@@ -3,6 +3,8 @@
 What :func:`paw.transfer.distill.lora.distill_lora` adds to the one-process loop of
 :mod:`paw.transfer.distill.train` when it runs big (docs/scale.md):
 
+- **Resumable synthesis.** ``--synthesize`` keeps its inputs so far in ``OUT-work/synthesis.json``
+  after each round of candidates (:func:`synthesized`), so a killed run loses at most one round.
 - **Cached continuations.** The teacher continues the inputs in chunks of :data:`CHUNK` with its
   KV cache; each chunk is appended to ``OUT-work/continuations-rank{R}.jsonl`` as soon as it is
   made (:mod:`paw.io.train_state`), keyed by the teacher (its base and adapter bytes) and the
@@ -35,7 +37,9 @@ from paw.errors import PawError
 from paw.io.train_state import (
     append_continuations,
     read_continuations,
+    read_synthesis,
     read_teacher_scores,
+    write_synthesis,
     write_teacher_scores,
 )
 from paw.lora import tensors_digest
@@ -61,6 +65,26 @@ class Scale:
 def teacher_key(teacher_name: str, adapter, max_new_tokens: int) -> str:
     """A digest of what decides a continuation: the teacher's base, the adapter's tensors, the length."""
     return tensors_digest(adapter.tensors, f"{teacher_name}\0{max_new_tokens}\0".encode())
+
+
+def synthesis_key(teacher_name: str, adapter, seeds: list, n: int, seed: int, discriminator: bool) -> str:
+    """A digest of what decides ``--synthesize``'s inputs: the teacher, its adapter's tensors, the seeds, the settings."""
+    text = "\0".join(["synthesis", teacher_name, str(n), str(seed), str(discriminator), *(repr(s) for s in seeds)])
+    return tensors_digest(adapter.tensors, text.encode("utf-8", "surrogatepass"))
+
+
+def synthesized(scale: Scale | None, key: str, make):
+    """``make(state, on_round)`` (:func:`paw.transfer.distill.data.synthesize`), resumed from the state an
+    earlier run with the same ``key`` left in the work folder; the main rank keeps each round's state there.
+
+    Every rank reads the state (a prefix of the same seeded sequence, whichever round it is from) and
+    synthesizes the rest itself, as in a run without a work folder.
+    """
+    if scale is None or scale.work is None:
+        return make(None, None)
+    state = read_synthesis(scale.work, key)
+    keep = (lambda st: write_synthesis(scale.work, key, st)) if scale.ranks.main else None
+    return make(state, keep)
 
 
 def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale: Scale | None, key: str = "", *,
