@@ -208,7 +208,7 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("Kavo Milret likes the colour\nTin Sulo likes the colour\nAnn Bo likes the colour\n")
     synth = ("--synthesize", "12", "--seed-examples", str(seeds), *FAST[2:])
-    rounds = []
+    rounds, said = [], []
     generate = data.generate
 
     def sampled(model, tokenizer, texts, **kwargs):   # the teacher's sampling stood in for: 4 new names a round,
@@ -225,6 +225,7 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
         result = cli("transfer-lora", "--method", "distill", "--adapter", src_lora, "--source-base", src,
                      "--target-base", independent, "--output", out, *synth)
         assert result.exit_code == 0, result.stderr
+        said[:] = [result.stderr]
         return len(rounds), json.loads((out / "transfer_report.json").read_text())["distill"]["inputs"]["synthesis"]
 
     whole, whole_stats = run(tmp_path / "whole")
@@ -244,4 +245,5 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
     monkeypatch.setattr(S, "write_synthesis", real)
     left, stats = run(tmp_path / "cut")
     assert left == whole - 2 and stats == whole_stats
+    assert f"the synthesis goes on from {tmp_path / 'cut-work' / 'synthesis.json'} (8 inputs kept in 2 rounds)" in said[0]
     assert (tmp_path / "cut" / ADAPTER).read_bytes() == (tmp_path / "whole" / ADAPTER).read_bytes()

@@ -43,7 +43,7 @@ from paw.io.train_state import (
     write_teacher_scores,
 )
 from paw.lora import tensors_digest
-from paw.progress import track
+from paw.progress import status, track
 from paw.train_state import Checkpoints
 from paw.transfer.distill import data
 
@@ -83,6 +83,9 @@ def synthesized(scale: Scale | None, key: str, make):
     if scale is None or scale.work is None:
         return make(None, None)
     state = read_synthesis(scale.work, key)
+    if state is not None and scale.ranks.main:
+        status(f"distill: the synthesis goes on from {Path(scale.work) / 'synthesis.json'} "
+               f"({len(state.get('kept', []))} inputs kept in {state.get('stats', {}).get('rounds', '?')} rounds)")
     keep = (lambda st: write_synthesis(scale.work, key, st)) if scale.ranks.main else None
     return make(state, keep)
 
