@@ -13,7 +13,8 @@ names the adapter it scored (``adapter``), the source LoRA column gives the firs
 (score files from before digests: "first machine's"), so rows from a LoRA trained again are never read as the
 first machine's; a move whose own score file predates a LoRA trained again is marked. Nothing is run: the table
 is what the files say. ``--plot`` draws the same accuracies, one panel per task and direction, with the target's
-base and own LoRA and the teacher (the source with its LoRA) beside the moves.
+base and own LoRA and the teacher (the source with its LoRA) beside the moves. Where the synthesized cell ran,
+a second table says what ``--discriminator`` kept of its inputs and of as many real ones.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ TASKS = {"arc-easy": "ARC-Easy", "piqa": "PIQA", "boolq": "BoolQ"}
 
 
 def _scores(folder: Path, key: str) -> tuple[list[int], str] | None:
-    found = read_json_if_exists(folder / f"score-{key}.json")
+    found = read_json_if_exists(folder / (f"{key}.json" if key.startswith("discriminator-") else f"score-{key}.json"))
     return None if found is None else (found["correct"], found.get("adapter", "")[:8])
 
 
@@ -83,6 +84,20 @@ def panel(folder: Path, task: str, source: str, target: str) -> dict | None:
     return {"title": f"{TASKS.get(task, task)}: {s} -> {t} ({items:,} test items)", "rows": out}
 
 
+def discriminator_row(folder: Path, task: str, source: str, target: str) -> str | None:
+    """What ``--discriminator`` said of the synthesized cell's inputs and of real ones (the bench's
+    ``discriminator-synthesized-S-to-T`` and ``discriminator-real-S`` files: 1 kept, 0 dropped), or None."""
+    written = _scores(folder, f"discriminator-synthesized-{source}-to-{target}")
+    real = _scores(folder, f"discriminator-real-{source}")
+    if written is None or real is None:
+        return None
+    a, b = accuracy([written[0]]), accuracy([real[0]])
+    diff = {"difference": a["mean"] - b["mean"], "stderr": (a["stderr"] ** 2 + b["stderr"] ** 2) ** 0.5}
+    return (f"| {task} | {source} -> {target} | {sum(written[0])}/{len(written[0])} = "
+            f"{100 * a['mean']:.0f} ± {100 * a['stderr']:.0f}% | {sum(real[0])}/{len(real[0])} = "
+            f"{100 * b['mean']:.0f} ± {100 * b['stderr']:.0f}% | {_pm(diff, 'difference', 100)} |")
+
+
 def _pm(d: dict, key: str, scale: float = 1.0) -> str:
     if d.get(key) is None:
         return "n/a"
@@ -110,6 +125,13 @@ def main() -> None:
                 print(row)
             found = panel(tasks / task, task, s, t)
             panels += [found] if found else []
+    judged = [row for task in args.tasks for s, t in (MODELS, MODELS[::-1])
+              if (row := discriminator_row(tasks / task, task, s, t)) is not None]
+    if judged:
+        print("\n`--discriminator` on the inputs (kept of a seeded sample; the synthesized move trains on all of them)\n")
+        print("| task | direction | synthesized inputs kept | real inputs kept | synthesized − real |")
+        print("|---|---|---:|---:|---:|")
+        print("\n".join(judged))
     if args.plot:
         save_figure(tasks_figure(panels), args.plot)
         print(f"\nfigure: {args.plot}")

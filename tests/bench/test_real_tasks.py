@@ -361,6 +361,11 @@ def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
         ("moved: token focus", "variant", 100.0)]
     assert abs(drawn["rows"][0]["stderr"] - 25.0) < 1e-9   # sqrt(p (1 - p) / n) of [0, 0, 1, 1]: sqrt(0.25 / 4)
     assert table.panel(folder, "x", t, s) is None
+    assert table.discriminator_row(folder, "x", s, t) is None
+    write_json(folder / f"discriminator-synthesized-{s}-to-{t}.json", {"correct": [1, 0, 0, 0], "seconds": 1.0})
+    write_json(folder / f"discriminator-real-{s}.json", {"correct": [1, 1, 1, 0], "seconds": 1.0})
+    # 1/4 = 25 ± 22% (sqrt(.25 .75 / 4) = .2165) against 3/4 = 75 ± 22%: -50 ± 30.6 (unpaired: other items)
+    assert table.discriminator_row(folder, "x", s, t) == f"| x | {s} -> {t} | 1/4 = 25 ± 22% | 3/4 = 75 ± 22% | -50.0 ± 30.6 |"
     from paw.bench.real_report import tasks_figure
 
     fig = tasks_figure([drawn, drawn, drawn])   # three panels on a 2 x 2 grid: the fourth hidden
