@@ -11,8 +11,11 @@ from paw.io.train_state import (
     append_continuations,
     load_train_state,
     read_continuations,
+    read_synthesis,
+    read_synthesized,
     save_train_state,
     work_dir,
+    write_synthesis,
 )
 from paw.train_state import Checkpoints, capture
 
@@ -77,6 +80,20 @@ def test_continuation_cache_survives_a_line_cut_by_a_kill(tmp_path):
     append_continuations(tmp_path, 0, "other teacher", [("a", " else")])
     assert read_continuations(tmp_path, "k1") == {"a": " one", "b": " two", "d": " four", "e": " five"}
     assert work_dir(tmp_path / "out").name == "out-work"
+
+
+def test_a_synthesis_state_is_read_back_only_under_its_own_key(tmp_path):
+    """Another teacher, seed or seed set is another key: its state is not resumed; a damaged file is ignored."""
+    state = {"kept": ["Question: Why?\nAnswer:"], "known": ["question: why? answer:"], "stats": {"rounds": 1},
+             "rng": [3, [1, 2], None]}
+    assert read_synthesis(tmp_path, "k") is None and read_synthesized(tmp_path) == []
+    write_synthesis(tmp_path, "k", state)
+    assert read_synthesis(tmp_path, "k") == state and read_synthesis(tmp_path, "other") is None
+    assert read_synthesized(tmp_path) == ["Question: Why?\nAnswer:"]   # whatever the key: the bench's measurement
+    write_synthesis(tmp_path, "k", {**state, "kept": state["kept"] * 2})   # the next round replaces it whole
+    assert len(read_synthesis(tmp_path, "k")["kept"]) == 2 and [p.name for p in tmp_path.iterdir()] == ["synthesis.json"]
+    (tmp_path / "synthesis.json").write_text('{"key": "k", "state": {"kept": ["a"')   # cut short
+    assert read_synthesis(tmp_path, "k") is None and read_synthesized(tmp_path) == []
 
 
 class Killed(BaseException):
