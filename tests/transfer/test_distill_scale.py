@@ -247,3 +247,26 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
     assert left == whole - 2 and stats == whole_stats
     assert f"the synthesis goes on from {tmp_path / 'cut-work' / 'synthesis.json'} (8 inputs kept in 2 rounds)" in said[0]
     assert (tmp_path / "cut" / ADAPTER).read_bytes() == (tmp_path / "whole" / ADAPTER).read_bytes()
+
+
+def test_a_barren_synthesis_or_an_older_synthesis_is_tried_afresh(src_lora, tmp_path, monkeypatch):
+    """A kept state with no input in it is not resumed (the rerun tries again, as after a fix), and a change to
+    what the teacher is shown (SYNTHESIS_VERSION) is another key."""
+    from paw.io.adapter import read_adapter
+    from paw.io.train_state import write_synthesis
+    from paw.transfer.distill import data
+    from paw.transfer.distill import scale as S
+
+    scale, handed = S.Scale(work=tmp_path), []
+    barren = {"kept": [], "known": [], "stats": {"rounds": 4, "blank": 64}, "rng": [3, [1], None]}
+    write_synthesis(tmp_path, "k", barren)
+    S.synthesized(scale, "k", lambda state, keep: handed.append(state))
+    write_synthesis(tmp_path, "k", {**barren, "kept": ["Question: Why?\nAnswer:"]})
+    S.synthesized(scale, "k", lambda state, keep: handed.append(state))
+    assert handed[0] is None and handed[1]["kept"] == ["Question: Why?\nAnswer:"]
+    lora = read_adapter(src_lora)
+    key = S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
+    assert key == S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
+    assert key != S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 1, False)
+    monkeypatch.setattr(data, "SYNTHESIS_VERSION", data.SYNTHESIS_VERSION + 1)
+    assert key != S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)

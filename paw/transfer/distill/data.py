@@ -33,6 +33,7 @@ START = "own"  # sequences start with the tokenizer's own special tokens (paw.ev
 MAX_SEEDS = 5          # Trans-LoRA's budget of real examples
 MAX_ATTEMPT_ROUNDS = 8  # synthesis stops after this many batches of candidates per batch of requested inputs
 BARREN_ROUNDS = 4       # ... or after this many batches without one usable candidate
+SYNTHESIS_VERSION = 1   # part of a kept synthesis's key: raise it when what the teacher is shown or what is cut changes
 
 
 @dataclass(frozen=True)

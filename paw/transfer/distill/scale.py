@@ -69,7 +69,8 @@ def teacher_key(teacher_name: str, adapter, max_new_tokens: int) -> str:
 
 def synthesis_key(teacher_name: str, adapter, seeds: list, n: int, seed: int, discriminator: bool) -> str:
     """A digest of what decides ``--synthesize``'s inputs: the teacher, its adapter's tensors, the seeds, the settings."""
-    text = "\0".join(["synthesis", teacher_name, str(n), str(seed), str(discriminator), *(repr(s) for s in seeds)])
+    text = "\0".join([f"synthesis {data.SYNTHESIS_VERSION}", teacher_name, str(n), str(seed), str(discriminator),
+                      *(repr(s) for s in seeds)])
     return tensors_digest(adapter.tensors, text.encode("utf-8", "surrogatepass"))
 
 
@@ -83,6 +84,8 @@ def synthesized(scale: Scale | None, key: str, make):
     if scale is None or scale.work is None:
         return make(None, None)
     state = read_synthesis(scale.work, key)
+    if state is not None and not state.get("kept"):
+        state = None   # rounds that kept nothing: a rerun tries afresh rather than resume a barren run
     if state is not None and scale.ranks.main:
         status(f"distill: the synthesis goes on from {Path(scale.work) / 'synthesis.json'} "
                f"({len(state.get('kept', []))} inputs kept in {state.get('stats', {}).get('rounds', '?')} rounds)")
