@@ -197,11 +197,16 @@ class Cache:
         return adapter, seconds, report
 
 
+def work_folder(cache: Cache, key: str) -> Path:
+    """The work folder of the distillation cached under ``key`` (its checkpoints, continuations, synthesis)."""
+    return cache.folder / f"{key}-work"
+
+
 def resumable(cache: Cache, key: str, recipe: Recipe, seed: int) -> Scale:
     """A distillation that checkpoints every :data:`SAVE_EVERY` steps into ``<key>-work`` beside its
     adapter, resumes from there, and caches the teacher's continuations there too (an hour of a CPU
     run is not lost to a killed session)."""
-    work = cache.folder / f"{key}-work"
+    work = work_folder(cache, key)
     settings = {"key": key, "steps": recipe.distill_steps, "batch_size": recipe.lora_batch, "seed": seed,
                 "inputs": recipe.train_inputs, "token_focus": recipe.token_focus, "synth_inputs": recipe.synth_inputs}
     return Scale(work=work, checkpoints=Checkpoints(SAVE_EVERY, save=partial(save_train_state, work),
@@ -363,7 +368,7 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     inputs_report = report.get("inputs", report.get("synthesis"))   # runs before 2026-11-26 13:00 cached "synthesis"
     if variant == "synthesized":
         extra["discriminator"] = discriminator_check(source, lora_s, inputs, recipe, cache,
-                                                     resumable(cache, f"distilled-{key}-{s}-to-{t}", recipe, seed).work,
+                                                     work_folder(cache, f"distilled-{key}-{s}-to-{t}"),
                                                      seed=seed, target=t)
     if variant == "base-teacher":
         main = cache.found(f"score-{t}-moved-from-{s}")   # absent where the main move failed

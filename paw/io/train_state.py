@@ -131,24 +131,27 @@ def write_teacher_scores(folder: str | os.PathLike, name: str, key: str, values:
 SYNTHESIS_NAME = "synthesis.json"
 
 
-def read_synthesis(folder: str | os.PathLike, key: str) -> dict | None:
-    """The synthesis state kept as ``folder/synthesis.json`` under ``key``, or None (absent, other key, unreadable)."""
+def _synthesis_record(folder: str | os.PathLike) -> tuple[object, dict] | None:
+    """``(key, state)`` of ``folder/synthesis.json``, or None (absent, unreadable, not that shape)."""
     try:
         record = json.loads((Path(folder) / SYNTHESIS_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if isinstance(record, dict) and record.get("key") == key and isinstance(record.get("state"), dict):
-        return record["state"]
+    if isinstance(record, dict) and isinstance(record.get("state"), dict):
+        return record.get("key"), record["state"]
     return None
+
+
+def read_synthesis(folder: str | os.PathLike, key: str) -> dict | None:
+    """The synthesis state kept as ``folder/synthesis.json`` under ``key``, or None (absent, other key, unreadable)."""
+    found = _synthesis_record(folder)
+    return found[1] if found is not None and found[0] == key else None
 
 
 def read_synthesized(folder: str | os.PathLike) -> list[str]:
     """The inputs ``folder/synthesis.json`` holds, whatever run wrote it; [] when there is none."""
-    try:
-        record = json.loads((Path(folder) / SYNTHESIS_NAME).read_text(encoding="utf-8"))
-        kept = record["state"]["kept"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+    found = _synthesis_record(folder)
+    kept = found[1].get("kept") if found is not None else None
     return [str(x) for x in kept] if isinstance(kept, list) else []
 
 
