@@ -48,9 +48,12 @@ def teacher_scores(models: Path, data: str, work: Path, device: str) -> tuple[li
             lm, tok = _load(models / name, device)
             sides[name] = Base(name, lm, tok, models / name)
         train, test = R.load_task(data, "arc-easy", 0)
-        # without the cached LoRAs (a new machine), one-step ones stand in: the base-teacher control's teacher
+        # without both cached LoRAs (a new machine), one-step ones stand in: the base-teacher control's teacher
         # leaves the LoRA out and its student starts fresh, so only the LoRA's shape reaches this path
-        stand_in = {} if any(scratch.glob("lora-*.meta.json")) else {"lora_steps": 1}
+        # (one LoRA cached and the other not would train the missing one for the whole recipe: on 2026-11-28 that
+        # ran past the check's four minutes on the device's CPU and stopped the lease's call)
+        cached_both = all((scratch / f"lora-{n}.meta.json").is_file() for n in (TEACHER, STUDENT))
+        stand_in = {} if cached_both else {"lora_steps": 1}
         recipe = replace(R.RECIPE, train_inputs=8, distill_steps=1, **stand_in)
         R.run_variant(sides[TEACHER], sides[STUDENT], train, test[:8], R.Cache(scratch), "base-teacher",
                       recipe=recipe, seed=0, device=device)
