@@ -8,7 +8,9 @@
 # (docs/benchmarks/gpu.md, fourth lease); the device now checks every file's sha256 against this machine's.
 #
 #   here:    bash scripts/gpu_real_tasks.sh pack [MODELS] [WORK] [DATA]    -> .gpuc/p0 .. .gpuc/pN, .gpuc/ctl
-#   device:  one call per piece, carry [".gpuc/pK"]:  bash .gpuc/ctl/gpu_real_tasks.sh keep K
+#   device:  one call per piece, carry [".gpuc/pK"]:  mkdir -p /tmp/store && mv .gpuc/pK/piece.* /tmp/store/
+#            (this script cannot travel beside a piece: .gpuc/ctl holds 17 MiB of wheels; `keep K` is for
+#            a device that has it already)
 #            (the pieces wait in /tmp/store, which lasts while the machine stays warm: call at once)
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh run SECONDS "TASKS"
 #            runs `pytest -m gpu` while it joins the pieces and checks both model folders' sha256,
