@@ -9,8 +9,7 @@
 #
 #   here:    bash scripts/gpu_real_tasks.sh pack [MODELS] [WORK] [DATA]    -> .gpuc/p0 .. .gpuc/pN, .gpuc/ctl
 #   device:  one call per piece, carry [".gpuc/pK"]:  mkdir -p /tmp/store && mv .gpuc/pK/piece.* /tmp/store/
-#            (this script cannot travel beside a piece: .gpuc/ctl holds 17 MiB of wheels; `keep K` is for
-#            a device that has it already)
+#            (a plain command: this script cannot travel beside a piece, .gpuc/ctl holds 17 MiB of wheels)
 #            (the pieces wait in /tmp/store, which lasts while the machine stays warm: call at once)
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh run SECONDS "TASKS"
 #            runs `pytest -m gpu` while it joins the pieces and checks both model folders' sha256,
@@ -145,8 +144,6 @@ case "$cmd" in
         2>/dev/null || echo "no mergekit wheels for Python $v"
     done
     echo "$i pieces: .gpuc/p0 .. .gpuc/p$((i - 1)); then .gpuc/ctl" ;;
-  keep)
-    mkdir -p /tmp/store && mv ".gpuc/p$1"/piece.* /tmp/store/ && ls -l /tmp/store ;;
   run)
     limit="${1:-500}"; tasks="${2:-arc-easy}"; start=$SECONDS
     setup
