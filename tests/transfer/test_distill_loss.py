@@ -128,6 +128,19 @@ def test_cost_estimate_arithmetic():
     mc = estimate_cost(1.0, 1.0, n_inputs=0, steps=1, batch_size=1, max_new_tokens=16, prompt_tokens=64,
                        choices_per_input=4, teacher_per_step=False)
     assert mc["flop"] == pytest.approx(80 * 4 + 4 * 64 * 4)
+    # the agreement, before and after: 10 inputs x (80 tokens x 2 x (1 + 1) + 4 choices x 64 tokens x 2), twice
+    measured = estimate_cost(1.0, 1.0, n_inputs=0, steps=0, batch_size=1, max_new_tokens=16, prompt_tokens=64,
+                             choices_per_input=4, agreement_inputs=10)
+    assert measured["flop"] == pytest.approx(2 * 10 * (80 * 4 + 4 * 64 * 2))
+
+
+def test_agreement_inputs_are_a_seeded_sample_in_their_order():
+    from paw.transfer.distill.lora import agreement_inputs
+
+    pool = list(range(1000))
+    a, b, other = (agreement_inputs(pool, s, most=256) for s in (0, 0, 1))
+    assert a == b and a != other and len(a) == len(set(a)) == 256 and a == sorted(a)
+    assert agreement_inputs(pool[:7], 0, most=256) == pool[:7]
 
 
 def test_aligned_kl_renormalises_over_shared_tokens_only():

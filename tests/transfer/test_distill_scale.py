@@ -117,6 +117,49 @@ def test_a_killed_distillation_resumes_to_the_bytes_of_an_uninterrupted_one(cli,
     assert (tmp_path / "cut" / ADAPTER).read_bytes() == (tmp_path / "whole" / ADAPTER).read_bytes()
 
 
+def _agreement_of(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / "transfer_report.json").read_text())["distill"]["agreement"]
+
+
+def test_agreement_is_measured_on_a_seeded_sample_and_trains_the_same_bytes(cli, src, src_lora, independent, tmp_path,
+                                                                          monkeypatch):
+    """The before/after agreement reads at most AGREEMENT_INPUTS inputs, the same ones both times; it trains
+    nothing, so the adapter's bytes are those of a run that measured every input. A run checkpointed while
+    every input was measured is resumed measuring every input again, so before and after stay comparable."""
+    from paw.io import train_state as io_state
+
+    assert _distill(cli, src, src_lora, independent, tmp_path / "all").exit_code == 0
+    every = _agreement_of(tmp_path / "all")
+    n = every["before"]["prompts"]
+    assert n > 3 and every["after"]["prompts"] == n and every["measured_on"] == "training prompts (none held out)"
+    monkeypatch.setattr("paw.transfer.distill.lora.AGREEMENT_INPUTS", 3)
+    assert _distill(cli, src, src_lora, independent, tmp_path / "three").exit_code == 0
+    three = _agreement_of(tmp_path / "three")
+    assert three["before"]["prompts"] == three["after"]["prompts"] == 3
+    assert three["measured_on"] == f"3 of the {n} training prompts (none held out), drawn by the seed"
+    assert (tmp_path / "three" / ADAPTER).read_bytes() == (tmp_path / "all" / ADAPTER).read_bytes()
+
+    monkeypatch.setattr("paw.transfer.distill.lora.AGREEMENT_INPUTS", 10_000)   # an older run: every input
+    real = io_state.save_train_state
+
+    def save_then_die(folder, state):
+        real(folder, state)
+        raise Killed
+
+    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", save_then_die)
+    with pytest.raises(Killed):
+        _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2")
+    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", real)
+    monkeypatch.setattr("paw.transfer.distill.lora.AGREEMENT_INPUTS", 3)
+    result = _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2", "--resume")
+    assert result.exit_code == 0, result.stderr
+    resumed = _agreement_of(tmp_path / "cut")
+    assert resumed["before"]["prompts"] == resumed["after"]["prompts"] == n
+    assert resumed["after"] == every["after"]
+
+
 def test_a_rerun_reuses_the_cached_continuations(cli, src, src_lora, other_tokenizer, tmp_path, monkeypatch):
     from paw.transfer.distill import data
 

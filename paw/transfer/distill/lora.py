@@ -12,7 +12,8 @@ a new LoRA of the same rank, alpha and module types, trained on label-free task 
    encode text alike, :func:`shared_vocabulary`) it also matches the teacher's next-token
    distributions over it (token KL; soft and hard targets together, as Hinton et al. 2015);
    inputs with answer choices add the KL between the two models' distributions over the choices;
-3. agreement with the teacher is measured before and after on held-out inputs.
+3. agreement with the teacher is measured before and after, on held-out inputs where there are any
+   (at most :data:`AGREEMENT_INPUTS` of them, a seeded sample).
 
 ``init='auto'`` starts the student from the data-free ``auto`` transfer when the target shares the
 source's tokenizer and ``auto`` finds it related, else from PEFT's initialisation (B = 0).
@@ -21,6 +22,7 @@ source's tokenizer and ``auto`` finds it related, else from PEFT's initialisatio
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +53,9 @@ STILL_FALLING_ABS = 0.02    # ... when it is also this many nats (a loss of 0.00
 # stopped earlier when the agreement on what the adapter changed stops improving (train.Stop)
 AUTO_MIN_STEPS, AUTO_EPOCHS, AUTO_MAX_STEPS = 200, 30, 3000
 PROBE_INPUTS = 64           # training inputs whose loss decides when to stop
+# the before/after agreement is measured on at most this many inputs (a seeded sample): on 1,000 inputs each
+# measurement cost about a fifth of the distillation's time on a CPU, and 256 inputs give thousands of positions
+AGREEMENT_INPUTS = 256
 
 
 def token_columns(teacher_info, student_info, rows: int) -> Any:
@@ -137,7 +142,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                          steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens,
                          prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
                          choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
-                         teacher_per_step=vocab.shared or vocab.aligned)
+                         teacher_per_step=vocab.shared or vocab.aligned,
+                         agreement_inputs=min(len(held) or len(inputs), AGREEMENT_INPUTS))
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
     key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
@@ -161,15 +167,20 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
     fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
+    pool = tests or train
+    measured = agreement_inputs(pool, seed)
     try:
-        before = (scale.checkpoints.extra("before") if scale is not None else None) or \
-            (T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=shown) if measure else None)
+        before = scale.checkpoints.extra("before") if scale is not None else None
+        if before is not None and before.get("prompts") == len(pool):
+            measured = pool   # checkpointed by a run that measured every input: after on the same ones
+        before = before or (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown)
+                            if measure else None)
         stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
         curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
                         focus=token_focus, stop=stop)
         diverged = curve.pop("diverged_at", None)
-        after = T.agreement(peft_model, teacher.model, tests or train, vocab, device, progress=shown) if measure else None
+        after = T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown) if measure else None
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
                             F.full_lora_state(peft_model) if sharded else None)
     finally:
@@ -179,8 +190,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
             p.requires_grad_(grads.get(n, p.requires_grad))
     report = _report(adapter, teacher, student, moved, info, losses_used, _vocabulary_note(vocab, train),
                      init_note, curve, cost,
-                     {"before": before, "after": after, "measured_on": "held-out prompts" if tests
-                      else "training prompts (none held out)"},
+                     {"before": before, "after": after, "measured_on": _measured_on(len(measured), len(pool), bool(tests))},
                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
                      token_focus=token_focus, budget=_budget(auto, steps, curve, stop, excess))
     if diverged:
@@ -264,6 +274,27 @@ def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
     return train, held, info
 
 
+def agreement_inputs(examples: list, seed: int, most: int | None = None) -> list:
+    """At most ``most`` of ``examples``, drawn by ``seed`` and kept in their order: what the agreement
+    before and after training is measured on (the same ones both times, on every rank).
+
+    >>> agreement_inputs(list(range(5)), 0, most=3) == agreement_inputs(list(range(5)), 0, most=3)
+    True
+    >>> agreement_inputs(list(range(5)), 0, most=9)
+    [0, 1, 2, 3, 4]
+    """
+    most = AGREEMENT_INPUTS if most is None else most
+    if len(examples) <= most:
+        return list(examples)
+    picked = sorted(random.Random(f"paw-agreement-{seed}").sample(range(len(examples)), most))
+    return [examples[i] for i in picked]
+
+
+def _measured_on(n: int, pool: int, held_out: bool) -> str:
+    which = "held-out prompts" if held_out else "training prompts (none held out)"
+    return which if n == pool else f"{n} of the {pool} {which}, drawn by the seed"
+
+
 def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int) -> list[Prompt]:
     """The inputs that ``steps`` batches of ``batch_size`` reach, in their order; the teacher works on no other.
 
@@ -318,14 +349,15 @@ def _n_params(model) -> int:
 
 def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs: int, steps: int, batch_size: int,
                   max_new_tokens: int, prompt_tokens: float = 64, choices_per_input: float = 0.0,
-                  teacher_per_step: bool = True) -> dict:
+                  teacher_per_step: bool = True, agreement_inputs: int = 0) -> dict:
     """FLOPs of one distillation: ``2N`` per token for a forward pass, ``4N`` for forward and backward
     through a frozen base (the LoRA factors' own gradients are negligible).
 
     Per step, ``batch_size`` sequences of ``prompt_tokens + max_new_tokens`` tokens: the student's
     forward and backward, the teacher's forward when its distributions are matched (token KL), and
     the student's passes over each input's choices (``choices_per_input`` sequences of about the
-    prompt's length). Once: the teacher writes every continuation. The throughputs in ``note`` are
+    prompt's length). Once: the teacher writes every continuation. Twice: the agreement, forward passes
+    alone over ``agreement_inputs`` inputs. The throughputs in ``note`` are
     rough effective rates of a laptop-class CPU and of one data-centre GPU in bf16.
 
     >>> estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16,
@@ -336,7 +368,9 @@ def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs:
     per_token = 4 * student_parameters + (2 * teacher_parameters if teacher_per_step else 0)
     train = steps * batch_size * (seq * per_token + choices_per_input * prompt_tokens * 4 * student_parameters)
     generate = n_inputs * seq * 2 * teacher_parameters
-    flop = train + generate
+    forward = seq * (2 * student_parameters + (2 * teacher_parameters if teacher_per_step else 0)) + \
+        choices_per_input * prompt_tokens * 2 * student_parameters
+    flop = train + generate + 2 * agreement_inputs * forward
     return {"teacher_parameters": int(teacher_parameters), "student_parameters": int(student_parameters),
             "flop": flop, "tflop": flop / 1e12,
             "note": f"~{format_duration(flop / 5e10)} on a CPU at 50 GFLOP/s, "
