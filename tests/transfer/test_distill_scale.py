@@ -31,6 +31,22 @@ def _distill(cli, src, src_lora, target, out, *extra):
                "--target-base", target, "--output", out, *FAST, *extra)
 
 
+def _killed_at_the_first_checkpoint(cli, src, src_lora, target, out, monkeypatch) -> None:
+    """A distillation into ``out`` that dies (as by SIGKILL) right after writing its step-2 checkpoint."""
+    from paw.io import train_state as io_state
+
+    real = io_state.save_train_state
+
+    def save_then_die(folder, state):
+        real(folder, state)
+        raise Killed
+
+    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", save_then_die)
+    with pytest.raises(Killed):
+        _distill(cli, src, src_lora, target, out, "--save-every", "2")
+    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", real)
+
+
 def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independent):
     """Token KL, sequence NLL and choice KL over unequal shards (3 ranks, 5 inputs, some with choices)."""
     import torch
@@ -90,21 +106,11 @@ def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independe
 
 def test_a_killed_distillation_resumes_to_the_bytes_of_an_uninterrupted_one(cli, src, src_lora, independent,
                                                                          tmp_path, monkeypatch):
-    from paw.io import train_state as io_state
     from paw.io.train_state import load_train_state
 
     assert _distill(cli, src, src_lora, independent, tmp_path / "whole").exit_code == 0
-    real = io_state.save_train_state
-
-    def save_then_die(folder, state):
-        real(folder, state)
-        raise Killed
-
-    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", save_then_die)
-    with pytest.raises(Killed):
-        _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2")
+    _killed_at_the_first_checkpoint(cli, src, src_lora, independent, tmp_path / "cut", monkeypatch)
     assert not (tmp_path / "cut").exists() and load_train_state(tmp_path / "cut-work")["step"] == 2
-    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", real)
     from paw.transfer.distill import scale as S
 
     steps, sync = [], S.sync
@@ -128,8 +134,6 @@ def test_agreement_is_measured_on_a_seeded_sample_and_trains_the_same_bytes(cli,
     """The before/after agreement reads at most AGREEMENT_INPUTS inputs, the same ones both times; it trains
     nothing, so the adapter's bytes are those of a run that measured every input. A run checkpointed while
     every input was measured is resumed measuring every input again, so before and after stay comparable."""
-    from paw.io import train_state as io_state
-
     assert _distill(cli, src, src_lora, independent, tmp_path / "all").exit_code == 0
     every = _agreement_of(tmp_path / "all")
     n = every["before"]["prompts"]
@@ -142,16 +146,7 @@ def test_agreement_is_measured_on_a_seeded_sample_and_trains_the_same_bytes(cli,
     assert (tmp_path / "three" / ADAPTER).read_bytes() == (tmp_path / "all" / ADAPTER).read_bytes()
 
     monkeypatch.setattr("paw.transfer.distill.lora.AGREEMENT_INPUTS", 10_000)   # an older run: every input
-    real = io_state.save_train_state
-
-    def save_then_die(folder, state):
-        real(folder, state)
-        raise Killed
-
-    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", save_then_die)
-    with pytest.raises(Killed):
-        _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2")
-    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", real)
+    _killed_at_the_first_checkpoint(cli, src, src_lora, independent, tmp_path / "cut", monkeypatch)
     monkeypatch.setattr("paw.transfer.distill.lora.AGREEMENT_INPUTS", 3)
     result = _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2", "--resume")
     assert result.exit_code == 0, result.stderr

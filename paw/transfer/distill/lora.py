@@ -143,7 +143,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                          prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
                          choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
                          teacher_per_step=vocab.shared or vocab.aligned,
-                         agreement_inputs=min(len(held) or len(inputs), AGREEMENT_INPUTS))
+                         agreement_inputs=len(agreement_inputs(held or inputs, seed)))
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
     key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
@@ -365,12 +365,12 @@ def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs:
     17248.0
     """
     seq = prompt_tokens + max_new_tokens
-    per_token = 4 * student_parameters + (2 * teacher_parameters if teacher_per_step else 0)
-    train = steps * batch_size * (seq * per_token + choices_per_input * prompt_tokens * 4 * student_parameters)
+    teacher = 2 * teacher_parameters if teacher_per_step else 0   # its forward pass beside the student's
+    choices = choices_per_input * prompt_tokens * student_parameters
+    train = steps * batch_size * (seq * (4 * student_parameters + teacher) + 4 * choices)
     generate = n_inputs * seq * 2 * teacher_parameters
-    forward = seq * (2 * student_parameters + (2 * teacher_parameters if teacher_per_step else 0)) + \
-        choices_per_input * prompt_tokens * 2 * student_parameters
-    flop = train + generate + 2 * agreement_inputs * forward
+    measure = agreement_inputs * (seq * (2 * student_parameters + teacher) + 2 * choices)   # forward passes alone
+    flop = train + generate + 2 * measure
     return {"teacher_parameters": int(teacher_parameters), "student_parameters": int(student_parameters),
             "flop": flop, "tflop": flop / 1e12,
             "note": f"~{format_duration(flop / 5e10)} on a CPU at 50 GFLOP/s, "
