@@ -11,7 +11,9 @@ focus, synth), each with its accuracy, its gain over the target's base (paired),
 fractions (cluster-bootstrap stderr), and the move minus the main move, paired on the items. Where a score file
 names the adapter it scored (``adapter``), the source LoRA column gives the first 8 hex digits of its digest
 (score files from before digests: "first machine's"), so rows from a LoRA trained again are never read as the
-first machine's; a move whose own score file predates a LoRA trained again is marked. Nothing is run: the table
+first machine's; a move whose own score file predates a LoRA trained again is marked. A move's score file
+written since 2026-11-28 names the LoRA it was moved from (``source_lora``); the column then gives that one, and
+says so where the source's own score file scored another copy. Nothing is run: the table
 is what the files say. ``--plot`` draws the same accuracies, one panel per task and direction, with the target's
 base and own LoRA and the teacher (the source with its LoRA) beside the moves. Where the synthesized cell ran,
 a second table says what ``--discriminator`` kept of its inputs and of as many real ones.
@@ -34,9 +36,24 @@ SHORT = {"smollm2-135m-instruct": "SmolLM2", "gemma-3-270m": "Gemma-3"}
 TASKS = {"arc-easy": "ARC-Easy", "piqa": "PIQA", "boolq": "BoolQ"}
 
 
-def _scores(folder: Path, key: str) -> tuple[list[int], str] | None:
+def _scores(folder: Path, key: str) -> tuple[list[int], str, str] | None:
+    """``(outcomes, adapter digest, source LoRA digest)`` of a score file (digests cut to 8 hex digits, "" where
+    the file names none), or None."""
     found = read_json_if_exists(folder / (f"{key}.json" if key.startswith("discriminator-") else f"score-{key}.json"))
-    return None if found is None else (found["correct"], found.get("adapter", "")[:8])
+    return None if found is None else (found["correct"], found.get("adapter", "")[:8], found.get("source_lora", "")[:8])
+
+
+def _source_lora(scored: str, moved_digest: str, moved_from: str) -> str:
+    """The source LoRA column: the LoRA the move names (``source_lora``), else the one the source's score file
+    scored, with a warning wherever the two files may speak of different copies of the LoRA."""
+    if moved_from:
+        if moved_from == scored:
+            return moved_from
+        return moved_from + (f" (the source's score file scored another copy, {scored})" if scored
+                             else " (the source's score is the first machine's LoRA's)")
+    if scored and not moved_digest:
+        return scored + " (the move's score predates it: an earlier LoRA's move)"
+    return scored or "first machine's"
 
 
 def rows(folder: Path, task: str, source: str, target: str, *, n_boot: int) -> list[str]:
@@ -51,14 +68,12 @@ def rows(folder: Path, task: str, source: str, target: str, *, n_boot: int) -> l
         found = _scores(folder, f"{target}-moved-{key}from-{source}")
         if found is None:
             continue
-        moved, digest = found
+        moved, digest, moved_from = found
         acc, gain = accuracy([moved]), paired_difference(moved, tb)
         k = kept([moved], [tb], [sl], [sb], n_boot=n_boot)
         r = recovered([moved], [tb], [tl], n_boot=n_boot)
         vs = "" if main is None or not key else _pm(paired_difference(moved, main[0]), "difference", 100)
-        lora = need[f"{source}-lora"][1] or "first machine's"
-        if need[f"{source}-lora"][1] and not digest:
-            lora += " (the move's score predates it: an earlier LoRA's move)"
+        lora = _source_lora(need[f"{source}-lora"][1], digest, moved_from)
         out.append(f"| {task} | {source} -> {target} | {what} | {lora} | "
                    f"{100 * acc['mean']:.1f} ± {100 * acc['stderr']:.1f} | {_pm(gain, 'difference', 100)} | "
                    f"{_pm(k, 'value')} | {_pm(r, 'value')} | {vs} |")

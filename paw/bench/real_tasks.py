@@ -144,7 +144,11 @@ class Cache:
         self.keep_scores = keep_scores
         self.made: set[str] = set()   # digests of the adapters this process trained or distilled
 
-    def scores(self, key: str, make, adapter: LoraAdapter | None = None) -> tuple[list[int], float]:
+    def scores(self, key: str, make, adapter: LoraAdapter | None = None, *,
+               source: LoraAdapter | None = None) -> tuple[list[int], float]:
+        """``(per-item outcomes, seconds)`` of ``make()``, cached under ``key``. ``source``: for a moved
+        adapter, the LoRA it was moved from, named in the file (``source_lora``) because the source's own
+        score file may have scored another copy of that LoRA (one trained again on a new machine)."""
         path = self.folder / f"{key}.json"
         found = read_json_if_exists(path)
         digest = None if adapter is None or self.keep_scores else tensors_digest(adapter.tensors)
@@ -153,7 +157,9 @@ class Cache:
         t = time.perf_counter()
         correct = make()
         seconds = time.perf_counter() - t
-        write_json(path, {"correct": correct, "seconds": seconds} | ({} if digest is None else {"adapter": digest}))
+        names = ({} if digest is None else {"adapter": digest}) | (
+            {} if source is None else {"source_lora": tensors_digest(source.tensors)})
+        write_json(path, {"correct": correct, "seconds": seconds} | names)
         return correct, seconds
 
     def _scored(self, found: dict, digest: str | None) -> bool:
@@ -294,7 +300,7 @@ def run_direction(source, target, train_items: list, test_items: list, cache: Ca
         return _base_conditions(out, seconds, n_boot=n_boot, seed=seed) | {"failed": str(e)}
     out["target + moved LoRA"], seconds[f"score-{t}-moved"] = cache.scores(
         f"score-{t}-moved-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
-                                                     what=f"{t} + the LoRA moved from {s}"), moved)
+                                                     what=f"{t} + the LoRA moved from {s}"), moved, source=lora_s)
     return summarise(out, seconds, report, n_boot=n_boot, seed=seed)
 
 
@@ -363,7 +369,7 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     out["target + moved LoRA"], seconds[f"score-{t}-moved-{key}"] = cache.scores(
         f"score-{t}-moved-{key}-from-{s}", lambda: _scored(target.model, target.tokenizer, test_items, moved,
                                                            what=f"{t} + the LoRA moved from {s} {VARIANTS[variant]}"),
-        moved)
+        moved, source=lora_s)
     summary = summarise(out, seconds, report, n_boot=n_boot, seed=seed)
     inputs_report = report.get("inputs", report.get("synthesis"))   # runs before 2026-11-26 13:00 cached "synthesis"
     if variant == "synthesized":

@@ -298,6 +298,10 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
     assert R.Cache(tmp_path, keep_scores=True).scores("legacy", make(5), new)[0] == [7]   # stand-ins: kept
     assert calls == [1, 2, 4]
+    cache.scores("moved", make(6), old, source=new)   # a moved adapter names the LoRA it came from
+    written = json.loads((tmp_path / "moved.json").read_text())
+    assert (written["adapter"], written["source_lora"]) == (tensors_digest(old.tensors), tensors_digest(new.tensors))
+    assert "source_lora" not in json.loads((tmp_path / "s.json").read_text())
 
 
 def test_a_target_lora_that_is_only_a_cached_score_is_not_trained_again(pair, monkeypatch):
@@ -351,6 +355,14 @@ def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
     assert focus.endswith("| +25.0 ± 25.0 |")   # focus − main, paired: [0, 1, 0, 0]
     write_json(folder / f"score-{s}-lora.json", {"correct": [1, 1, 0, 1], "seconds": 1.0, "adapter": "ab" * 32})
     assert "abababab (the move's score predates it" in table.rows(folder, "x", s, t, n_boot=0)[0]
+    # a move that names its source LoRA: that one, with a warning where the source's score file scored another copy
+    for named, shown in (("ab" * 16, "abababab"), ("cd" * 16, "cdcdcdcd (the source's score file scored another copy, abababab)")):
+        write_json(folder / f"score-{t}-moved-focus-from-{s}.json",
+                   {"correct": [1, 1, 1, 1], "seconds": 1.0, "adapter": "ef" * 16, "source_lora": named})
+        assert table.rows(folder, "x", s, t, n_boot=0)[1].split(" | ")[3] == shown
+    write_json(folder / f"score-{s}-lora.json", {"correct": [1, 1, 0, 1], "seconds": 1.0})
+    assert table.rows(folder, "x", s, t, n_boot=0)[1].split(" | ")[3] == (
+        "cdcdcdcd (the source's score is the first machine's LoRA's)")
     assert table.rows(folder, "x", t, s, n_boot=0) == []   # no move that way
     # the figure's panel: the target's base and own LoRA, the teacher, then the moves, in percent
     drawn = table.panel(folder, "x", s, t)
