@@ -53,7 +53,7 @@ def _refused(cli, fx: Path, out: Path, args, *fragments: str) -> str:
 
 def test_a_diverged_distillation_is_refused_with_advice(cli, fx, tmp_path):
     out = tmp_path / "moved"
-    line = _refused(cli, fx, out, _distill(fx, out, "--lr", "1e8"), "adapter_model.safetensors",
+    line = _refused(cli, fx, out, _distill(fx, out, "--lr", "1e30"), "adapter_model.safetensors",
                     "the distillation diverged at step 2 ", "lower --lr", "NaN/Inf", "lora_", "--allow-nonfinite")
     assert line.startswith(f"error: {out / 'adapter_model.safetensors'}: ")
     assert not out.exists()
@@ -61,7 +61,7 @@ def test_a_diverged_distillation_is_refused_with_advice(cli, fx, tmp_path):
 
 def test_allow_nonfinite_writes_a_diverged_distillation_and_records_it(cli, fx, tmp_path):
     out = tmp_path / "moved"
-    res = cli(*map(str, _distill(fx, out, "--lr", "1e8", "--allow-nonfinite")))
+    res = cli(*map(str, _distill(fx, out, "--lr", "1e30", "--allow-nonfinite")))
     assert res.exit_code == 0, res.stderr
     report = json.loads((out / "transfer_report.json").read_text())
     written = report["nonfinite_written"]
