@@ -5,6 +5,7 @@ Area-specific fixtures live in tests/<area>/conftest.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,30 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 DATA = Path(__file__).resolve().parent / "data"  # carried with the repo: nothing outside it is read
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL in-process, past the CLI's error handling (the real signal: tests/test_torchrun.py)."""
+
+
+@contextlib.contextmanager
+def dies_after_saving(monkeypatch, where: str):
+    """The block's run dies (:class:`Killed`) right after its first checkpoint is written: ``where`` names the
+    ``save_train_state`` its pipeline calls (``"paw.evaluate.pipeline.save_train_state"``); put back afterwards."""
+    from paw.io import train_state as io_state
+
+    real = io_state.save_train_state
+
+    def save_then_die(folder, state):
+        real(folder, state)
+        raise Killed
+
+    monkeypatch.setattr(where, save_then_die)
+    try:
+        with pytest.raises(Killed):
+            yield
+    finally:
+        monkeypatch.setattr(where, real)
 
 
 @dataclass

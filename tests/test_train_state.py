@@ -18,6 +18,7 @@ from paw.io.train_state import (
     write_synthesis,
 )
 from paw.train_state import Checkpoints, capture
+from tests.conftest import dies_after_saving
 
 
 def _setup(seed=0):
@@ -96,13 +97,8 @@ def test_a_synthesis_state_is_read_back_only_under_its_own_key(tmp_path):
     assert read_synthesis(tmp_path, "k") is None and read_synthesized(tmp_path) == []
 
 
-class Killed(BaseException):
-    """Stands for SIGKILL in-process, past the CLI's error handling (the real signal: tests/test_torchrun.py)."""
-
-
 def test_train_lora_resumed_after_a_kill_equals_an_uninterrupted_run(cli, tmp_path, tiny_llama, monkeypatch):
     from paw.evaluate.synthetic import fact_task
-    from paw.io import train_state as io_state
     from paw.io.mcdata import write_items
 
     write_items(tmp_path / "train.jsonl", fact_task("colour", n=16, seed=0))
@@ -110,17 +106,9 @@ def test_train_lora_resumed_after_a_kill_equals_an_uninterrupted_run(cli, tmp_pa
             "4", "--lr", "1e-2", "--rank", "4", "--device", "cpu")
     assert cli(*args, "--output", tmp_path / "whole").exit_code == 0
 
-    real = io_state.save_train_state
-
-    def save_then_die(folder, state):
-        real(folder, state)
-        raise Killed
-
-    monkeypatch.setattr("paw.evaluate.pipeline.save_train_state", save_then_die)
-    with pytest.raises(Killed):
+    with dies_after_saving(monkeypatch, "paw.evaluate.pipeline.save_train_state"):
         cli(*args, "--output", tmp_path / "cut", "--save-every", "2")
     assert not (tmp_path / "cut").exists() and load_train_state(tmp_path / "cut-work")["step"] == 2
-    monkeypatch.setattr("paw.evaluate.pipeline.save_train_state", real)
     from paw.evaluate import train
 
     steps, step_loss = [], train._step_loss

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import Killed, dies_after_saving
+
 ADAPTER = "adapter_model.safetensors"
 FAST = ("--prompts", "generic", "--max-steps", "6", "--batch-size", "4", "--max-new-tokens", "3", "--init", "none",
         "--lr", "1e-2", "--device", "cpu")
-
-
-class Killed(BaseException):
-    """Stands for SIGKILL in-process, past the CLI's error handling."""
 
 
 @pytest.fixture(scope="module")
@@ -33,18 +31,8 @@ def _distill(cli, src, src_lora, target, out, *extra):
 
 def _killed_at_the_first_checkpoint(cli, src, src_lora, target, out, monkeypatch) -> None:
     """A distillation into ``out`` that dies (as by SIGKILL) right after writing its step-2 checkpoint."""
-    from paw.io import train_state as io_state
-
-    real = io_state.save_train_state
-
-    def save_then_die(folder, state):
-        real(folder, state)
-        raise Killed
-
-    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", save_then_die)
-    with pytest.raises(Killed):
+    with dies_after_saving(monkeypatch, "paw.transfer.distill.run.save_train_state"):
         _distill(cli, src, src_lora, target, out, "--save-every", "2")
-    monkeypatch.setattr("paw.transfer.distill.run.save_train_state", real)
 
 
 def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independent):
