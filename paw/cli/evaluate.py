@@ -33,16 +33,29 @@ def eval_command(
     track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
                                                        "logs go to RESULTS-tracking/ (./paw-runs/eval without --output)."),
     overwrite: bool = OVERWRITE,
+    proxy_base: str | None = typer.Option(None, "--proxy-base", help="Proxy-tuning: the base model that "
+                                          "--proxy-adapter was trained on (any tokenizer)."),
+    proxy_adapter: Path | None = typer.Option(None, "--proxy-adapter", help="Proxy-tuning: add what this LoRA "
+                                              "changes in --proxy-base to every choice's score (no training)."),
+    proxy_scale: float = typer.Option(1.0, "--proxy-scale", help="Proxy-tuning: the factor on that shift."),
 ):
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
     perplexity of the correct answers.
 
     Example: paw eval --model ./paw_demo/models/base --data ./paw_demo/data/colour.jsonl --limit 200
+
+    Proxy-tuning (a LoRA of another model, applied at scoring time): paw eval --model ./b --data d.jsonl --proxy-base ./a --proxy-adapter ./a-lora
     """
     from paw.evaluate.pipeline import evaluate_model
 
     result = evaluate_model(model, data, adapter=adapter, format=format, limit=limit, batch_size=batch_size,
-                            output=output, device=device, dtype=dtype, track=track, overwrite=overwrite, command=command_line())
+                            output=output, device=device, dtype=dtype, track=track, overwrite=overwrite,
+                            command=command_line(), proxy_base=proxy_base, proxy_adapter=proxy_adapter,
+                            proxy_scale=proxy_scale)
+    if "proxy" in result.metrics:
+        alone = result.metrics["proxy"]["target_alone"]
+        typer.echo(f"target alone   {alone['accuracy']:.4f} ± {alone['stderr']:.4f}   (proxy-tuned below, "
+                   f"scale {result.metrics['proxy']['scale']:g})")
     _print_metrics(result.metrics)
     if result.output is not None:
         typer.echo(f"results: {result.output}")

@@ -99,7 +99,9 @@ def register(app: typer.Typer) -> None:
         check_data: Path = typer.Option(T.check_data, "--check-data", help="Labeled MC file never trained on: "
                                         "the moved adapter's paired gain over the target base."),
         require_gain: bool = typer.Option(T.require_gain, "--require-gain", help="With --check-data: no gain "
-                                          "by one stderr: exit 3, write nothing."),
+                                          "by --gain-z stderrs: exit 3, write nothing."),
+        gain_z: float = typer.Option(T.gain_z, "--gain-z", help="With --check-data: the paired gain must exceed "
+                                     "this many stderrs (clustered by the items' 'group' field)."),
         # ---- --method distill only (label-free inputs; see docs/distill.md) ----
         prompts: str = typer.Option(D.prompts, "--prompts", help="[distill] Task inputs: a file paw eval reads "
                                     "(answers ignored) or text, one input per line; or 'generic'."),
@@ -132,6 +134,10 @@ def register(app: typer.Typer) -> None:
                                        "teacher's K likeliest next words (0: off)."),
         token_focus: float = typer.Option(D.token_focus, "--token-focus", help="[distill] Train on the share of tokens "
                                           "the adapter changed most (TiTok)."),
+        target: str = typer.Option(D.target, "--target", help="[distill] What the student learns: teacher (the "
+                                   "source + adapter) or shift (its own base + the adapter's shift; docs/distill.md)."),
+        shift_scale: float = typer.Option(D.shift_scale, "--shift-scale", help="[distill] --target shift: the "
+                                          "factor on the adapter's shift."),
         seed: int = typer.Option(D.seed, *SEED.param_decls, help=SEED.help),
         save_every: int = typer.Option(D.save_every, "--save-every",  # >= 1: DistillOptions.check
                                        help="[distill] Checkpoint every K steps."),
@@ -166,8 +172,8 @@ def register(app: typer.Typer) -> None:
                                  discriminator=discriminator, eval_prompts=eval_prompts, holdout=holdout,
                                  init=init.value, rank=rank, alpha=alpha, target_modules=_modules(target_modules),
                                  max_steps=max_steps, batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens,
-                                 byte_kl=byte_kl, next_words=next_words, token_focus=token_focus, seed=seed,
-                                 save_every=save_every,
+                                 byte_kl=byte_kl, next_words=next_words, token_focus=token_focus, target=target,
+                                 shift_scale=shift_scale, seed=seed, save_every=save_every,
                                  resume=resume, offload_teacher=offload_teacher,
                                  gradient_checkpointing=gradient_checkpointing, dtype=dtype, fsdp=fsdp)
         move = transfer_adapter if extract is None else functools.partial(transfer_finetune, extract=extract)
@@ -176,7 +182,7 @@ def register(app: typer.Typer) -> None:
                                   layer_map=layer_map.value, vocab_map=vocab_map, ridge=ridge, force=force,
                                   distill=distill, device=device, overwrite=overwrite,
                                   allow_nonfinite=allow_nonfinite, check_data=check_data, require_gain=require_gain,
-                                  command=command_line())
+                                  gain_z=gain_z, command=command_line())
         if not is_main():  # under torchrun, rank 0 alone reports
             return
         if extract is not None:  # what the LoRA held of the fine-tune, before anything moved

@@ -31,6 +31,7 @@ lines); this module decides what the model is asked.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -417,4 +418,9 @@ def _parse(entry: Reader, name: str, record: Record, path: Path, number: int) ->
         raise PawError(f"line {number}: bad {name} item ({err})", path=path) from None
     if len(item.choices) < 2:
         raise PawError(f"line {number}: {name} item has {len(item.choices)} choice(s); need at least 2", path=path)
-    return item
+    group = record.get("group")
+    if group is None:
+        return item
+    if isinstance(group, bool) or not isinstance(group, str | int) or not str(group).strip():
+        raise PawError(f"line {number}: 'group' must be a non-empty string or an integer, not {group!r}", path=path)
+    return dataclasses.replace(item, group=str(group))

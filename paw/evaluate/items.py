@@ -17,6 +17,7 @@ class MCItem:
     the item is scored the standard *partial* way (Sakaguchi et al. 2020, lm-evaluation-harness):
     the context is the text up to the blank with the choice filled in, and the scored continuation
     is the rest of the sentence, identical for every choice. :meth:`pairs` gives those pairs.
+    ``group``: a record's ``group`` field, in any layout (the gain gate's clustered stderr).
     """
 
     question: str
@@ -24,6 +25,7 @@ class MCItem:
     answer: int
     id: str = ""
     fill_blank: bool = False
+    group: str = ""   # items sharing a group (two questions about one fact) are not independent: paw.evaluate.stats
 
     def pairs(self) -> list[tuple[str, str]]:
         """``[(context, continuation), ...]``, one per choice, as the model scores them.

@@ -173,6 +173,15 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
     >>> evaluate(model, tok, [MCItem("2 + 2 =", (" 3", " 4"), 1)])  # doctest: +SKIP
     {'accuracy': 1.0, 'accuracy_norm': 1.0, 'stderr': 0.0, ..., 'n': 1}
     """
+    scores = choice_scores(model, tokenizer, items, batch_size=batch_size, device=device, progress=progress,
+                           padding_side=padding_side)
+    return summarize(items, scores, per_item=per_item)
+
+
+def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
+                  progress: bool = True, padding_side: str | None = None) -> list[tuple[float, int]]:
+    """``(sum log p(choice | question), n_tokens)`` of every choice of every item, item by item: what
+    :func:`summarize` reads, and what proxy-tuning combines across models (:mod:`paw.evaluate.proxy`)."""
     if not items:
         raise PawError("no items to evaluate")
     if device is not None:
@@ -180,21 +189,19 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
     device = model_device(model)
     side = padding_side or "left"
     max_length = max_length_of(model)
-    encoded, owners = [], []
+    encoded = []
     for k, item in enumerate(items):
         if not 0 <= item.answer < len(item.choices):
             raise PawError(f"item {item.id or k}: answer {item.answer} out of range for {len(item.choices)} choices")
-        for context, continuation in item.pairs():
-            encoded.append(encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer"))
-            owners.append(k)
+        encoded += [encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer")
+                    for context, continuation in item.pairs()]
     was_training = model.training
     model.eval()
     try:
-        scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
-                               device=device, padding_side=side, progress=progress)
+        return score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
+                             device=device, padding_side=side, progress=progress)
     finally:
         model.train(was_training)
-    return summarize(items, scores, per_item=per_item)
 
 
 def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]], *, per_item: bool = False) -> dict:

@@ -50,25 +50,34 @@ class Evaluation:
 def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None = None, format: str = "auto",
                    limit: int | None = None, batch_size: int = 8, output: PathLike | None = None,
                    device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
-                   progress: bool = True, command: str | None = None) -> Evaluation:
+                   progress: bool = True, command: str | None = None, proxy_base: PathLike | None = None,
+                   proxy_adapter: PathLike | None = None, proxy_scale: float = 1.0) -> Evaluation:
     """Multiple-choice accuracy (raw and length-normalised) ± stderr, and the answers' loss and perplexity.
 
     ``track`` (none, csv, swanlab) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
+    ``proxy_base`` and ``proxy_adapter``: proxy-tuning, each choice scored as ``model``'s log-likelihood plus
+    ``proxy_scale`` times what ``proxy_adapter`` changes in ``proxy_base``'s (:mod:`paw.evaluate.proxy`).
     """
     quiet_transformers()
     check_kind(track)  # before any heavy work
+    _check_proxy(proxy_base, proxy_adapter, proxy_scale)
     output = None if output is None else Path(output)
     run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
-    read = [model, data, adapter]
+    read = [model, data, adapter, proxy_base, proxy_adapter]
     if output is not None:
         check_output(output, overwrite=overwrite, inputs=read)
         if track != "none":
             check_output(run_dir, overwrite=overwrite, inputs=read)
 
     items = read_items(data, format=format, limit=limit)
-    lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
-    metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=progress)
-    inputs = describe_inputs(model=model, adapter=adapter, data=data)
+    if proxy_base is None:
+        lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
+        metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=progress)
+    else:
+        metrics = _proxy_tuned(model, adapter, proxy_base, proxy_adapter, proxy_scale, items, device=device,
+                               dtype=dtype, batch_size=batch_size, progress=progress)
+    inputs = describe_inputs(model=model, adapter=adapter, data=data, proxy_base=proxy_base,
+                             proxy_adapter=proxy_adapter)
     config = {"command": command, **{k: v["path"] for k, v in inputs.items()}}
     tracking = run_dir if track != "none" else None
     if output is None:  # only the tracking log, in ./paw-runs/eval
@@ -80,6 +89,39 @@ def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None 
                       limit=limit)
         log_once(track, staging / run_dir.name, config, {"test": metrics}, shown=run_dir)
     return Evaluation(metrics, output, tracking)
+
+
+def _check_proxy(proxy_base, proxy_adapter, proxy_scale: float) -> None:
+    if (proxy_base is None) != (proxy_adapter is None):
+        raise PawError("proxy-tuning needs both --proxy-base (the adapter's own base) and --proxy-adapter")
+    finite("--proxy-scale", proxy_scale)
+    if proxy_base is None and proxy_scale != 1.0:
+        raise PawError("--proxy-scale is for --proxy-base and --proxy-adapter")
+    if not 0 < proxy_scale <= 10:
+        raise PawError(f"--proxy-scale {proxy_scale}: must be in (0, 10] (1: the adapter's shift as it is)")
+
+
+def _proxy_tuned(model, adapter, proxy_base, proxy_adapter, scale: float, items, *, device, dtype, batch_size,
+                 progress) -> dict:
+    """Metrics of ``model`` (+ ``adapter``) with the shift of ``proxy_adapter`` on ``proxy_base`` added per
+    choice; one model in memory at a time (the target, then the proxy base with its adapter)."""
+    from paw.evaluate.mc import choice_scores, summarize
+    from paw.evaluate.proxy import proxy_scores
+
+    dev = resolve_device(device)
+    lm, tokenizer = load_lm(model, adapter=adapter, device=dev, dtype=dtype)
+    target = choice_scores(lm, tokenizer, items, batch_size=batch_size, progress=progress)
+    del lm
+    expert_lm, expert_tok = load_lm(proxy_base, adapter=proxy_adapter, device=dev, dtype=dtype)
+    expert = choice_scores(expert_lm, expert_tok, items, batch_size=batch_size, progress=progress)
+    with expert_lm.disable_adapter():
+        anti = choice_scores(expert_lm, expert_tok, items, batch_size=batch_size, progress=progress)
+    metrics = summarize(items, proxy_scores(target, expert, anti, scale))
+    alone = summarize(items, target)
+    return {**metrics, "proxy": {"scale": scale, "target_alone": {k: alone[k] for k in ("accuracy", "stderr")},
+                                 "note": "per choice: target + scale x (proxy base with adapter - without); "
+                                         "loss and perplexity are the target's own"},
+            "loss": alone["loss"], "perplexity": alone["perplexity"]}
 
 
 @dataclass(frozen=True)

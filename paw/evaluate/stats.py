@@ -37,3 +37,54 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict:
     d = x - y
     se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
     return {"difference": float(d.mean()), "stderr": se, "n": int(d.size)}
+
+
+def clustered_difference(a: Sequence[float], b: Sequence[float], groups: Sequence[str]) -> dict:
+    """:func:`paired_difference` with a cluster-robust standard error: the items of one group (two questions
+    about one fact) move together, so each group's summed deviation is one independent draw.
+
+    ``se² = G / (G - 1) · Σ_g (Σ_{i in g} (d_i - d̄))² / n²`` over ``G`` groups: what resampling whole
+    groups estimates (the cluster bootstrap). With every item its own group it is the paired stderr
+    exactly. An empty group key makes the item a group of its own.
+
+    >>> clustered_difference([1, 1, 0, 1], [0, 1, 0, 0], ["a", "b", "c", "d"])["stderr"] == \\
+    ...     paired_difference([1, 1, 0, 1], [0, 1, 0, 0])["stderr"]
+    True
+    >>> clustered_difference([1, 1, 0, 0], [0, 0, 0, 0], ["x", "x", "y", "y"])
+    {'difference': 0.5, 'stderr': 0.5, 'n': 4, 'groups': 2}
+    """
+    x, y = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+    if not x.size == y.size == len(groups):
+        raise ValueError(f"paired outcomes and groups differ in length: {x.size}, {y.size}, {len(groups)}")
+    keys = [g if g else f"\0item-{i}" for i, g in enumerate(groups)]
+    d = x - y
+    sums: dict[str, float] = {}
+    for key, dev in zip(keys, d - d.mean(), strict=True):
+        sums[key] = sums.get(key, 0.0) + float(dev)
+    g = len(sums)
+    se = math.sqrt(g / (g - 1) * sum(s * s for s in sums.values())) / d.size if g > 1 else 0.0
+    return {"difference": float(d.mean()), "stderr": se, "n": int(d.size), "groups": g}
+
+
+def false_pass_rate(*, items: int, z: float, moves: int = 2000, seed: int = 0, base_rate: float = 0.6,
+                    flip: float = 0.15, per_group: int = 1, told_groups: bool = True) -> float:
+    """The share of simulated moves with **no** gain that a gate passes (gain > ``z`` · stderr).
+
+    Each move draws ``items`` outcomes of the target base (right with ``base_rate``); the moved adapter
+    changes each outcome with probability ``flip``, to right or to wrong alike, so its expected gain is 0.
+    ``per_group`` items share one group and one draw (two questions about one fact): the gate is told the
+    groups, as ``--check-data`` items naming a ``group`` do (``told_groups=False``: it is not, and counts
+    every item as independent). No model runs; seeded, so the rate is reproducible.
+    """
+    rng = np.random.default_rng(seed)
+    n_groups = -(-items // per_group)
+    groups = [str(i // per_group) for i in range(items)]
+    passed = 0
+    for _ in range(moves):
+        base = np.repeat(rng.random(n_groups) < base_rate, per_group)[:items].astype(float)
+        flips = np.repeat(rng.random(n_groups) < flip, per_group)[:items]
+        to_right = np.repeat(rng.random(n_groups) < base_rate, per_group)[:items]
+        moved = np.where(flips, to_right.astype(float), base)
+        gain = clustered_difference(moved, base, groups) if told_groups else paired_difference(moved, base)
+        passed += gain["difference"] > z * gain["stderr"]
+    return passed / moves

@@ -11,9 +11,13 @@ that was never trained on, for every method (weight maps, ``auto``, ``distill``)
    highest-log-likelihood choice): the target base, the target with the moved adapter (applied by
    PEFT from the staged folder, as a user loads it), the source base and the source with its adapter;
 3. the gate's figure is the paired difference (target + moved adapter − target base) with its
-   paired standard error (:func:`paw.evaluate.stats.paired_difference`). It **passes** when the
-   difference exceeds one standard error (a lenient bar: a one-sided 84% level, chosen so that a
-   small real gain on a small check set is not thrown away; the figures are in the report);
+   paired standard error (:func:`paw.evaluate.stats.paired_difference`; clustered by group,
+   :func:`paw.evaluate.stats.clustered_difference`, when items name a ``group``: two questions about
+   one fact are one draw, not two). It **passes** when the difference exceeds ``gain_z`` standard
+   errors (``--gain-z``, default 2: a seeded simulation of moves with no gain,
+   :func:`paw.evaluate.stats.false_pass_rate`, passes about 2% of them on 96 items; the old bar of
+   one stderr passed about 15%). The report keeps every item's outcome under the four conditions
+   (``outcomes``) and the groups, so a reader can redo the statistics;
 4. passed or not, the output is published with the gate's block in ``transfer_report.json`` and a
    ``gate.md``, and the command's last line says which; with ``require_gain`` a failed gate raises
    :class:`~paw.errors.NoGain` (exit code 3) and nothing is written.
@@ -22,8 +26,8 @@ The check set is refused (exit 2) when an item has no answer, an answer outside 
 question that is also a distillation input (``--prompts``, ``--seed-examples``): a set the student
 was trained on measures memorisation, not the gain.
 
-    >>> verdict({"target_base": [0, 0, 1, 0], "target_adapted": [1, 1, 1, 0],
-    ...          "source_base": [0, 0, 0, 1], "source_adapted": [1, 1, 1, 1]})["passed"]
+    >>> verdict({"target_base": [0, 0, 1, 0, 0], "target_adapted": [1, 1, 1, 1, 1],
+    ...          "source_base": [0, 0, 0, 1, 0], "source_adapted": [1, 1, 1, 1, 1]})["passed"]
     True
 """
 
@@ -41,7 +45,7 @@ from paw.errors import NoGain, PawError
 from paw.evaluate.formats import detect_format, items_from_records
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import evaluate
-from paw.evaluate.stats import accuracy, paired_difference
+from paw.evaluate.stats import accuracy, clustered_difference, paired_difference
 from paw.io.atomic import check_output
 from paw.io.gate_files import add_gate, publish, staging
 from paw.io.manifest import describe_input
@@ -130,22 +134,33 @@ def _correct(model, tokenizer, items: list[MCItem], progress: bool) -> list[int]
     return evaluate(model, tokenizer, items, progress=progress, per_item=True)["correct"]
 
 
-def verdict(outcomes: dict[str, list[int]]) -> dict[str, Any]:
+def verdict(outcomes: dict[str, list[int]], *, groups: list[str] | None = None, z: float = 2.0) -> dict[str, Any]:
     """The gate's block: accuracies, paired differences and whether the moved adapter beat the base.
 
     ``gain`` is target + moved − target base; ``teacher_vs_target`` is source + adapter − target base
     (negative: the teacher knows the task less well than the target already does); ``source_gain``
     is the adapter's gain on its own base and ``kept`` the share of it the move kept (None when the
-    source gained nothing to keep).
+    source gained nothing to keep). ``groups`` (one key per item, ``""`` for none): the stderrs are
+    clustered by group. Passed when the gain exceeds ``z`` stderrs.
     """
-    gain = paired_difference(outcomes["target_adapted"], outcomes["target_base"])
-    source_gain = paired_difference(outcomes["source_adapted"], outcomes["source_base"])
+    grouped = groups is not None and any(groups)
+
+    def diff(a: str, b: str) -> dict:
+        if grouped:
+            return clustered_difference(outcomes[a], outcomes[b], groups)
+        return paired_difference(outcomes[a], outcomes[b])
+
+    gain, source_gain = diff("target_adapted", "target_base"), diff("source_adapted", "source_base")
     kept = gain["difference"] / source_gain["difference"] if source_gain["difference"] > 0 else None
-    return {"items": gain["n"], "rule": "passed when (target + moved − target base) > its paired stderr",
-            "passed": bool(gain["difference"] > gain["stderr"]),
+    stderr = "clustered stderr over its groups" if grouped else "paired stderr"
+    return {"items": gain["n"], "z": z,
+            "rule": f"passed when (target + moved − target base) > {z:g} x its {stderr}",
+            "passed": bool(gain["difference"] > z * gain["stderr"]),
             "accuracy": {name: accuracy([outcomes[name]]) for name in CONDITIONS},
-            "gain": gain, "teacher_vs_target": paired_difference(outcomes["source_adapted"], outcomes["target_base"]),
-            "source_gain": source_gain, "kept": kept}
+            "gain": gain, "teacher_vs_target": diff("source_adapted", "target_base"),
+            "source_gain": source_gain, "kept": kept,
+            "outcomes": {name: list(outcomes[name]) for name in CONDITIONS},
+            **({"groups": list(groups)} if grouped else {})}
 
 
 # ------------------------------------------------------------------------------------ what people read
@@ -166,7 +181,13 @@ def line(gate: dict, check_data: str | Path) -> str:
             f"{_pct(acc['source_adapted']['mean'])}%")
     if gate["passed"]:
         return f"{head}: passed"
-    return f"{head}: NO GAIN, the moved adapter is not better than the target base by one stderr"
+    return f"{head}: NO GAIN, the moved adapter is not better than the target base by {_bar(gate)}"
+
+
+def _bar(gate: dict) -> str:
+    """``2 stderrs`` (``2 clustered stderrs`` when the items name groups)."""
+    z = gate.get("z", 1.0)
+    return f"{z:g} {'clustered ' if 'groups' in gate else ''}stderr{'' if z == 1 else 's'}"
 
 
 def markdown(gate: dict, check_data: str | Path) -> str:
@@ -174,9 +195,9 @@ def markdown(gate: dict, check_data: str | Path) -> str:
     acc = gate["accuracy"]
     rows = [f"| {label} | {_pct(acc[name]['mean'])} ± {_pct(acc[name]['stderr'])} |" for name, label in CONDITIONS.items()]
     kept = "–" if gate["kept"] is None else f"{gate['kept']:.2f}"
-    verdict_text = ("**Passed**: the moved adapter is better than the target base by more than one paired stderr."
+    verdict_text = (f"**Passed**: the moved adapter is better than the target base by more than {_bar(gate)}."
                     if gate["passed"] else
-                    "**No gain**: the moved adapter is not better than the target base by one paired stderr.")
+                    f"**No gain**: the moved adapter is not better than the target base by {_bar(gate)}.")
     return "\n".join([
         f"# Gain gate: `{check_data}` ({gate['items']} labeled items)", "",
         "| model | accuracy % ± stderr |", "|---|---|", *rows, "",
@@ -216,7 +237,8 @@ def _gated(transfer: Callable[..., Any], a: dict[str, Any]):
         staged = folder / output.name
         result = transfer(**{**a, "output": staged, "overwrite": False})
         gate = verdict(score(items, adapter=a["adapter"], moved=staged, source_base=a["source_base"],
-                             target_base=a["target_base"], device=a["device"], progress=a["progress"]))
+                             target_base=a["target_base"], device=a["device"], progress=a["progress"]),
+                       groups=[item.group for item in items], z=a["gain_z"])
         if not gate["passed"] and a["require_gain"]:
             raise NoGain(f"{line(gate, check_data)}; nothing was written (--require-gain)")
         warning = None if gate["passed"] else (

@@ -30,11 +30,17 @@ class TransferOptions:
     distill: DistillOptions = field(default_factory=DistillOptions)  # --method distill only
     check_data: str | Path | None = None  # labeled multiple-choice file for the gain gate (paw.transfer.gate)
     require_gain: bool = False            # with check_data: exit 3, writing nothing, when the gate finds no gain
+    gain_z: float = 2.0                   # the gate passes when the paired gain exceeds gain_z stderrs (docs/transfer.md)
 
     def check(self) -> None:
         """Refuse what no transfer can use: distill knobs without ``--method distill``, a knob out of range."""
         if self.require_gain and self.check_data is None:
             raise PawError("--require-gain needs --check-data FILE (the labeled items the gain is measured on)")
+        finite("--gain-z", self.gain_z)
+        if self.gain_z != 2.0 and self.check_data is None:
+            raise PawError("--gain-z needs --check-data FILE (the labeled items the gain is measured on)")
+        if not 0 <= self.gain_z <= 10:
+            raise PawError(f"--gain-z {self.gain_z}: must be in [0, 10] (stderrs the gain must exceed; 2: the default)")
         if self.method == DISTILL:
             self.distill.check()
             return

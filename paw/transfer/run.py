@@ -82,7 +82,7 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
                      force: bool = DEFAULTS.force, distill: DistillOptions | None = None, device: str = "cpu",
                      overwrite: bool = False, allow_nonfinite: bool = False, progress: bool = True,
                      check_data: PathLike | None = DEFAULTS.check_data, require_gain: bool = DEFAULTS.require_gain,
-                     command: str | None = None) -> TransferredAdapter:
+                     gain_z: float = DEFAULTS.gain_z, command: str | None = None) -> TransferredAdapter:
     """Read the adapter and both bases, transfer, write ``output`` atomically; every method, distill included.
 
     The knobs are :class:`~paw.transfer.options.TransferOptions` (``distill``: the
@@ -94,7 +94,8 @@ def transfer_adapter(adapter: PathLike, source_base: PathLike, target_base: Path
     """
     options = TransferOptions(method=method, subspace_rank=subspace_rank, min_similarity=min_similarity,
                               layer_map=layer_map, vocab_map=vocab_map, ridge=ridge, force=force,
-                              distill=distill or DistillOptions(), check_data=check_data, require_gain=require_gain)
+                              distill=distill or DistillOptions(), check_data=check_data, require_gain=require_gain,
+                              gain_z=gain_z)
     options.check()
     if method == DISTILL:
         report, inputs = distill_to_folder(adapter, source_base, target_base, output, options.distill, device=device,

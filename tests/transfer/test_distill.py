@@ -14,40 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCE_DIMS = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2)
-TARGET_DIMS = dict(hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2)
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """Source Llama (byte-level BPE) with a LoRA that learned 16 colour facts; target Qwen2 (SentencePiece, wider)."""
-    import copy
-
-    from peft import get_peft_model_state_dict
-
-    from paw import zoo
-    from paw.evaluate.synthetic import fact_task, tokenizer_corpus
-    from paw.evaluate.train import train_lora
-    from paw.io.adapter import LoraAdapter, lora_config_dict, write_adapter
-    from paw.io.mcdata import write_items
-
-    root = tmp_path_factory.mktemp("distill")
-    task = fact_task("colour", n=16, seed=0)
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
-    tok_s = zoo.train_tokenizer(texts, 300, kind="byte-bpe")
-    tok_t = zoo.train_tokenizer(texts, 300, kind="sentencepiece-bpe")
-    source = zoo.build_model("llama", seed=0, init_std=0.2, vocab_size=len(tok_s), **SOURCE_DIMS)
-    target = zoo.build_model("qwen2", seed=1, init_std=0.2, vocab_size=len(tok_t), **TARGET_DIMS)
-    zoo.save_model(source, root / "source", tokenizer=tok_s)
-    zoo.save_model(target, root / "target", tokenizer=tok_t)
-    peft_model, _ = train_lora(copy.deepcopy(source), tok_s, task, rank=4, alpha=8, steps=60, batch_size=8, lr=1e-2,
-                               seed=0, progress=False)
-    tensors = {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
-    config = lora_config_dict(r=4, alpha=8, target_modules=zoo.ALL_LINEAR, base_model=str(root / "source"))
-    write_adapter(root / "lora", LoraAdapter(config=config, tensors=tensors))
-    (root / "questions.txt").write_text("".join(item.question + "\n" for item in task))  # no answers
-    write_items(root / "items.jsonl", task)
-    return {"root": root, "task": task, "source": root / "source", "target": root / "target", "lora": root / "lora"}
+from tests.transfer.conftest import TARGET_DIMS
 
 
 def _accuracy(base: Path, items, adapter: Path | None = None) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.transfer.test_distill import FAST, _accuracy, _distill, world  # noqa: F401  (world is a fixture)
+from tests.transfer.test_distill import FAST, _accuracy, _distill
 
 
 @pytest.mark.gpu

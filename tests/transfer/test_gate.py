@@ -156,12 +156,13 @@ def test_require_gain_needs_check_data(cli, world, tmp_path):
 
 
 def test_verdict_by_hand():
-    # gain: differences (1, 1, 0, 0) -> mean 0.5, sd 0.577, stderr 0.289 -> passed
-    gate = verdict({"target_base": [0, 0, 1, 0], "target_adapted": [1, 1, 1, 0],
-                    "source_base": [0, 0, 0, 1], "source_adapted": [1, 1, 1, 1]})
+    # gain: differences (1, 1, 0, 0) -> mean 0.5, sd 0.577, stderr 0.289 -> 1.7 stderrs: passed at z = 1, not 2
+    outcomes = {"target_base": [0, 0, 1, 0], "target_adapted": [1, 1, 1, 0],
+                "source_base": [0, 0, 0, 1], "source_adapted": [1, 1, 1, 1]}
+    gate = verdict(outcomes, z=1.0)
     assert gate["gain"]["difference"] == pytest.approx(0.5)
     assert gate["gain"]["stderr"] == pytest.approx((1 / 3) ** 0.5 / 2)
-    assert gate["passed"] is True
+    assert gate["passed"] is True and verdict(outcomes)["passed"] is False
     assert gate["teacher_vs_target"]["difference"] == pytest.approx(0.75)
     assert gate["kept"] == pytest.approx(0.5 / 0.75)
     # one item better, one worse: no gain; nothing better at all: no gain (0 is not above a stderr of 0)
@@ -192,3 +193,66 @@ def test_track_logs_the_gate(cli, world, tmp_path):
     gate = json.loads((tmp_path / "moved" / "transfer_report.json").read_text())["gate"]
     assert logged["gate/passed"] == 1.0 and logged["gate/gain"] == pytest.approx(gate["gain"]["difference"])
     assert logged["gate/gain_stderr"] == pytest.approx(gate["gain"]["stderr"])
+
+
+def test_the_bar_is_gain_z_stderrs():
+    # 16 items: 6 gained, 2 lost -> +0.25 with paired stderr sqrt(7 / 15) / 4 = 0.1708 (sd with n - 1)
+    base = [0] * 16
+    moved = [1] * 6 + [0] * 10
+    outcomes = {"target_base": [0] * 6 + [1, 1] + [0] * 8, "target_adapted": moved,
+                "source_base": base, "source_adapted": [1] * 16}
+    assert verdict(outcomes, z=1.0)["passed"] is True and verdict(outcomes, z=2.0)["passed"] is False
+    gate = verdict(outcomes)
+    assert gate["z"] == 2.0 and gate["gain"]["difference"] == pytest.approx(0.25)
+    assert gate["gain"]["stderr"] == pytest.approx((7 / 15) ** 0.5 / 4) and "2 x its paired stderr" in gate["rule"]
+    assert gate["outcomes"]["target_adapted"] == moved and "groups" not in gate   # every outcome, for a re-analysis
+
+
+def test_items_naming_a_group_get_a_clustered_stderr():
+    from paw.evaluate.stats import clustered_difference, paired_difference
+
+    # four facts, two questions each: both questions of a fact move together
+    moved = [1, 1, 1, 1, 0, 0, 1, 1]
+    base = [0, 0, 0, 0, 0, 0, 1, 1]
+    groups = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    # d = [1,1,1,1,0,0,0,0], mean 0.5; group sums of deviations 1, 1, -1, -1: se = sqrt(4/3 * 4) / 8
+    c = clustered_difference(moved, base, groups)
+    assert c["stderr"] == pytest.approx((4 / 3 * 4) ** 0.5 / 8) and c["groups"] == 4
+    assert c["stderr"] > paired_difference(moved, base)["stderr"]   # counted as 8 draws it looked surer
+    outcomes = {"target_base": base, "target_adapted": moved, "source_base": base, "source_adapted": moved}
+    gate = verdict(outcomes, groups=groups, z=1.0)
+    assert gate["gain"]["stderr"] == pytest.approx(c["stderr"]) and gate["groups"] == groups
+    assert "clustered" in gate["rule"]
+
+
+def test_the_default_bar_lets_about_two_null_moves_in_a_hundred_through():
+    """The seeded simulation docs/transfer.md quotes: 96 items, moves with no gain, 2,000 of them."""
+    from paw.evaluate.stats import false_pass_rate
+
+    one, two = false_pass_rate(items=96, z=1.0), false_pass_rate(items=96, z=2.0)
+    assert 0.12 <= one <= 0.19 and 0.008 <= two <= 0.035, (one, two)   # ~16% and ~2.3% for a normal tail
+    naive = false_pass_rate(items=96, z=2.0, per_group=2, told_groups=False)
+    clustered = false_pass_rate(items=96, z=2.0, per_group=2)
+    assert naive >= 3 * clustered and clustered <= 0.035, (naive, clustered)
+    assert false_pass_rate(items=96, z=2.0, seed=3) == false_pass_rate(items=96, z=2.0, seed=3)
+
+
+def test_a_group_field_in_the_check_file_reaches_the_gate(cli, world, tmp_path):
+    w = world
+    records = [json.loads(line) for line in w["check"].read_text().splitlines()]
+    check = _write(tmp_path / "grouped.jsonl", [dict(r, group=i // 2) for i, r in enumerate(records)])
+    result = _move(cli, dict(w, check=check), tmp_path / "moved", w["lora"], w["related"], "--method", "copy",
+                   "--gain-z", "1.5")
+    assert result.exit_code == 0, result.stderr
+    gate = json.loads((tmp_path / "moved" / "transfer_report.json").read_text())["gate"]
+    assert gate["groups"] == [str(i // 2) for i in range(16)] and gate["gain"]["groups"] == 8 and gate["z"] == 1.5
+    assert set(gate["outcomes"]) == {"target_base", "target_adapted", "source_base", "source_adapted"}
+    for flags, says in ((("--gain-z", "-1"), "--gain-z -1"), (("--gain-z", "nan"), "--gain-z")):
+        r = _move(cli, w, tmp_path / "x", w["lora"], w["related"], *flags)
+        assert r.exit_code == 2 and says in r.stderr, r.stderr
+    r = cli("transfer-lora", "--adapter", w["lora"], "--source-base", w["source"], "--target-base", w["related"],
+            "--output", tmp_path / "y", "--gain-z", "3")
+    assert r.exit_code == 2 and "--gain-z needs --check-data" in r.stderr
+    bad = _write(tmp_path / "bad-group.jsonl", [dict(r, group=[1]) for r in records])
+    r = _move(cli, dict(w, check=bad), tmp_path / "z", w["lora"], w["related"])
+    assert r.exit_code == 2 and "'group' must be" in r.stderr, r.stderr

@@ -92,8 +92,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                  alpha: float | None = None, target_modules: Sequence[str] | None = None, steps: int | None = None,
                  batch_size: int = 8, lr: float = 1e-3, max_new_tokens: int = 16, holdout: float = 0.0,
                  eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = False,
-                 next_words: int = 0, token_focus: float = 0.0, seed: int = 0,
-                 device="cpu", target_name: str | None = None, progress: bool = True,
+                 next_words: int = 0, token_focus: float = 0.0, target: str = "teacher", shift_scale: float = 1.0,
+                 seed: int = 0, device="cpu", target_name: str | None = None, progress: bool = True,
                  scale: S.Scale | None = None) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
@@ -106,14 +106,16 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     default) sets the budget from the inputs (:func:`auto_steps`) and stops once the student's loss on
     the tokens the adapter changed levels off (:class:`~paw.transfer.distill.train.Stop`); a number runs
     exactly that many steps. ``token_focus`` > 0 trains on that fraction of each batch's continuation
-    tokens, those the adapter changed most (TiTok). Returns ``(LoraAdapter for the
+    tokens, those the adapter changed most (TiTok). ``target='shift'`` teaches the student its own base plus
+    ``shift_scale`` times what the adapter changed in the teacher (:class:`~paw.transfer.distill.train.Shift`),
+    not the teacher itself. Returns ``(LoraAdapter for the
     target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
     ``scale`` (:class:`~paw.transfer.distill.scale.Scale`): ranks, cached continuations, checkpoints,
     teacher offload and gradient checkpointing (docs/scale.md).
     """
     DistillOptions(prompts=prompts, synthesize=synthesize, seed_examples=seed_examples, init=init, alpha=alpha,
                    max_steps=steps, batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, holdout=holdout,
-                   next_words=next_words, token_focus=token_focus).check()  # the one check of knobs and of which inputs go together
+                   next_words=next_words, token_focus=token_focus, target=target, shift_scale=shift_scale).check()  # the one check of knobs and of which inputs go together
     if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
         lora_rank("--rank", rank, student.model, _target_modules(adapter, student.model, target_modules))
     device = resolve_device(device) if isinstance(device, str) else device
@@ -146,17 +148,21 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                          agreement_inputs=len(agreement_inputs(held or inputs, seed)))
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
+    shift = T.Shift(shift_scale, teacher_off=T.teacher_off(teacher)) if target == "shift" else None
+    if shift is not None:
+        _check_shift(shift, vocab, inputs)
     key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
-    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
-    tests = (T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown)
-             if held else [])
+    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown,
+                       shift=shift is not None)
+    tests = (T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown,
+                        shift=shift is not None) if held else [])
     excess = T.add_excess(train + tests, teacher, student, device, scale, key, progress=shown)  # what the adapter changed, per token
     if token_focus and not excess:
         raise PawError("--token-focus needs the teacher with its adapter unmerged (a PEFT model), to compare "
                        "it with and without the adapter")
     if scale is not None and scale.offload_teacher:
         S.free_teacher(teacher)  # every continuation and choice score is made: training needs no teacher
-    losses_used = _losses(vocab, train)
+    losses_used = _losses(vocab, train, shift)
     if not any(e.sequence is not None or e.choices for e in train):
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
@@ -166,6 +172,9 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                           "cpu" if sharded else device)
     prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
     fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
+    if shift is not None:   # the student's own base: the model with its new adapter off, as trained
+        shift = T.Shift(shift.scale, shift.teacher_off, peft_model.disable_adapter)
+        T.add_student_base(train + tests, peft_model, device)
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     pool = tests or train
     measured = agreement_inputs(pool, seed)
@@ -173,14 +182,15 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         before = scale.checkpoints.extra("before") if scale is not None else None
         if before is not None and before.get("prompts") == len(pool):
             measured = pool   # checkpointed by a run that measured every input: after on the same ones
-        before = before or (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown)
-                            if measure else None)
+        before = before or (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown,
+                                        shift=shift) if measure else None)
         stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
         curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
-                        focus=token_focus, stop=stop)
+                        focus=token_focus, stop=stop, shift=shift)
         diverged = curve.pop("diverged_at", None)
-        after = T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown) if measure else None
+        after = (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
+                 if measure else None)
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
                             F.full_lora_state(peft_model) if sharded else None)
     finally:
@@ -192,7 +202,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                      init_note, curve, cost,
                      {"before": before, "after": after, "measured_on": _measured_on(len(measured), len(pool), bool(tests))},
                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
-                     token_focus=token_focus, budget=_budget(auto, steps, curve, stop, excess))
+                     token_focus=token_focus, target=_target_note(shift, vocab, train),
+                     budget=_budget(auto, steps, curve, stop, excess))
     if diverged:
         report["distill"]["diverged_at_step"] = int(diverged[0])
     if fsdp:
@@ -320,11 +331,39 @@ def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> T.Vocab:
     return T.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)
 
 
-def _losses(vocab: T.Vocab, train: list) -> list[str]:
+def _check_shift(shift: T.Shift, vocab: T.Vocab, inputs: list[Prompt]) -> None:
+    """Refuse the shift target where it cannot be carried: a teacher with no adapter to switch off, or
+    inputs without choices across tokenizers with no shared cuts (the text alone is the teacher's)."""
+    if shift.teacher_off is None:
+        raise PawError("--target shift needs the teacher with its adapter unmerged (a PEFT model), to compare it "
+                       "with and without the adapter")
+    if not T.text_carries(vocab, shift) and not any(p.pairs for p in inputs):
+        raise PawError("--target shift cannot be carried on these inputs: they have no answer choices and the "
+                       "tokenizers differ, so no next-token shift can be compared; add --byte-kl (the cuts both "
+                       "tokenizations share) or --next-words K (the teacher's next words as choices), or use "
+                       "--target teacher")
+
+
+def _target_note(shift: T.Shift | None, vocab: T.Vocab, train: list) -> dict:
+    """The report's ``target``: what the student learned, and where the shift was carried."""
+    if shift is None:
+        return {"kind": "teacher"}
+    rows = [e for e in train if e.choices]
+    moved = sum(any(a != b for a, b in zip(e.teacher_choice_ll, e.teacher_base_choice_ll, strict=True))
+                for e in rows)
+    text = ("next-token shift over the shared vocabulary" if vocab.shared else
+            "next-token shift at the cuts both tokenizations share, over the tokens both hold" if vocab.aligned else
+            "not carried: the tokenizers differ and no cuts are compared (--byte-kl)")
+    return {"kind": "shift", "scale": shift.scale, "choice_inputs": len(rows), "choice_inputs_moved": moved,
+            "text": text}
+
+
+def _losses(vocab: T.Vocab, train: list, shift: T.Shift | None = None) -> list[str]:
     used = [T.TOKEN_KL] if vocab.shared else []
     if vocab.aligned and any(e.aligned for e in train):
         used.append(T.ALIGNED_KL)
-    used.append(T.SEQUENCE)
+    if shift is None:
+        used.append(T.SEQUENCE)
     if any(e.choices for e in train):
         used.append(T.CHOICE)
     return used

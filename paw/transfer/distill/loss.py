@@ -125,6 +125,57 @@ def choice_kl(student_ll: Tensor, teacher_ll: Tensor, valid: Tensor) -> Tensor:
     return terms.sum(-1).mean()
 
 
+def shift_choice_target(student_base_ll: Tensor, teacher_ll: Tensor, teacher_base_ll: Tensor,
+                        scale: float = 1.0) -> Tensor:
+    """The shift target over choices: ``student_base + scale * (teacher_with_adapter - teacher_base)``.
+
+    All (B, C) summed log-likelihoods of each choice under each model's own tokens; the shift of a
+    choice is a difference of two log-likelihoods of the same text under one tokenizer, so it needs
+    no vocabulary alignment (proxy-tuning, Liu et al. 2024, arXiv 2401.08565; emulated fine-tuning,
+    Mitchell et al. 2023, arXiv 2310.12962). :func:`choice_kl` softmaxes the result over the valid
+    choices. Student base [0, 0], teacher [-1, -2] over its base [-2, -2] (the adapter raised choice 0
+    by 1 nat) give [1, 0]: p = [0.731, 0.269].
+    """
+    return student_base_ll.float() + scale * (teacher_ll.float() - teacher_base_ll.float())
+
+
+def shift_token_target(student_base_logits: Tensor, teacher_lp: Tensor, teacher_base_lp: Tensor,
+                       scale: float = 1.0, shared: Tensor | None = None) -> Tensor:
+    """Next-token log-probabilities of the shift target: ``log_softmax(log p_sb + scale * (log p_t - log p_tb))``.
+
+    ``student_base_logits`` (..., V) are the student's with its adapter off; ``teacher_lp`` and
+    ``teacher_base_lp`` (..., V) the teacher's with and without its adapter, in the student's columns
+    (:func:`to_student_vocab`), -inf where the teacher has no such token. Where the teacher has none
+    the shift is 0 (the student's base keeps its say); ``shared`` (V,) bool, if given, restricts the
+    target to those tokens and renormalises over them (the byte-aligned case, as :func:`aligned_kl`).
+    A student base p = [0.5, 0.5] and a teacher that the adapter moved from [0.5, 0.5] to
+    [0.8, 0.2] give the teacher's [0.8, 0.2] (scale 1): ``log 0.5 + log 1.6`` against ``log 0.5 + log 0.4``.
+    """
+    import torch
+
+    base = torch.log_softmax(student_base_logits.float(), dim=-1)
+    known = torch.isfinite(teacher_lp) & torch.isfinite(teacher_base_lp)
+    shift = torch.where(known, teacher_lp.float() - teacher_base_lp.float(), torch.zeros_like(base))
+    target = base + scale * shift
+    if shared is not None:
+        target = target.masked_fill(~shared.to(target.device), float("-inf"))
+    return torch.log_softmax(target, dim=-1)
+
+
+def kl_rows(student_logits: Tensor, target_lp: Tensor, shared: Tensor | None = None) -> Tensor:
+    """Mean over rows of ``KL(p || q)``: ``target_lp`` (N, V) log-probabilities (-inf: 0), ``q`` the softmax
+    of ``student_logits`` (N, V), over the ``shared`` (V,) tokens only when given."""
+    import torch
+
+    logits = student_logits.float()
+    if shared is not None:
+        logits = logits.masked_fill(~shared.to(logits.device), float("-inf"))
+    log_q = torch.log_softmax(logits, dim=-1)
+    p = target_lp.exp()
+    terms = torch.where(p > 0, p * (target_lp - log_q), torch.zeros_like(log_q))
+    return terms.sum(-1).mean()
+
+
 def top1_agreement(student_logits: Tensor, targets: Tensor, mask: Tensor) -> tuple[int, int]:
     """``(agreeing positions, positions)``: the student's argmax equals the teacher's token at masked positions."""
     hits = (student_logits.argmax(-1) == targets) & mask

@@ -19,6 +19,7 @@ DISTILL = "distill"          # its name among the transfer methods of ``paw tran
 DTYPES = ("auto", "float32", "bfloat16", "float16")   # what paw.io.lm.load_lm accepts
 INITS = ("auto", "none")     # auto: start from the weight-space transfer when it applies; none: PEFT init
 GENERIC = "generic"          # --prompts generic: the embedded sample text, no task data
+TARGETS = ("teacher", "shift")  # what the student learns: the teacher's outputs, or its base plus the adapter's shift
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class DistillOptions:
     byte_kl: bool = False                     # across tokenizers, also match distributions at shared cuts
     next_words: int = 0                       # across tokenizers, teach the teacher's K likeliest next words
     token_focus: float = 0.0                  # train on this fraction of tokens the adapter changed most (0: all)
+    target: str = "teacher"                   # one of TARGETS (docs/distill.md#the-shift-target)
+    shift_scale: float = 1.0                  # --target shift: student_base + scale x (teacher - teacher_base)
     seed: int = 0                             # same inputs and seed give byte-identical outputs
     # ---- scale (docs/scale.md) ----
     save_every: int | None = None             # resumable checkpoint in OUT-work/ every K steps
@@ -74,6 +77,15 @@ class DistillOptions:
             raise PawError(f"--save-every {self.save_every}: must be at least 1")
         if self.dtype not in DTYPES:
             raise PawError(f"--dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if self.target not in TARGETS:
+            raise PawError(f"--target {self.target!r}: choose one of {', '.join(TARGETS)}")
+        finite("--shift-scale", self.shift_scale)
+        if not 0 < self.shift_scale <= 10:
+            raise PawError(f"--shift-scale {self.shift_scale}: must be in (0, 10] (1: the adapter's shift as it is)")
+        if self.shift_scale != 1.0 and self.target != "shift":
+            raise PawError("--shift-scale is for --target shift")
+        if self.target == "shift" and self.token_focus:
+            raise PawError("--token-focus weighs the teacher's text, which --target shift does not train on")
         finite("--token-focus", self.token_focus)
         if not 0 <= self.token_focus <= 1:
             raise PawError(f"--token-focus {self.token_focus}: must be in [0, 1] (0: off; the fraction of tokens kept)")

@@ -82,7 +82,7 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
                                  init=o.init, rank=o.rank, alpha=o.alpha, target_modules=o.target_modules,
                                  steps=o.max_steps, batch_size=o.batch_size, lr=o.lr, max_new_tokens=o.max_new_tokens,
                                  holdout=o.holdout, eval_prompts=held, byte_kl=o.byte_kl, next_words=o.next_words,
-                                 token_focus=o.token_focus, seed=o.seed, device=dev, target_name=str(target_base), progress=progress,
+                                 token_focus=o.token_focus, target=o.target, shift_scale=o.shift_scale, seed=o.seed, device=dev, target_name=str(target_base), progress=progress,
                                  scale=scale)
     if not ranks.main:  # rank 0 alone writes
         return report, inputs
@@ -116,7 +116,7 @@ def _scale(output, o: DistillOptions, ranks, inputs: dict) -> Scale:
     work = work_dir(output)
     settings = {k: getattr(o, k) for k in ("max_steps", "batch_size", "lr", "seed", "init", "rank", "alpha",
                                            "max_new_tokens", "holdout", "byte_kl", "next_words", "synthesize",
-                                           "token_focus")}
+                                           "token_focus", "target", "shift_scale")}
     settings["inputs"] = {k: v for k, v in inputs.items()}
     checkpoints = Checkpoints(o.save_every, save=partial(save_train_state, work) if ranks.main else None,
                               state=load_train_state(work) if o.resume else None, settings=settings)

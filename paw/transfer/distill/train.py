@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from paw.errors import PawError
 from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.mc import continuation_logprobs, forward_logits, score_encoded
 from paw.evaluate.train import batches_in_order
@@ -68,6 +69,21 @@ class Vocab:
         return self.columns is not None and not self.shared and self.student_bytes is not None
 
 
+@dataclass(frozen=True)
+class Shift:
+    """The shift target (``--target shift``): the student learns ``its base + scale x (teacher - teacher base)``.
+
+    ``teacher_off`` and ``student_off`` are context factories in which each model runs without its
+    adapter (PEFT's ``disable_adapter``); the student's is set once its LoRA exists. Proxy-tuning
+    (Liu et al. 2024, arXiv 2401.08565) adds the same shift at decoding time; here it is trained into
+    the student's LoRA, so a target stronger than the teacher keeps what it knows.
+    """
+
+    scale: float = 1.0
+    teacher_off: Any = None
+    student_off: Any = None
+
+
 @dataclass
 class Example:
     """One input ready for training: the student's encodings and the teacher's fixed outputs."""
@@ -77,6 +93,8 @@ class Example:
     sequence: Any = None           # paw.evaluate.encode.Encoded of prompt + continuation (student ids)
     choices: list = field(default_factory=list)   # Encoded per choice (student ids)
     teacher_choice_ll: list[float] = field(default_factory=list)
+    teacher_base_choice_ll: list[float] = field(default_factory=list)   # --target shift: without its adapter
+    student_base_choice_ll: list[float] = field(default_factory=list)   # --target shift: the student's base
     teacher_sequence: Any = None   # Encoded of prompt + continuation in the teacher's ids (byte-aligned KL)
     aligned: list = field(default_factory=list)   # (student position, teacher position) at shared cuts
     excess: list[float] | None = None   # per student continuation token: what the LoRA added to the teacher's log-prob
@@ -84,10 +102,11 @@ class Example:
 
 def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device,
              vocab: Vocab = Vocab(), scale: S.Scale | None = None, key: str = "", *,
-             progress: bool = False) -> list[Example]:
+             progress: bool = False, shift: bool = False) -> list[Example]:
     """Teacher continuations, student encodings and the teacher's choice scores, once per input.
 
     ``scale`` (:mod:`paw.transfer.distill.scale`): continuations cached under ``key`` and shared out over ranks.
+    ``shift``: the teacher's choice scores without its adapter too (:class:`Shift`).
     """
     texts = S.continuations(teacher, [p.text for p in prompts], max_new_tokens, device, scale, key, progress=progress)
     limit = max_length_of(student.model)
@@ -110,11 +129,45 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
         return [ll for ll, _ in score_encoded(teacher.model, encoded, pad_id=pad_id_of(teacher.tokenizer),
                                               device=device, progress=progress)]
 
+    def score_base() -> list[float]:
+        off = teacher_off(teacher)
+        if off is None:
+            raise PawError("--target shift needs the teacher with its adapter unmerged (a PEFT model), to score "
+                           "it with and without the adapter")
+        with off():
+            return score()
+
     if pairs:
-        scores = S.remembered(scale, "choice-scores", key, [(c, x) for _, c, x in pairs], score)
-        for (i, _, _), ll in zip(pairs, scores, strict=True):
+        which = [(c, x) for _, c, x in pairs]
+        scores = S.remembered(scale, "choice-scores", key, which, score)
+        base = S.remembered(scale, "choice-scores-base", key, which, score_base) if shift else [None] * len(pairs)
+        for (i, _, _), ll, b in zip(pairs, scores, base, strict=True):
             out[i].teacher_choice_ll.append(ll)
+            if b is not None:
+                out[i].teacher_base_choice_ll.append(b)
     return out
+
+
+def teacher_off(teacher: LM):
+    """The context factory that runs the teacher without its adapter, or None when it has none to disable."""
+    return teacher.adapter_off or adapter_off(teacher.model)
+
+
+def add_student_base(examples: list[Example], peft_model, device) -> None:
+    """Fill each example's ``student_base_choice_ll``: the student with its adapter off scores every choice
+    (once, before training; the target of :func:`_choice_loss` under :class:`Shift`)."""
+    flat = [enc for e in examples for enc in e.choices]
+    if not flat:
+        return
+    was_training = peft_model.training
+    peft_model.eval()
+    with peft_model.disable_adapter(), _autocast(device):   # as the training passes run
+        scores = score_encoded(peft_model, flat, pad_id=PAD_ID, device=device, progress=False)
+    peft_model.train(was_training)
+    cursor = 0
+    for e in examples:
+        e.student_base_choice_ll = [ll for ll, _ in scores[cursor:cursor + len(e.choices)]]
+        cursor += len(e.choices)
 
 
 def _align(ex: Example, teacher: LM, vocab: Vocab) -> None:
@@ -161,7 +214,7 @@ def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale:
     bytes cannot be lined up. False (nothing filled) when the teacher offers no adapter-free view
     (:func:`adapter_off`). ``scale`` and ``key``: the gains are kept in the work folder (:func:`S.remembered`).
     """
-    off = teacher.adapter_off or adapter_off(teacher.model)
+    off = teacher_off(teacher)
     rows = [e for e in examples if e.sequence is not None]
     if off is None or not rows:
         return off is not None
@@ -233,12 +286,16 @@ def _autocast(device):
     return contextlib.nullcontext()
 
 
-def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, device, focus: float = 0.0):
+def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, device, focus: float = 0.0,
+                     shift: Shift | None = None):
     """``({loss name: value}, logits, targets, mask, aligned positions)`` over the teacher's continuations.
 
     Always the sequence NLL of the teacher's tokens; with a shared vocabulary also the token KL to
     the teacher's distributions, across tokenizers the KL at the cuts both share: Hinton et al.'s
     soft and hard targets together, the hard one being the teacher's own output, not a label.
+    Under ``shift`` the text is not a target (it is the teacher's, base knowledge and all): the KLs are
+    taken to the student's base plus the adapter's shift (:func:`paw.transfer.distill.loss.shift_token_target`)
+    at the positions where the adapter moved the teacher at all.
     """
     import torch
 
@@ -249,14 +306,26 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
         logits, skip = forward_logits(peft_model, batch, device)
     mask, targets = batch.target_mask[:, skip:].to(device), batch.targets[:, skip:].to(device)
     weights = _focus_mask(examples, mask, focus, device) if focus else None  # token focus (TiTok)
-    parts = {SEQUENCE: L.sequence_nll(logits, targets, mask, weights)}
+    parts = {} if shift else {SEQUENCE: L.sequence_nll(logits, targets, mask, weights)}
     n_aligned = 0
     if vocab.shared:
         columns = vocab.columns
         teacher_batch = replace(batch, input_ids=columns.clamp(min=0)[batch.input_ids])
+
+        def teacher_lp():
+            return L.to_student_vocab(forward_logits(teacher_model, teacher_batch, device)[0], columns)
+
         with torch.no_grad(), _autocast(device):
-            teacher_lp = L.to_student_vocab(forward_logits(teacher_model, teacher_batch, device)[0], columns)
-        parts[TOKEN_KL] = L.token_kl(logits, teacher_lp, mask, weights)
+            target = teacher_lp()
+            if shift:
+                with shift.teacher_off():
+                    base = teacher_lp()
+                with shift.student_off():
+                    student_base = forward_logits(peft_model, batch, device)[0]
+                moved = (target != base).any(-1)
+                target = L.shift_token_target(student_base, target, base, shift.scale)
+                weights = mask & moved
+        parts[TOKEN_KL] = L.token_kl(logits, target, mask, weights)
     elif vocab.aligned and any(e.aligned for e in examples):
         rows = [(r, e) for r, e in enumerate(examples) if e.aligned]
         t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="left", window=sliding_window_of(teacher_model))
@@ -267,9 +336,34 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
                  for k, (_, e) in enumerate(rows) for _, pt in e.aligned]
         s_rows, s_pos = (torch.tensor(x, device=device) for x in zip(*s_idx, strict=True))
         t_rows, t_pos = (torch.tensor(x, device=device) for x in zip(*t_idx, strict=True))
-        parts[ALIGNED_KL] = L.aligned_kl(logits[s_rows, s_pos], t_logits[t_rows, t_pos], vocab.columns)
+        if shift:
+            parts[ALIGNED_KL] = _aligned_shift(peft_model, teacher_model, batch, t_batch, logits[s_rows, s_pos],
+                                               t_logits[t_rows, t_pos], (s_rows, s_pos), (t_rows, t_pos), vocab,
+                                               device, shift)
+        else:
+            parts[ALIGNED_KL] = L.aligned_kl(logits[s_rows, s_pos], t_logits[t_rows, t_pos], vocab.columns)
         n_aligned = len(s_idx)
-    return parts, logits, targets, mask, n_aligned
+    return {k: v for k, v in parts.items() if v is not None}, logits, targets, mask, n_aligned
+
+
+def _aligned_shift(peft_model, teacher_model, batch, t_batch, student_at, teacher_at, s_at, t_at, vocab: Vocab,
+                   device, shift: Shift):
+    """The KL at the cuts both tokenizations share, to the student's base plus the adapter's shift, over the
+    tokens both vocabularies hold; None where the adapter moved the teacher at no such cut."""
+    import torch
+
+    shared = vocab.columns >= 0
+    with torch.no_grad(), _autocast(device):
+        with shift.teacher_off():
+            t_base = forward_logits(teacher_model, t_batch, device)[0][t_at]
+        with shift.student_off():
+            s_base = forward_logits(peft_model, batch, device)[0][s_at]
+        t_lp, tb_lp = L.to_student_vocab(teacher_at, vocab.columns), L.to_student_vocab(t_base, vocab.columns)
+        moved = (t_lp != tb_lp).any(-1)
+        target = L.shift_token_target(s_base, t_lp, tb_lp, shift.scale, shared=shared)
+    if not bool(moved.any()):
+        return None
+    return L.kl_rows(student_at[moved], target[moved], shared)
 
 
 def _narrowest_window(*models) -> int | None:
@@ -286,9 +380,15 @@ def _kept_column(batch, row: int, position: int, skip: int) -> int:
     return int(batch.attention_mask[row].nonzero()[position, 0]) - skip
 
 
-def _choice_loss(peft_model, examples, pad_id, device):
-    """``(choice KL, student (B, C) log-likelihoods, teacher's, valid mask)`` for inputs with choices."""
-    import torch
+def _choice_loss(peft_model, examples, pad_id, device, shift: Shift | None = None):
+    """``(choice KL, student (B, C) log-likelihoods, target's, valid mask)`` for inputs with choices.
+
+    The target is the teacher's scores, or under ``shift`` the student's base plus the adapter's shift
+    (:func:`paw.transfer.distill.loss.shift_choice_target`). Under ``shift`` a row on which the adapter
+    moved none of the teacher's scores teaches nothing and carries no loss (None when no row moved): the
+    student keeps its base there, and a source adapter that changes nothing leaves the student's LoRA as
+    it started, exactly.
+    """
 
     flat = [enc for e in examples for enc in e.choices]
     # left padding puts every choice at the end of its row: only those positions go through the LM
@@ -297,18 +397,33 @@ def _choice_loss(peft_model, examples, pad_id, device):
     with _autocast(device):
         logits, skip = forward_logits(peft_model, batch, device)
     sums, _ = continuation_logprobs(logits, batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device))
+    student, valid = _by_row(examples, lambda e: None, device, sums)
+    teacher, _ = _by_row(examples, lambda e: e.teacher_choice_ll, device)
+    if shift is None:
+        return L.choice_kl(student, teacher, valid), student, teacher, valid
+    t_base, _ = _by_row(examples, lambda e: e.teacher_base_choice_ll, device)
+    s_base, _ = _by_row(examples, lambda e: e.student_base_choice_ll, device)
+    target = L.shift_choice_target(s_base, teacher, t_base, shift.scale)
+    moved = ((teacher != t_base) & valid).any(-1)
+    loss = L.choice_kl(student[moved], target[moved], valid[moved]) if bool(moved.any()) else None
+    return loss, student, target, valid
+
+
+def _by_row(examples, values, device, flat=None):
+    """``((B, C) tensor, valid mask)``: each example's per-choice ``values(e)`` in a row (0 past its choices);
+    ``flat``, if given, is a tensor of every choice's value in order, taken instead (keeps its graph)."""
+    import torch
+
     width = max(len(e.choices) for e in examples)
-    student = torch.zeros(len(examples), width, device=device)
-    teacher = torch.zeros(len(examples), width, device=device)
+    out = torch.zeros(len(examples), width, device=device)
     valid = torch.zeros(len(examples), width, dtype=torch.bool, device=device)
     cursor = 0
     for row, e in enumerate(examples):
         k = len(e.choices)
-        student[row, :k] = sums[cursor:cursor + k]
-        teacher[row, :k] = torch.tensor(e.teacher_choice_ll, device=device)
+        out[row, :k] = flat[cursor:cursor + k] if flat is not None else torch.tensor(values(e), device=device)
         valid[row, :k] = True
         cursor += k
-    return L.choice_kl(student, teacher, valid), student, teacher, valid
+    return out, valid
 
 
 @dataclass(frozen=True)
@@ -340,11 +455,11 @@ class Stop:
         return max(history[-self.patience:]) < max(history[:-self.patience]) + self.min_gain
 
 
-def probe_score(peft_model, teacher_model, probe, vocab: Vocab, device) -> float:
+def probe_score(peft_model, teacher_model, probe, vocab: Vocab, device, shift: Shift | None = None) -> float:
     """The stopping signal: the mean of the student's agreement with the teacher where the adapter changed
     it (``adapter_agreement``, top-1 weighed by the excess) and its choice agreement, whichever
     :func:`agreement` has (plain top-1 agreement when neither)."""
-    a = agreement(peft_model, teacher_model, probe, vocab, device)
+    a = agreement(peft_model, teacher_model, probe, vocab, device, shift=shift)
     values = [a[k] for k in ("adapter_agreement", "choice_agreement") if a[k] is not None]
     if not values:
         values = [a["top1_agreement"] or 0.0]
@@ -359,11 +474,12 @@ def _excess_tensor(examples, mask, device):
 
 def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress,
           scale: S.Scale | None = None, extra: dict | None = None, focus: float = 0.0,
-          stop: Stop | None = None) -> dict:
+          stop: Stop | None = None, shift: Shift | None = None) -> dict:
     """The loss curve of at most ``steps`` AdamW steps; under ``scale`` each rank trains its share of every
     batch and checkpoints (with ``extra`` beside the curve) let a killed run resume. ``focus`` > 0 keeps
     that fraction of each batch's continuation tokens, those the adapter changed most (TiTok's token
-    selection); ``stop`` ends training early (the curve's ``probe`` holds its measurements). A loss that is
+    selection); ``stop`` ends training early (the curve's ``probe`` holds its measurements); ``shift`` trains
+    toward the student's base plus the adapter's shift (:class:`Shift`). A loss that is
     NaN or Inf ends it at once (the curve's ``diverged_at`` holds the step): the factors are lost by then,
     and :func:`paw.transfer.distill.run` refuses them. The last update can break the factors with no
     loss left to show it, so they are checked once after the loop too."""
@@ -387,10 +503,13 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
         local = S.mine(chosen, scale)
         parts = {}
         with_seq, with_choices = S.work(local, chosen, scale)
-        if with_seq:
-            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device, focus)[0])
+        if with_seq and text_carries(vocab, shift):
+            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device, focus,
+                                          shift)[0])
         if with_choices:
-            parts[CHOICE] = _choice_loss(peft_model, with_choices, pad_id, device)[0]
+            choice = _choice_loss(peft_model, with_choices, pad_id, device, shift)[0]
+            if choice is not None:
+                parts[CHOICE] = choice
         parts = S.weigh(parts, local, chosen, scale)
         loss = sum(parts.values()) if parts else None
         optimizer.zero_grad(set_to_none=True)
@@ -400,8 +519,8 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
         optimizer.step()
         done = step + 1
         values = S.reduce_parts(parts, list(LOSSES), scale)
-        curve["loss"].append(float(loss.detach()) if scale is None or not scale.ranks.parallel
-                             else sum(values.values()))
+        own = 0.0 if loss is None else float(loss.detach())   # None: nothing in the batch to learn (shift 0)
+        curve["loss"].append(own if scale is None or not scale.ranks.parallel else sum(values.values()))
         for key in LOSSES:
             curve[key].append(values.get(key, math.nan))
         if not math.isfinite(curve["loss"][-1]):  # the step just taken made the factors NaN: the rest is waste
@@ -409,7 +528,8 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
             break
         stopping = False
         if stop is not None and (step + 1) % stop.every == 0:  # the same weights on every rank: the same decision
-            curve.setdefault("probe", []).append(probe_score(peft_model, teacher_model, stop.probe, vocab, device))
+            curve.setdefault("probe", []).append(probe_score(peft_model, teacher_model, stop.probe, vocab, device,
+                                                                shift))
             stopping = stop.done(curve["probe"])
         if checkpoints and scale.ranks.main:
             checkpoints.after(step + 1, steps, params, optimizer, curve=curve, **(extra or {}))
@@ -421,7 +541,15 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
 
 
-def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, progress: bool = False) -> dict:
+def text_carries(vocab: Vocab, shift: Shift | None) -> bool:
+    """Whether the teacher's continuations give a loss: always for the teacher target; for the shift target
+    only where the two models' next-token distributions can be compared (a shared vocabulary, or shared
+    cuts with ``--byte-kl``): across tokenizers the text itself is the teacher's, not the adapter's shift."""
+    return shift is None or vocab.shared or vocab.aligned
+
+
+def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, progress: bool = False,
+              shift: Shift | None = None) -> dict:
     """Teacher-student agreement on ``examples``: top-1 on the continuation tokens, KL, best choice.
 
     ``adapter_agreement`` is the top-1 agreement weighed by the teacher's excess (:func:`add_excess`):
@@ -430,7 +558,8 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, prog
     high then). None when the examples carry no excess.
 
     ``kl`` is per continuation position with a shared vocabulary, per shared cut across tokenizers
-    (``kl_positions`` counts those), None when nothing is matched.
+    (``kl_positions`` counts those), None when nothing is matched. Under ``shift`` the choice figures and
+    ``kl`` compare the student with the shift target it learns, not with the teacher.
     """
     import torch
 
@@ -445,7 +574,7 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, prog
             seqs = [e for e in chunk if e.sequence is not None]
             if seqs:
                 parts, logits, targets, mask, n_aligned = _sequence_losses(peft_model, teacher_model, seqs, vocab,
-                                                                           PAD_ID, device)
+                                                                           PAD_ID, device, shift=shift)
                 h, n = L.top1_agreement(logits, targets, mask)
                 hits, positions = hits + h, positions + n
                 weights = _excess_tensor(seqs, mask, device)
@@ -458,8 +587,9 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, prog
                     kl_sum, kl_positions = kl_sum + float(parts[ALIGNED_KL]) * n_aligned, kl_positions + n_aligned
             with_choices = [e for e in chunk if e.choices]
             if with_choices:
-                loss, s, t, v = _choice_loss(peft_model, with_choices, PAD_ID, device)
+                loss, s, t, v = _choice_loss(peft_model, with_choices, PAD_ID, device, shift)
                 h, n = L.choice_agreement(s, t, v)
+                loss = L.choice_kl(s, t, v) if shift else loss   # over every row, moved or not
                 choice_hits, rows, choice_kl_sum = choice_hits + h, rows + n, choice_kl_sum + float(loss) * n
     peft_model.train(was_training)
     return {"prompts": len(examples), "positions": positions,
