@@ -7,7 +7,7 @@ WORK is the bench's work folder (its ``tasks/TASK`` folders) or a folder of task
 
 For each task and direction (SmolLM2-135M-Instruct <-> Gemma-3-270M), one row per move whose score file is
 there: the main move (``score-T-moved-from-S``) and the variants (``score-T-moved-KEY-from-S``: base-teacher,
-focus, synth), each with its accuracy, its gain over the target's base (paired), the kept and recovered
+focus, synth, shift, and proxy: the target base with the source's shift added per choice, no training), each with its accuracy, its gain over the target's base (paired), the kept and recovered
 fractions (cluster-bootstrap stderr), and the move minus the main move, paired on the items. Where a score file
 names the adapter it scored (``adapter``), the source LoRA column gives the first 8 hex digits of its digest
 (score files from before digests: "first machine's"), so rows from a LoRA trained again are never read as the
@@ -31,7 +31,7 @@ from paw.io.reports import save_figure
 
 MODELS = ("smollm2-135m-instruct", "gemma-3-270m")
 MOVES = {"": "main", "base-teacher-": "control: source base as teacher", "focus-": "token focus",
-         "synth-": "synthesized inputs"}
+         "synth-": "synthesized inputs", "shift-": "shift target", "proxy-": "proxy-tuning (no training)"}
 SHORT = {"smollm2-135m-instruct": "SmolLM2", "gemma-3-270m": "Gemma-3"}
 TASKS = {"arc-easy": "ARC-Easy", "piqa": "PIQA", "boolq": "BoolQ"}
 

@@ -59,13 +59,24 @@ def first_line(err: Exception, limit: int = 160) -> str:
 
 def score_items(model, tokenizer, items, *, batch_size: int = 64, progress: bool = False) -> list[int]:
     """1/0 per item: is the highest-log-likelihood choice the answer? (:func:`paw.evaluate.mc.evaluate`'s rule)."""
+    lls = choice_lls(model, tokenizer, items, batch_size=batch_size, progress=progress)
+    return picked_right(lls, items)
+
+
+def choice_lls(model, tokenizer, items, *, batch_size: int = 64, progress: bool = False) -> list[list[float]]:
+    """The summed log-likelihood of every choice of every item, item by item (what :func:`score_items` picks from)."""
     encoded, spans = [], []
     for item in items:
         spans.append((len(encoded), len(item.choices)))
         encoded.extend(encode_pair(tokenizer, c, x, max_length=max_length_of(model)) for c, x in item.pairs())
     scores = score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
                            device=next(model.parameters()).device, progress=progress)
-    return [int(_argmax([s for s, _ in scores[a:a + k]]) == item.answer) for (a, k), item in zip(spans, items, strict=True)]
+    return [[s for s, _ in scores[a:a + k]] for a, k in spans]
+
+
+def picked_right(lls: list[list[float]], items) -> list[int]:
+    """1/0 per item: the first highest of its choices' scores is its answer."""
+    return [int(_argmax(row) == item.answer) for row, item in zip(lls, items, strict=True)]
 
 
 # ------------------------------------------------------------------------------------ adapter deltas

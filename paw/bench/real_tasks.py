@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from paw.bench.common import adapter_deltas, applied, score_items, train_adapter, without_adapter
+from paw.bench.common import adapter_deltas, applied, choice_lls, picked_right, score_items, train_adapter, without_adapter
 from paw.bench.stats import accuracy, kept, paired_difference, recovered
 from paw.errors import PawError
 from paw.evaluate.formats import read_items
@@ -145,21 +145,22 @@ class Cache:
         self.made: set[str] = set()   # digests of the adapters this process trained or distilled
 
     def scores(self, key: str, make, adapter: LoraAdapter | None = None, *,
-               source: LoraAdapter | None = None) -> tuple[list[int], float]:
+               source: LoraAdapter | None = None, field: str = "correct") -> tuple[list, float]:
         """``(per-item outcomes, seconds)`` of ``make()``, cached under ``key``. ``source``: for a moved
         adapter, the LoRA it was moved from, named in the file (``source_lora``) because the source's own
-        score file may have scored another copy of that LoRA (one trained again on a new machine)."""
+        score file may have scored another copy of that LoRA (one trained again on a new machine).
+        ``field``: what the values are called in the file (``choice_ll`` for per-choice log-likelihoods)."""
         path = self.folder / f"{key}.json"
         found = read_json_if_exists(path)
         digest = None if adapter is None or self.keep_scores else tensors_digest(adapter.tensors)
         if found is not None and self._scored(found, digest):
-            return found["correct"], found["seconds"]
+            return found[field], found["seconds"]
         t = time.perf_counter()
         correct = make()
         seconds = time.perf_counter() - t
         names = ({} if digest is None else {"adapter": digest}) | (
             {} if source is None else {"source_lora": tensors_digest(source.tensors)})
-        write_json(path, {"correct": correct, "seconds": seconds} | names)
+        write_json(path, {field: correct, "seconds": seconds} | names)
         return correct, seconds
 
     def _scored(self, found: dict, digest: str | None) -> bool:
@@ -319,6 +320,10 @@ VARIANTS = {  # other moves of the same LoRA, after both directions' main result
     # fixed before any result:
     "synthesized": "from the teacher's own inputs",   # Trans-LoRA: 1,000 inputs written from 5 seeds
     "token-focus": "with --token-focus 0.5",         # TiTok's token selection on the same label-free inputs
+    # issue 51, fixed 2026-11-29 before any result: the student learns its base + the adapter's shift (scale 1)
+    "shift": "with --target shift",
+    # and its ceiling, no training: the target base scored with the source's shift added per choice
+    "proxy": "proxy-tuning (no training)",
 }
 
 
@@ -349,6 +354,12 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
         key, how = "focus", dict(prompts=inputs, token_focus=recipe.token_focus)
         says = f"with token focus {recipe.token_focus} ({len(inputs)} label-free inputs)"
         extra = {}
+    elif variant == "shift":
+        key, how = "shift", dict(prompts=inputs, target="shift")
+        says = f"with the shift target ({len(inputs)} label-free inputs)"
+        extra = {}
+    elif variant == "proxy":
+        return proxy_reference(source, target, lora_s, lora_t, test_items, cache, n_boot=n_boot, seed=seed)
     else:
         raise PawError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
 
@@ -359,7 +370,8 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
                                          batch_size=recipe.lora_batch, seed=seed, device=device, target_name=t,
                                          progress=True, scale=resumable(cache, f"distilled-{key}-{s}-to-{t}",
                                                                          recipe, seed), **how)
-        return moved, {"inputs": report["distill"]["inputs"], **_diverged(report)}
+        return moved, {"inputs": report["distill"]["inputs"], "target": report["distill"].get("target"),
+                       **_diverged(report)}
 
     try:
         moved, seconds[f"distill {s} -> {t}"], report = cache.adapter(f"distilled-{key}-{s}-to-{t}", distill)
@@ -379,8 +391,48 @@ def run_variant(source, target, train_items: list, test_items: list, cache: Cach
     if variant == "base-teacher":
         main = cache.found(f"score-{t}-moved-from-{s}")   # absent where the main move failed
         extra = {"vs_main": None if main is None else paired_difference(main, out["target + moved LoRA"])}
+    elif variant == "shift":
+        extra = _vs_main(cache, s, t, out["target + moved LoRA"]) | {"target": report.get("target")}
     return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered", "seconds")} | {
         "inputs": inputs_report} | extra
+
+
+def _vs_main(cache: Cache, s: str, t: str, moved: list[int]) -> dict:
+    """This move minus the main move, paired on the items (``vs_main``: positive when this one is better)."""
+    main = cache.found(f"score-{t}-moved-from-{s}")   # absent where the main move failed
+    return {"vs_main": None if main is None else paired_difference(moved, main)}
+
+
+def proxy_reference(source, target, lora_s: LoraAdapter, lora_t: LoraAdapter | None, test_items: list, cache: Cache,
+                    *, n_boot: int, seed: int) -> dict:
+    """The shift target's ceiling, with no training: every test item scored as the target base plus what the
+    source's LoRA changes in the source, per choice (proxy-tuning, :mod:`paw.evaluate.proxy`). Each model's
+    per-choice log-likelihoods are cached (``choice-ll-NAME-KIND``); the outcomes go to
+    ``score-T-moved-proxy-from-S`` beside the moves, so the table reads it as one of them."""
+    from paw.evaluate.proxy import proxy_scores
+
+    s, t = source.name, target.name
+
+    def lls(side, adapter, what):
+        def make():
+            status(f"tasks: per-choice log-likelihoods of {what} on {len(test_items)} test items")
+            if adapter is None:
+                return choice_lls(side.model, side.tokenizer, test_items, progress=True)
+            with applied(side.model, adapter_deltas(adapter)):
+                return choice_lls(side.model, side.tokenizer, test_items, progress=True)
+        return cache.scores(f"choice-ll-{side.name}-{'lora' if adapter else 'base'}", make, adapter,
+                            field="choice_ll")[0]
+
+    t_ll, e_ll, a_ll = lls(target, None, f"{t} base"), lls(source, lora_s, f"{s} + LoRA"), lls(source, None, f"{s} base")
+    combined = [[ll for ll, _ in proxy_scores([(x, 0) for x in tr], [(x, 0) for x in er], [(x, 0) for x in ar])]
+                for tr, er, ar in zip(t_ll, e_ll, a_ll, strict=True)]
+    moved, _ = cache.scores(f"score-{t}-moved-proxy-from-{s}", lambda: picked_right(combined, test_items), lora_s)
+    out = _four_conditions(source, target, lora_s, lora_t, test_items, cache, {})
+    out["target + moved LoRA"] = moved
+    summary = summarise(out, {}, {}, n_boot=n_boot, seed=seed)
+    return {k: summary[k] for k in ("accuracy", "moved_gain", "kept", "recovered")} | _vs_main(cache, s, t, moved) | {
+        "base_picks_agree": sum(int(r == picked) for r, picked in zip(picked_right(t_ll, test_items),
+                                                                      out["target base"], strict=True)) / len(moved)}
 
 
 DISCRIMINATOR_SAMPLE = 100   # synthesized inputs, and real ones, that the discriminator check judges

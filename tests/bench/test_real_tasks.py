@@ -386,3 +386,28 @@ def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
     assert [tick.get_text() for tick in shown[0].get_yticklabels()][-1] == "Gemma-3 base"   # first row on top
     dashed = [line for line in shown[0].lines if line.get_linestyle() == "--"]
     assert len(dashed) == 1 and list(dashed[0].get_xdata()) == [50.0, 50.0]   # the line at the target's base
+
+
+def test_the_shift_move_and_its_proxy_tuning_ceiling(pair):
+    """The shift cell distils with ``target='shift'`` (its report says so) and pairs itself with the main move;
+    the proxy cell trains nothing and equals a direct combination of the three models' choice scores."""
+    from paw.bench.common import adapter_deltas, applied, choice_lls, picked_right
+    from paw.bench.stats import paired_difference
+
+    sides, items, root = pair
+    cache = R.Cache(root / "cache-shift")
+    R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    shift = R.run_variant(sides["a"], sides["b"], items, items, cache, "shift", recipe=RECIPE, n_boot=50)
+    assert shift["target"]["kind"] == "shift" and shift["target"]["choice_inputs"] == len(items)
+    main, moved = cache.found("score-b-moved-from-a"), cache.found("score-b-moved-shift-from-a")
+    assert shift["vs_main"] == paired_difference(moved, main)
+    proxy = R.run_variant(sides["a"], sides["b"], items, items, cache, "proxy", recipe=RECIPE, n_boot=50)
+    lora = R.own_lora(sides["a"], items, cache, recipe=RECIPE)[0]
+    t = choice_lls(sides["b"].model, sides["b"].tokenizer, items)
+    anti = choice_lls(sides["a"].model, sides["a"].tokenizer, items)
+    with applied(sides["a"].model, adapter_deltas(lora)):
+        expert = choice_lls(sides["a"].model, sides["a"].tokenizer, items)
+    combined = [[x + e - a for x, e, a in zip(*rows, strict=True)] for rows in zip(t, expert, anti, strict=True)]
+    assert cache.found("score-b-moved-proxy-from-a") == picked_right(combined, items)
+    assert proxy["accuracy"]["target + moved LoRA"]["mean"] == sum(picked_right(combined, items)) / len(items)
+    assert proxy["base_picks_agree"] == 1.0   # the cached base outcomes are the same computation
