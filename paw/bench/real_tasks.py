@@ -29,7 +29,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from paw.bench.common import adapter_deltas, applied, choice_lls, picked_right, score_items, train_adapter, without_adapter
+from paw.bench.common import (
+    adapter_deltas,
+    applied,
+    choice_lls,
+    picked_right,
+    score_items,
+    train_adapter,
+    without_adapter,
+)
 from paw.bench.stats import accuracy, kept, paired_difference, recovered
 from paw.errors import PawError
 from paw.evaluate.formats import read_items

@@ -5,11 +5,21 @@ from __future__ import annotations
 import enum
 import inspect
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import typer
 
 from paw.device import DEVICE_HELP
 from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI modules import it from here)
+from paw.knobs import (
+    cli_parameters,
+    from_mapping,
+    from_parsed,
+    knob,
+    merged,
+    typed_on_command_line,
+)
 
 DEVICE = typer.Option("auto", "--device", help=f"Where the arithmetic runs: {DEVICE_HELP}.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it already exists.")
@@ -191,3 +201,48 @@ def _tidy_option(param) -> None:
 
 
 _SHORT_CHOICES = 12  # `<auto|none>` stays beside the flag; a longer list moves into the help text
+
+
+# ------------------------------------------------------------------------------------ options-first commands
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """For a command that writes tensors: whether NaN/Inf may be written (:mod:`paw.io.finite`)."""
+
+    allow_nonfinite: bool = knob(False, "Write the output even if it holds NaN or Inf.")
+
+
+CONFIG_HELP = "YAML of option values (keys: flags without '--'); typed flags win."
+
+
+def options_command(app, name: str, groups: list[tuple[type, str]], body, *, doc: str, cls=None):
+    """Register command ``name`` whose options are the knobs of ``groups`` (``(options class, help prefix)``)
+    and ``--config FILE.yaml``; ``body(*objects)`` gets one object per class, in order, each with the values
+    of the config file overridden by the flags the user typed (:func:`paw.knobs.merged`)."""
+    classes = [c for c, _ in groups]
+    params = [inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                                default=typer.Option(None, "--config", help=CONFIG_HELP))]
+    for c, prefix in groups:
+        params += cli_parameters(c, help_prefix=prefix)
+
+    def callback(**values):
+        config = values.pop("config")
+        objects = [from_parsed(c, values) for c in classes]
+        if config is not None:
+            from paw.io.yaml_file import read_yaml_mapping
+
+            from_file = from_mapping(read_yaml_mapping(config), *classes, where=f"--config {config}")
+            from_file = from_file if isinstance(from_file, tuple) else (from_file,)
+            typed = typed_on_command_line(list(values))
+            objects = [merged(f, o, typed) for f, o in zip(from_file, objects, strict=True)]
+        from paw.io.finite import nonfinite_policy
+
+        allow = any(getattr(o, "allow_nonfinite", False) for o in objects)   # from the file too
+        with nonfinite_policy(allow):
+            return body(*objects)
+
+    callback.__signature__ = inspect.Signature(params)
+    callback.__annotations__ = {p.name: p.annotation for p in params}
+    callback.__doc__ = doc
+    callback.__name__ = name.replace("-", "_")
+    return app.command(name, cls=cls)(callback)

@@ -6,8 +6,17 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, SEED, command_line
+from paw.cli._options import (
+    ALLOW_NONFINITE,
+    DEVICE,
+    OVERWRITE,
+    SEED,
+    RunOptions,
+    command_line,
+    options_command,
+)
 from paw.evaluate.formats import READERS  # light: the readers are plain functions
+from paw.evaluate.options import EvalOptions
 
 FORMAT_HELP = (f"Data layout: auto (detected from the first line), {', '.join(READERS)} "
                "(mc: flat question/choices/answer).")
@@ -16,29 +25,11 @@ DTYPE = typer.Option("auto", "--dtype", help="Model dtype: auto (float32 on CPU,
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval")(eval_command)
+    options_command(app, "eval", [(EvalOptions, ""), (RunOptions, "")], eval_command, doc=eval_command.__doc__)
     app.command("train-lora")(train_lora_command)
 
 
-def eval_command(
-    model: str = typer.Option(..., "--model", help="Model folder, .gguf file or cached Hugging Face id."),
-    data: Path = typer.Option(..., "--data", help="Multiple-choice JSON-lines file."),
-    adapter: Path | None = typer.Option(None, "--adapter", help="PEFT LoRA folder to apply first."),
-    format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Evaluate the first N items only."),
-    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Sequences per forward pass."),
-    output: Path | None = typer.Option(None, "--output", help="Write the metrics to this JSON file."),
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
-                                                       "logs go to RESULTS-tracking/ (./paw-runs/eval without --output)."),
-    overwrite: bool = OVERWRITE,
-    proxy_base: str | None = typer.Option(None, "--proxy-base", help="Proxy-tuning: the base model that "
-                                          "--proxy-adapter was trained on (any tokenizer)."),
-    proxy_adapter: Path | None = typer.Option(None, "--proxy-adapter", help="Proxy-tuning: add what this LoRA "
-                                              "changes in --proxy-base to every choice's score (no training)."),
-    proxy_scale: float = typer.Option(1.0, "--proxy-scale", help="Proxy-tuning: the factor on that shift."),
-):
+def eval_command(options: EvalOptions, run: RunOptions) -> None:
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
     perplexity of the correct answers.
 
@@ -48,10 +39,7 @@ def eval_command(
     """
     from paw.evaluate.pipeline import evaluate_model
 
-    result = evaluate_model(model, data, adapter=adapter, format=format, limit=limit, batch_size=batch_size,
-                            output=output, device=device, dtype=dtype, track=track, overwrite=overwrite,
-                            command=command_line(), proxy_base=proxy_base, proxy_adapter=proxy_adapter,
-                            proxy_scale=proxy_scale)
+    result = evaluate_model(options, run, command=command_line())
     if "proxy" in result.metrics:
         alone = result.metrics["proxy"]["target_alone"]
         typer.echo(f"target alone   {alone['accuracy']:.4f} ± {alone['stderr']:.4f}   (proxy-tuned below, "

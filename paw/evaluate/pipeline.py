@@ -4,8 +4,9 @@ Both read a multiple-choice JSON-lines file (:func:`paw.evaluate.formats.read_it
 through :mod:`paw.io.lm` and call the in-memory functions :func:`paw.evaluate.mc.evaluate` and
 :func:`paw.evaluate.train.train_lora`::
 
+    from paw.evaluate.options import EvalOptions
     from paw.evaluate.pipeline import evaluate_model
-    evaluate_model("./tiny/base", "arc-easy_test.jsonl", limit=200).metrics["accuracy"]
+    evaluate_model(EvalOptions(model="./tiny/base", data="arc-easy_test.jsonl", limit=200)).metrics["accuracy"]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from paw.distributed import setup
 from paw.errors import PawError
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
+from paw.evaluate.options import EvalOptions
 from paw.evaluate.train import train_lora
 from paw.io.atomic import atomic_dir, atomic_outputs, check_output
 from paw.io.checkpoint import open_checkpoint
@@ -29,6 +31,7 @@ from paw.io.lm import load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
+from paw.knobs import RunOptions
 from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train_state import Checkpoints, every
@@ -47,78 +50,64 @@ class Evaluation:
 
 
 @records_call
-def evaluate_model(model: PathLike, data: PathLike, *, adapter: PathLike | None = None, format: str = "auto",
-                   limit: int | None = None, batch_size: int = 8, output: PathLike | None = None,
-                   device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
-                   progress: bool = True, command: str | None = None, proxy_base: PathLike | None = None,
-                   proxy_adapter: PathLike | None = None, proxy_scale: float = 1.0) -> Evaluation:
+def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, progress: bool = True,
+                   command: str | None = None) -> Evaluation:
     """Multiple-choice accuracy (raw and length-normalised) ± stderr, and the answers' loss and perplexity.
 
-    ``track`` (none, csv, swanlab) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
-    ``proxy_base`` and ``proxy_adapter``: proxy-tuning, each choice scored as ``model``'s log-likelihood plus
+    ``run.track`` (none, csv, swanlab) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
+    With ``proxy_base`` and ``proxy_adapter`` each choice is scored as the model's log-likelihood plus
     ``proxy_scale`` times what ``proxy_adapter`` changes in ``proxy_base``'s (:mod:`paw.evaluate.proxy`).
     """
+    o = options
+    o.check()
     quiet_transformers()
-    check_kind(track)  # before any heavy work
-    _check_proxy(proxy_base, proxy_adapter, proxy_scale)
-    output = None if output is None else Path(output)
+    check_kind(run.track)  # before any heavy work
+    output = None if o.output is None else Path(o.output)
     run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
-    read = [model, data, adapter, proxy_base, proxy_adapter]
+    read = [o.model, o.data, o.adapter, o.proxy_base, o.proxy_adapter]
     if output is not None:
-        check_output(output, overwrite=overwrite, inputs=read)
-        if track != "none":
-            check_output(run_dir, overwrite=overwrite, inputs=read)
+        check_output(output, overwrite=run.overwrite, inputs=read)
+        if run.track != "none":
+            check_output(run_dir, overwrite=run.overwrite, inputs=read)
 
-    items = read_items(data, format=format, limit=limit)
-    if proxy_base is None:
-        lm, tokenizer = load_lm(model, adapter=adapter, device=resolve_device(device), dtype=dtype)
-        metrics = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=progress)
+    items = read_items(o.data, format=o.format, limit=o.limit)
+    if o.proxy_base is None:
+        lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=resolve_device(run.device), dtype=o.dtype)
+        metrics = evaluate(lm, tokenizer, items, batch_size=o.batch_size, progress=progress)
     else:
-        metrics = _proxy_tuned(model, adapter, proxy_base, proxy_adapter, proxy_scale, items, device=device,
-                               dtype=dtype, batch_size=batch_size, progress=progress)
-    inputs = describe_inputs(model=model, adapter=adapter, data=data, proxy_base=proxy_base,
-                             proxy_adapter=proxy_adapter)
+        metrics = _proxy_tuned(o, items, device=run.device, progress=progress)
+    inputs = describe_inputs(model=o.model, adapter=o.adapter, data=o.data, proxy_base=o.proxy_base,
+                             proxy_adapter=o.proxy_adapter)
     config = {"command": command, **{k: v["path"] for k, v in inputs.items()}}
-    tracking = run_dir if track != "none" else None
+    tracking = run_dir if run.track != "none" else None
     if output is None:  # only the tracking log, in ./paw-runs/eval
-        log_once(track, run_dir, config, {"test": metrics})
+        log_once(run.track, run_dir, config, {"test": metrics})
         return Evaluation(metrics, None, tracking)
     # the results and their tracking log appear together, or neither does
-    with atomic_outputs([output, run_dir] if tracking else [output], overwrite=overwrite, inputs=read) as staging:
-        write_results(staging / output.name, command=command, inputs=inputs, metrics=metrics, format=format,
-                      limit=limit)
-        log_once(track, staging / run_dir.name, config, {"test": metrics}, shown=run_dir)
+    with atomic_outputs([output, run_dir] if tracking else [output], overwrite=run.overwrite, inputs=read) as staging:
+        write_results(staging / output.name, command=command, inputs=inputs, metrics=metrics, format=o.format,
+                      limit=o.limit)
+        log_once(run.track, staging / run_dir.name, config, {"test": metrics}, shown=run_dir)
     return Evaluation(metrics, output, tracking)
 
 
-def _check_proxy(proxy_base, proxy_adapter, proxy_scale: float) -> None:
-    if (proxy_base is None) != (proxy_adapter is None):
-        raise PawError("proxy-tuning needs both --proxy-base (the adapter's own base) and --proxy-adapter")
-    finite("--proxy-scale", proxy_scale)
-    if proxy_base is None and proxy_scale != 1.0:
-        raise PawError("--proxy-scale is for --proxy-base and --proxy-adapter")
-    if not 0 < proxy_scale <= 10:
-        raise PawError(f"--proxy-scale {proxy_scale}: must be in (0, 10] (1: the adapter's shift as it is)")
-
-
-def _proxy_tuned(model, adapter, proxy_base, proxy_adapter, scale: float, items, *, device, dtype, batch_size,
-                 progress) -> dict:
-    """Metrics of ``model`` (+ ``adapter``) with the shift of ``proxy_adapter`` on ``proxy_base`` added per
+def _proxy_tuned(o: EvalOptions, items, *, device, progress) -> dict:
+    """Metrics of the model (+ its adapter) with the shift of ``o.proxy_adapter`` on ``o.proxy_base`` added per
     choice; one model in memory at a time (the target, then the proxy base with its adapter)."""
     from paw.evaluate.mc import choice_scores, summarize
     from paw.evaluate.proxy import proxy_scores
 
     dev = resolve_device(device)
-    lm, tokenizer = load_lm(model, adapter=adapter, device=dev, dtype=dtype)
-    target = choice_scores(lm, tokenizer, items, batch_size=batch_size, progress=progress)
+    lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=dev, dtype=o.dtype)
+    target = choice_scores(lm, tokenizer, items, batch_size=o.batch_size, progress=progress)
     del lm
-    expert_lm, expert_tok = load_lm(proxy_base, adapter=proxy_adapter, device=dev, dtype=dtype)
-    expert = choice_scores(expert_lm, expert_tok, items, batch_size=batch_size, progress=progress)
+    expert_lm, expert_tok = load_lm(o.proxy_base, adapter=o.proxy_adapter, device=dev, dtype=o.dtype)
+    expert = choice_scores(expert_lm, expert_tok, items, batch_size=o.batch_size, progress=progress)
     with expert_lm.disable_adapter():
-        anti = choice_scores(expert_lm, expert_tok, items, batch_size=batch_size, progress=progress)
-    metrics = summarize(items, proxy_scores(target, expert, anti, scale))
+        anti = choice_scores(expert_lm, expert_tok, items, batch_size=o.batch_size, progress=progress)
+    metrics = summarize(items, proxy_scores(target, expert, anti, o.proxy_scale))
     alone = summarize(items, target)
-    return {**metrics, "proxy": {"scale": scale, "target_alone": {k: alone[k] for k in ("accuracy", "stderr")},
+    return {**metrics, "proxy": {"scale": o.proxy_scale, "target_alone": {k: alone[k] for k in ("accuracy", "stderr")},
                                  "note": "per choice: target + scale x (proxy base with adapter - without); "
                                          "loss and perplexity are the target's own"},
             "loss": alone["loss"], "perplexity": alone["perplexity"]}

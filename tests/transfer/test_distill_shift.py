@@ -206,7 +206,7 @@ def test_the_shift_target_is_refused_where_it_cannot_be_carried(cli, world, tmp_
     plain = cli(*base, "--output", tmp_path / "a", "--prompts", world["root"] / "questions.txt", "--target", "shift")
     assert plain.exit_code == 2 and "--target shift cannot be carried" in plain.stderr and "--byte-kl" in plain.stderr
     assert not (tmp_path / "a").exists()
-    for flags, says in ((("--target", "student"), "--target 'student'"),
+    for flags, says in ((("--target", "student"), "Invalid value for '--target'"),
                         (("--target", "shift", "--shift-scale", "0"), "--shift-scale 0"),
                         (("--shift-scale", "2"), "--shift-scale is for --target shift"),
                         (("--target", "shift", "--token-focus", "0.5"), "--token-focus")):

@@ -52,11 +52,12 @@ def _move(cli, w, out, adapter, target, *extra):
 
 
 def _accuracy(base: Path, items, adapter: Path | None = None) -> float:
+    from paw.evaluate.options import EvalOptions
     from paw.evaluate.pipeline import evaluate_model
     from paw.io.mcdata import write_items
 
     data = write_items(base.parent / "eval-items.jsonl", items)
-    return evaluate_model(base, data, adapter=adapter, progress=False).metrics["accuracy"]
+    return evaluate_model(EvalOptions(model=str(base), data=data, adapter=adapter), progress=False).metrics["accuracy"]
 
 
 def _listing(folder: Path) -> list[str]:

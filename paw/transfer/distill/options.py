@@ -13,6 +13,7 @@ from pathlib import Path
 
 from paw import fsdp as F
 from paw.errors import PawError
+from paw.knobs import knob
 from paw.validate import finite, lora_alpha, lora_rank
 
 DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
@@ -22,37 +23,48 @@ GENERIC = "generic"          # --prompts generic: the embedded sample text, no t
 TARGETS = ("teacher", "shift")  # what the student learns: the teacher's outputs, or its base plus the adapter's shift
 
 
+def modules(text: str | None) -> tuple[str, ...] | None:
+    """``'q_proj, v_proj'`` -> ``('q_proj', 'v_proj')``; nothing given -> None (the source adapter's)."""
+    names = tuple(m.strip() for m in text.split(",") if m.strip()) if text else ()
+    return names or None
+
+
 @dataclass(frozen=True)
 class DistillOptions:
     """The knobs of a distillation; see :func:`paw.transfer.distill.lora.distill_lora` for what each does."""
 
-    prompts: str | Path | None = None         # task inputs: a file paw eval reads, text lines, or 'generic'
-    synthesize: int = 0                       # let the teacher write N inputs from seed_examples
-    seed_examples: str | Path | None = None   # at most 5 task inputs for synthesize
-    discriminator: bool = False               # keep only synthetic inputs the teacher finds task-like
-    eval_prompts: str | Path | None = None    # held-out inputs for the agreement figures
-    holdout: float = 0.0                      # fraction of the inputs kept for agreement (0: train on all)
-    init: str = "auto"                        # one of INITS
-    rank: int | None = None                   # student LoRA rank (None: the source adapter's)
-    alpha: float | None = None                # student LoRA alpha (None: the source adapter's)
-    target_modules: tuple[str, ...] | None = None  # module types (None: the source's that the target has)
-    max_steps: int | None = None              # optimiser steps (None: set by the inputs, stop once levelled off)
-    batch_size: int = 8                       # inputs per step
-    lr: float = 1e-3                          # AdamW learning rate (docs/distill.md#learning-rate)
-    max_new_tokens: int = 16                  # teacher continuation length (it also stops at a line break)
-    byte_kl: bool = False                     # across tokenizers, also match distributions at shared cuts
-    next_words: int = 0                       # across tokenizers, teach the teacher's K likeliest next words
-    token_focus: float = 0.0                  # train on this fraction of tokens the adapter changed most (0: all)
-    target: str = "teacher"                   # one of TARGETS (docs/distill.md#the-shift-target)
-    shift_scale: float = 1.0                  # --target shift: student_base + scale x (teacher - teacher_base)
-    seed: int = 0                             # same inputs and seed give byte-identical outputs
+    prompts: str | Path | None = knob(None, "Task inputs: a file paw eval reads (answers ignored), text lines, "
+                                      "or 'generic'.", cli=str)
+    synthesize: int = knob(0, "Let the teacher write N inputs from --seed-examples.", min=0)
+    seed_examples: str | Path | None = knob(None, "At most 5 task inputs for --synthesize.", cli=Path)
+    discriminator: bool = knob(False, "Keep only synthetic inputs the teacher finds task-like.")
+    eval_prompts: str | Path | None = knob(None, "Held-out inputs for the agreement figures.", cli=Path)
+    holdout: float = knob(0.0, "Share of inputs set apart for agreement.")
+    init: str = knob("auto", "auto: start from the weight-space transfer if related.",
+                     choices=INITS)
+    rank: int | None = knob(None, "LoRA rank [default: the source's; --finetune: 16].", min=1)
+    alpha: float | None = knob(None, "LoRA alpha [default: the source's].")
+    target_modules: tuple[str, ...] | None = knob(None, "Comma list [default: the source adapter's, where the target "
+                                                        "has them].", cli=str, parse=modules)
+    max_steps: int | None = knob(None, "Optimiser steps [default: until agreement levels off].", min=1)
+    batch_size: int = knob(8, "Inputs per step.", min=1, max=4096)
+    lr: float = knob(1e-3, "AdamW learning rate.")
+    max_new_tokens: int = knob(16, "Teacher continuation length (it stops at a line break).", min=1)
+    byte_kl: bool = knob(False, "Across tokenizers, also match next-token distributions at shared cuts.",
+                     flag="--byte-kl/--no-byte-kl")
+    next_words: int = knob(0, "Across tokenizers, teach the teacher's K likeliest next words (0: off).", min=0)
+    token_focus: float = knob(0.0, "Train on the share of tokens the adapter changed most (TiTok).")
+    target: str = knob("teacher", "Learn the teacher, or its own base + the adapter's shift.",
+                       choices=TARGETS)
+    shift_scale: float = knob(1.0, "--target shift: the factor on the shift.")
+    seed: int = knob(0, "Random seed (same seed, same bytes).")
     # ---- scale (docs/scale.md) ----
-    save_every: int | None = None             # resumable checkpoint in OUT-work/ every K steps
-    resume: bool = False                      # continue from OUT-work/'s checkpoint
-    offload_teacher: bool = False             # free the teacher after its continuations, before training
-    gradient_checkpointing: bool = False      # recompute the student's activations in the backward pass
-    dtype: str = "auto"                       # both bases: auto (checkpoint's on GPU, float32 on CPU) or a dtype
-    fsdp: bool = False                        # under torchrun: shard the student over the processes (paw.fsdp)
+    save_every: int | None = knob(None, "Checkpoint every K steps.", min=1)
+    resume: bool = knob(False, "Continue from OUT-work/.")
+    offload_teacher: bool = knob(False, "Free the teacher before training.")
+    gradient_checkpointing: bool = knob(False, "Less memory, more compute.")
+    dtype: str = knob("auto", "Weights' dtype.")
+    fsdp: bool = knob(False, "Shard the student (FSDP2, torchrun).")
 
     def check(self) -> None:
         """Refuse a knob out of range or inputs that do not go together, naming the one flag at fault."""

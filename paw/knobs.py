@@ -1,0 +1,265 @@
+"""Options first: a command's knobs are the fields of frozen dataclasses, and everything else is made from them.
+
+A field declared with :func:`knob` carries its default, its help, its range and its flag; from those
+
+- :func:`cli_parameters` makes the command's Typer options (no command restates a default or a help text),
+- :func:`from_mapping` turns a mapping (a ``--config FILE.yaml``) into the same objects, each value checked
+  and named by its key, and :func:`merged` lets the flags typed on the command line win over the file,
+- :func:`flag` names the flag of a field, so a library error can name what the user typed.
+
+This is the shape of mergekit's ``MergeOptions`` (one frozen model, its click options generated from its
+fields), PEFT's ``LoraConfig`` (fields carrying their own help) and transformers' ``HfArgumentParser``.
+
+    >>> @dataclass(frozen=True)
+    ... class Demo:
+    ...     steps: int = knob(300, "Optimiser steps.", min=1)
+    >>> flag(Demo, "steps"), from_mapping({"steps": 40}, Demo).steps
+    ('--steps', 40)
+
+Light on purpose: ``paw --help`` imports it, so typer and the standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from paw.device import DEVICE_HELP
+from paw.errors import PawError
+
+
+def knob(default: Any, help: str, *, flag: str | None = None, short: str | None = None, min: float | None = None,
+         max: float | None = None, choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None,
+         cli: type | None = None, parse: Callable[[Any], Any] | None = None,
+         metavar: str | None = None) -> Any:
+    """A dataclass field that is also a command-line flag.
+
+    ``flag``: its name on the command line (default ``--field-name``; ``'--a/--no-a'`` for a switch pair);
+    ``min``/``max``: the range the parser enforces (the options' ``check`` may say more); ``choices``: the
+    values allowed (or a function giving them, read when the command is built); ``cli``: the type the parser
+    reads when the field's own type is a union (``str | Path | None`` is read as ``str``); ``parse``: what
+    turns the parsed value into the field's (``'q_proj, v_proj'`` -> ``('q_proj', 'v_proj')``).
+    """
+    meta = {"help": help, "flag": flag, "short": short, "min": min, "max": max, "choices": choices, "cli": cli,
+            "parse": parse, "metavar": metavar}
+    if isinstance(default, list | dict | set):
+        raise TypeError("a knob's default must be immutable (a tuple, not a list)")
+    return field(default=default, metadata={"paw": meta})
+
+
+def knobs(cls) -> list[dataclasses.Field]:
+    """The fields of ``cls`` declared with :func:`knob`, in order."""
+    return [f for f in fields(cls) if "paw" in f.metadata]
+
+
+def flag(cls, name: str) -> str:
+    """The command-line flag of field ``name`` of ``cls`` (``max_steps`` -> ``--max-steps``)."""
+    for f in fields(cls):
+        if f.name == name:
+            declared = f.metadata.get("paw", {}).get("flag")
+            return declared.split("/")[0] if declared else "--" + name.replace("_", "-")
+    raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How any command runs, whatever it does: where the arithmetic goes, what it may replace, what it logs.
+    Every pipeline takes it beside its own options: ``pipeline(options, run=RunOptions(), *, command, progress)``."""
+
+    device: str = knob("auto", f"Where the arithmetic runs: {DEVICE_HELP}.")
+    overwrite: bool = knob(False, "Replace the output if it already exists.")
+    track: str = knob("none", "Tracking: none, csv or swanlab (offline), to OUT-tracking/.")
+
+
+# ------------------------------------------------------------------------------------ the command line
+
+def cli_parameters(cls, *, skip: tuple[str, ...] = (), help_prefix: str = "") -> list[inspect.Parameter]:
+    """One keyword parameter per knob of ``cls`` (but ``skip``), each with its ``typer.Option`` as default:
+    the signature Typer reads to make the command's options."""
+    import typer
+
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in knobs(cls):
+        if f.name in skip:
+            continue
+        m = f.metadata["paw"]
+        kind = _cli_type(hints[f.name], m, f.name)
+        default = _shown(f.default)
+        if isinstance(kind, type) and issubclass(kind, enum.Enum) and default not in (None, ...):
+            default = kind(default)
+        decls = [m["flag"] or "--" + f.name.replace("_", "-")] + ([m["short"]] if m["short"] else [])
+        extra = {k: m[k] for k in ("min", "max") if m[k] is not None and kind in (int, float)}
+        option = typer.Option(default, *decls, help=help_prefix + m["help"], metavar=m["metavar"],
+                              show_default=f.default is not None, **extra)
+        out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                     annotation=kind if f.default is not None else kind | None))
+    return out
+
+
+def _shown(default: Any) -> Any:
+    """A default as the parser holds it: a tuple of strings is typed as one comma list."""
+    if isinstance(default, tuple):
+        return ",".join(str(x) for x in default)
+    return default
+
+
+def _cli_type(hint: Any, meta: dict, name: str) -> Any:
+    """What the parser reads for a field of type ``hint``: its ``cli`` type, an Enum of its choices, or the
+    one type of ``X | None``."""
+    if meta["choices"] is not None:
+        values = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+        return enum.Enum(name.title().replace("_", ""), {v: v for v in values}, type=str)
+    if meta["cli"] is not None:
+        return meta["cli"]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if len(args) == 1 and args[0] in (int, float, str, bool, Path):
+            return args[0]
+        raise TypeError(f"knob {name!r}: give cli= for its type {hint}")
+    if hint in (int, float, str, bool, Path):
+        return hint
+    raise TypeError(f"knob {name!r}: give cli= for its type {hint}")
+
+
+def from_parsed(cls, values: Mapping[str, Any], **more: Any):
+    """``cls`` from the parser's values of its knobs (enums to their value, ``parse`` applied) and ``more``."""
+    kwargs = {}
+    for f in knobs(cls):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        if isinstance(value, enum.Enum):
+            value = value.value
+        parse = f.metadata["paw"]["parse"]
+        kwargs[f.name] = parse(value) if parse is not None and value is not None else value
+    return cls(**kwargs, **more)
+
+
+def typed_on_command_line(names: list[str]) -> set[str]:
+    """Which of the current command's parameters ``names`` the user typed (the parser's parameter sources;
+    typer from 0.2x carries its own copy of click, older ones use click itself)."""
+    ctx = None
+    for module in ("typer._click", "click"):
+        try:
+            core = __import__(f"{module}.core", fromlist=["ParameterSource"])
+            found = __import__(f"{module}.globals", fromlist=["get_current_context"]).get_current_context(silent=True)
+        except ImportError:
+            continue
+        if found is not None:
+            ctx, source = found, core.ParameterSource
+            break
+    if ctx is None:
+        return set(names)
+    return {n for n in names if ctx.get_parameter_source(n) in (source.COMMANDLINE, source.ENVIRONMENT)}
+
+
+# ------------------------------------------------------------------------------------ mappings (--config)
+
+MAX_DEPTH = 8   # a config is a flat mapping of knobs; nothing PAW reads nests deeper
+
+
+def from_mapping(data: Mapping[str, Any], *classes, where: str = "--config") -> Any:
+    """The options of ``classes`` (one object, or a tuple for several) from a mapping of field names (or flag
+    names without ``--``) to values, each checked against its field's type and range and named by its key
+    when refused. Keys no class has are refused, naming the ones it could be."""
+    by_key: dict[str, tuple[Any, dataclasses.Field]] = {}
+    for cls in classes:
+        for f in knobs(cls):
+            by_key[f.name] = (cls, f)
+            by_key[f.name.replace("_", "-")] = (cls, f)
+    chosen: dict[Any, dict[str, Any]] = {cls: {} for cls in classes}
+    for key, value in data.items():
+        if not isinstance(key, str) or key not in by_key:
+            known = sorted({f.name for cls in classes for f in knobs(cls)})
+            raise PawError(f"{where}: unknown key {key!r}; the keys are {', '.join(known)}")
+        cls, f = by_key[key]
+        chosen[cls][f.name] = coerce(value, f, typing.get_type_hints(cls)[f.name], key=f"{where}: {key}")
+    made = tuple(cls(**chosen[cls]) for cls in classes)
+    return made if len(made) > 1 else made[0]
+
+
+def coerce(value: Any, f: dataclasses.Field, hint: Any, *, key: str) -> Any:
+    """``value`` from a YAML or JSON mapping as field ``f`` holds it, or a PawError naming ``key``.
+
+    Strings are never numbers here (YAML reads ``1.0e300`` as a string, so a value that looks like a number
+    but is a string is refused), booleans are never numbers, numbers must be finite and in the knob's range,
+    and nothing nests deeper than :data:`MAX_DEPTH`.
+    """
+    _depth(value, key)
+    m = f.metadata["paw"]
+    allowed = [a for a in typing.get_args(hint)] or [hint]
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise PawError(f"{key}: a value is required")
+    if m["choices"] is not None:
+        values = m["choices"]() if callable(m["choices"]) else m["choices"]
+        if str(value) not in values or not isinstance(value, str):
+            raise PawError(f"{key}: {value!r} is not one of {', '.join(values)}")
+        return value
+    if bool in allowed:
+        if not isinstance(value, bool):
+            raise PawError(f"{key}: expected true or false, not {value!r}")
+        return value
+    if int in allowed or float in allowed:
+        return _number(value, int if int in allowed and float not in allowed else float, m, key)
+    if any(typing.get_origin(a) is tuple for a in allowed):
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
+            raise PawError(f"{key}: expected a list of names, not {value!r}")
+        return tuple(x.strip() for x in items)
+    if str in allowed or Path in allowed:
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise PawError(f"{key}: expected text, not {value!r}")
+        return str(value)
+    raise PawError(f"{key}: cannot read {value!r}")
+
+
+def _number(value: Any, kind: type, m: dict, key: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        looks = isinstance(value, str) and _looks_numeric(value)
+        why = " (YAML reads it as text: write it as 1.0e+300, or quote nothing)" if looks else ""
+        raise PawError(f"{key}: expected a number, not {value!r}{why}")
+    if kind is int and (isinstance(value, float) and not value.is_integer()):
+        raise PawError(f"{key}: expected a whole number, not {value!r}")
+    if not math.isfinite(value):
+        raise PawError(f"{key}: {value} is not a finite number")
+    if m["min"] is not None and value < m["min"]:
+        raise PawError(f"{key}: {value} is below its minimum {m['min']:g}")
+    if m["max"] is not None and value > m["max"]:
+        raise PawError(f"{key}: {value} is above its maximum {m['max']:g}")
+    return kind(value)
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _depth(value: Any, key: str, level: int = 0) -> None:
+    if level > MAX_DEPTH:
+        raise PawError(f"{key}: nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        for v in value.values():
+            _depth(v, key, level + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _depth(v, key, level + 1)
+
+
+def merged(from_file: Any, from_flags: Any, typed: set[str]) -> Any:
+    """``from_file`` with the fields the user ``typed`` on the command line taken from ``from_flags``."""
+    return dataclasses.replace(from_file, **{f.name: getattr(from_flags, f.name) for f in knobs(type(from_flags))
+                                             if f.name in typed})

@@ -1,0 +1,99 @@
+"""Options first (paw.knobs): flags made from dataclass fields, the same values from a --config YAML, typed
+flags winning, every value from a file checked and named by its key."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from paw.errors import PawError
+from paw.knobs import flag, from_mapping, knob, knobs, merged
+
+
+@dataclass(frozen=True)
+class Demo:
+    steps: int = knob(300, "Optimiser steps.", min=1)
+    lr: float = knob(1e-3, "Learning rate.")
+    name: str | None = knob(None, "A name.")
+    kind: str = knob("a", "A kind.", choices=("a", "b"))
+    fast: bool = knob(False, "Go fast.", flag="--fast/--slow")
+    modules: tuple[str, ...] | None = knob(None, "Modules.", cli=str)
+
+
+def test_flags_and_values_from_a_mapping():
+    assert [f.name for f in knobs(Demo)] == ["steps", "lr", "name", "kind", "fast", "modules"]
+    assert flag(Demo, "steps") == "--steps" and flag(Demo, "fast") == "--fast"
+    d = from_mapping({"steps": 40, "lr": 2e-4, "name": "x", "kind": "b", "fast": True, "modules": ["q", "v"]}, Demo)
+    assert d == Demo(40, 2e-4, "x", "b", True, ("q", "v"))
+    assert from_mapping({"modules": "q_proj, v_proj"}, Demo).modules == ("q_proj", "v_proj")
+    flags = Demo(steps=5)
+    assert merged(Demo(steps=40, lr=0.5), flags, typed={"steps"}) == Demo(steps=5, lr=0.5)
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"stepz": 3}, "--config: unknown key 'stepz'; the keys are"),
+    ({"steps": "40"}, "steps: expected a number, not '40' (YAML reads it as text"),
+    ({"lr": "1.0e300"}, "lr: expected a number, not '1.0e300'"),
+    ({"steps": True}, "steps: expected a number, not True"),
+    ({"steps": 0}, "steps: 0 is below its minimum 1"),
+    ({"steps": 2.5}, "steps: expected a whole number"),
+    ({"lr": float("nan")}, "lr: nan is not a finite number"),
+    ({"fast": 1}, "fast: expected true or false, not 1"),
+    ({"kind": "c"}, "kind: 'c' is not one of a, b"),
+    ({"name": ["x"]}, "name: expected text"),
+    ({"modules": [1, 2]}, "modules: expected a list of names"),
+    ({"name": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": {"j": 1}}}}}}}}}}}, "nested deeper than 8"),
+])
+def test_every_value_from_a_file_is_checked_and_named(data, says):
+    with pytest.raises(PawError) as err:
+        from_mapping(data, Demo)
+    assert says in str(err.value), str(err.value)
+
+
+def test_transfer_lora_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, tiny_lora, tmp_path):
+    """The same transfer from flags and from --config writes the same adapter; a flag typed beside the file wins."""
+    from paw import zoo
+
+    base, lora = tiny_llama, tiny_lora
+    finetune = tmp_path / "ft"
+    zoo.fine_tune(base, finetune, seed=1, scale=0.01)
+    by_flags = cli("transfer-lora", "--adapter", lora, "--source-base", base, "--target-base", finetune,
+                   "--output", tmp_path / "a", "--method", "copy")
+    assert by_flags.exit_code == 0, by_flags.stderr
+    config = tmp_path / "move.yaml"
+    config.write_text(f"adapter: {lora}\nsource_base: {base}\ntarget-base: {finetune}\noutput: {tmp_path / 'b'}\n"
+                      "method: lora-x\n")
+    by_file = cli("transfer-lora", "--config", config, "--method", "copy")   # the typed --method wins
+    assert by_file.exit_code == 0, by_file.stderr
+    a, b = (json.loads((tmp_path / x / "transfer_report.json").read_text()) for x in ("a", "b"))
+    assert a["summary"]["methods"] == b["summary"]["methods"] == {"copy": a["summary"]["transferred"]}
+    assert (tmp_path / "a" / "adapter_model.safetensors").read_bytes() == \
+        (tmp_path / "b" / "adapter_model.safetensors").read_bytes()
+    config.write_text(f"adapter: {lora}\nsource_base: {base}\ntarget_base: {finetune}\noutput: {tmp_path / 'c'}\n"
+                      "method: copy\nmax_steps: '300'\n")
+    bad = cli("transfer-lora", "--config", config)
+    assert bad.exit_code == 2 and f"--config {config}: max_steps: expected a number" in bad.stderr, bad.stderr
+    assert bad.stderr.count("\n") == 1 and not (tmp_path / "c").exists()
+    config.write_text("method: copy\n")
+    missing = cli("transfer-lora", "--config", config)
+    assert missing.exit_code == 2 and "missing option '--source-base'" in missing.stderr
+
+
+def test_eval_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, tmp_path):
+    from paw.evaluate.synthetic import fact_task
+    from paw.io.mcdata import write_items
+
+    data = write_items(tmp_path / "quiz.jsonl", fact_task("colour", n=6, seed=0))
+    flags = cli("eval", "--model", tiny_llama, "--data", data, "--limit", "4", "--output", tmp_path / "a.json")
+    assert flags.exit_code == 0, flags.stderr
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"model: {tiny_llama}\ndata: {data}\nlimit: 2\nbatch-size: 3\noutput: {tmp_path / 'b.json'}\n")
+    by_file = cli("eval", "--config", config, "--limit", "4")
+    assert by_file.exit_code == 0, by_file.stderr
+    a, b = (json.loads((tmp_path / f"{x}.json").read_text())["metrics"] for x in ("a", "b"))
+    assert a["n"] == b["n"] == 4 and a["accuracy"] == b["accuracy"]
+    config.write_text(f"model: {tiny_llama}\ndata: {data}\nformat: csv\n")
+    bad = cli("eval", "--config", config)
+    assert bad.exit_code == 2 and "format: 'csv' is not one of auto" in bad.stderr, bad.stderr
