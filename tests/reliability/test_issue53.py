@@ -145,3 +145,31 @@ def test_yaml_numbers_written_as_text_still_merge(cli, ix, tmp_path):
     cfg = _yaml(tmp_path, ix, _models("task_arithmetic", "weight: 1e-1"))
     res = cli("merge", "--config", cfg, "--output", tmp_path / "out", "--device", "cpu")
     assert res.exit_code == 0, res.stderr
+
+
+# ---- 2. bounded parsing: the size of a config is judged before it is read; deep nesting is one line
+
+def test_a_huge_config_is_refused_by_its_size_at_once(refused, tmp_path):
+    import time
+
+    from paw.io.yaml_file import MAX_YAML_BYTES
+
+    cfg = tmp_path / "huge.yml"
+    with cfg.open("w") as f:  # 100 MB: PyYAML took minutes over it
+        f.write("merge_method: ties\n# ")
+        f.truncate(100 * 1024 * 1024)
+    start = time.monotonic()
+    refused("merge", "--config", cfg, "--output", "{out}", expect=(str(cfg), f"{MAX_YAML_BYTES:,} bytes"))
+    assert time.monotonic() - start < 5
+
+
+def test_deeply_nested_yaml_is_refused(refused, tmp_path):
+    cfg = tmp_path / "deep.yml"
+    cfg.write_text("merge_method: " + "[" * 5000 + "]" * 5000 + "\n")
+    refused("merge", "--config", cfg, "--output", "{out}", expect=(str(cfg), "nested too deeply"))
+
+
+def test_deeply_nested_json_in_eval_data_is_refused(refused, tmp_path):
+    data = tmp_path / "deep.jsonl"
+    data.write_text('{"question": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    refused("eval", "--model", "{ix}/base", "--data", data, expect=(str(data), "line 1", "nested too deeply"))
