@@ -173,3 +173,19 @@ def test_deeply_nested_json_in_eval_data_is_refused(refused, tmp_path):
     data = tmp_path / "deep.jsonl"
     data.write_text('{"question": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     refused("eval", "--model", "{ix}/base", "--data", data, expect=(str(data), "line 1", "nested too deeply"))
+
+
+# ---- 3. a tokenizer source that holds no tokenizer (the merged model used to ship without one)
+
+def test_a_tokenizer_source_without_a_tokenizer_is_refused(refused, ix, tmp_path):
+    up = "../" * (len(tmp_path.parts) + 2) + "etc"  # exists, and is no model
+    cfg = _yaml(tmp_path, ix, _models("task_arithmetic", "weight: 1") + f"tokenizer_source: {up}\n")
+    refused("merge", "--config", cfg, "--output", "{out}", "--device", "cpu",
+            expect=(str(cfg), "tokenizer_source", "holds no tokenizer"))
+    refused("merge", "--base", "{ix}/base", "--models", "{ix}/ft", "--tokenizer-from", tmp_path, "--output",
+            "{out}", "--device", "cpu", expect=(str(tmp_path), "--tokenizer-from", "holds no tokenizer"))
+
+
+def test_a_model_path_that_is_no_model_is_refused(refused, ix, tmp_path):
+    cfg = _yaml(tmp_path, ix, _models("task_arithmetic", "weight: 1").replace("{ix}/ft", "/etc", 1))
+    refused("merge", "--config", cfg, "--output", "{out}", "--device", "cpu", expect=("/etc", "no model weights"))
