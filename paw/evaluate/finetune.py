@@ -38,6 +38,7 @@ from paw.io.lm import load_lm
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import write_checkpoint
 from paw.progress import track
+from paw.validate import FLOAT32_MAX, finite
 
 PathLike = str | Path
 METRICS_JSON = "metrics.json"
@@ -67,6 +68,7 @@ class FinetuneOptions:
             ok = isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)
             if not ok:
                 raise PawError(f"{flag} must be a finite number {'above' if positive else 'of at least'} 0, got {value!r}")
+            finite(flag, value, limit=FLOAT32_MAX)  # 1e39 is inf to float32 AdamW
         return self
 
 

@@ -189,3 +189,17 @@ def test_a_tokenizer_source_without_a_tokenizer_is_refused(refused, ix, tmp_path
 def test_a_model_path_that_is_no_model_is_refused(refused, ix, tmp_path):
     cfg = _yaml(tmp_path, ix, _models("task_arithmetic", "weight: 1").replace("{ix}/ft", "/etc", 1))
     refused("merge", "--config", cfg, "--output", "{out}", "--device", "cpu", expect=("/etc", "no model weights"))
+
+
+# ---- 4. training flags refused before a model is read
+
+@pytest.mark.parametrize("argv,expect", [
+    ("train-lora --lr 1e39", ["--lr", "too large"]),
+    ("train-full --lr 1e39", ["--lr", "too large"]),
+    ("train-lora --dtype int8", ["--dtype 'int8'"]),
+], ids=["train-lora-lr-overflows-float32", "train-full-lr-overflows-float32", "train-lora-dtype-int8"])
+def test_training_flags_are_refused(refused, tmp_path, argv, expect):
+    data = tmp_path / "mc.jsonl"
+    data.write_text('{"question": "q?", "choices": ["a", "b"], "answer": 0}\n' * 3)
+    refused(*argv.split(), "--model", "{ix}/base", "--data", data, "--output", "{out}", "--steps", "1",
+            "--device", "cpu", expect=tuple(expect))
