@@ -28,7 +28,13 @@ from paw.io.hub import quiet_transformers
 from paw.io.lm import check_dtype, load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
-from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
+from paw.io.train_state import (
+    check_work_dir,
+    load_train_state,
+    remove_train_state,
+    save_train_state,
+    work_dir,
+)
 from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train_state import Checkpoints, every
@@ -156,6 +162,8 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     finite("--lr", lr, positive=True, limit=FLOAT32_MAX)  # 1e39 is inf to float32 AdamW
     finite("--alpha", alpha, positive=True)  # LoRA scales by alpha / r: 0 is off, < 0 flips it
     check_dtype(dtype)
+    if save_every or resume:
+        check_work_dir(work_dir(output), flag="--save-every" if save_every else "--resume")
     items = read_items(data, format=format, limit=limit)
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
     ranks, dev = setup(resolve_device(device))

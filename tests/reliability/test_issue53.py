@@ -203,3 +203,28 @@ def test_training_flags_are_refused(refused, tmp_path, argv, expect):
     data.write_text('{"question": "q?", "choices": ["a", "b"], "answer": 0}\n' * 3)
     refused(*argv.split(), "--model", "{ix}/base", "--data", data, "--output", "{out}", "--steps", "1",
             "--device", "cpu", expect=tuple(expect))
+
+
+# ---- 5. messages that named the wrong problem
+
+@pytest.mark.parametrize("name,text", [("items.jsonl", '{"question": "q"}\n'), ("merge.yaml", "a: 1\n")])
+def test_a_data_or_config_file_given_as_a_model_is_said_to_be_no_model(refused, tmp_path, name, text):
+    wrong = tmp_path / name
+    wrong.write_text(text)
+    line = refused("merge", "--base", "{ix}/base", "--models", wrong, "--output", "{out}", "--weights", "1",
+                   expect=(str(wrong), "not a model"))
+    assert "unpickle" not in line and "PyTorch checkpoint" not in line
+
+
+def test_a_folder_given_as_check_data_is_said_to_be_a_folder(refused, tiny_lora, tmp_path):
+    (tmp_path / "checks").mkdir()
+    refused("transfer-lora", "--adapter", tiny_lora, "--source-base", "{ix}/base", "--target-base", "{ix}/ft",
+            "-o", "{out}", "--check-data", tmp_path / "checks", expect=(str(tmp_path / "checks"), "is a folder"))
+
+
+def test_a_work_folder_that_is_a_file_is_named_before_training(refused, tmp_path):
+    data = tmp_path / "mc.jsonl"
+    data.write_text('{"question": "q?", "choices": ["a", "b"], "answer": 0}\n' * 3)
+    (tmp_path / "out-work").write_text("not a folder")
+    refused("train-lora", "--model", "{ix}/base", "--data", data, "--output", "{out}", "--steps", "2",
+            "--save-every", "1", "--device", "cpu", expect=(str(tmp_path / "out-work"), "is a file", "--save-every"))
