@@ -161,7 +161,8 @@ def finetune_model(model: PathLike, data: PathLike, output: PathLike, options: F
 
     The folder holds exactly the base checkpoint's tensor names (a tied head stays tied), the base's
     tokenizer and side files, ``metrics.json`` and ``paw_train_full.json`` (provenance); it appears
-    atomically. Bad options, data or paths are refused before the model is read.
+    atomically. Bad options, data or paths are refused before the model is read. ``metrics.json`` is
+    the returned metrics less ``train_seconds``: a duration would make a seeded rerun's bytes differ.
     """
     quiet_transformers()
     options.check()
@@ -185,5 +186,6 @@ def finetune_model(model: PathLike, data: PathLike, output: PathLike, options: F
     manifest = {"paw_version": __version__, "command": command, "inputs": inputs, "options": asdict(options)}
     tensors = ((n, state[n].detach().to("cpu").contiguous()) for n in names)
     write_checkpoint(output, tensors, config=config, copy_from=ckpt.path, overwrite=overwrite,
-                     extra_files={METRICS_JSON: metrics, MANIFEST_JSON: manifest})
+                     extra_files={METRICS_JSON: {k: v for k, v in metrics.items() if k != "train_seconds"},
+                                  MANIFEST_JSON: manifest})
     return FineTuned(output, metrics)

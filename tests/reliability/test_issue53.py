@@ -228,3 +228,18 @@ def test_a_work_folder_that_is_a_file_is_named_before_training(refused, tmp_path
     (tmp_path / "out-work").write_text("not a folder")
     refused("train-lora", "--model", "{ix}/base", "--data", data, "--output", "{out}", "--steps", "2",
             "--save-every", "1", "--device", "cpu", expect=(str(tmp_path / "out-work"), "is a file", "--save-every"))
+
+
+# ---- 6. seeded reruns write the same bytes
+
+def test_train_full_reruns_write_the_same_metrics(cli, ix, tmp_path):
+    data = tmp_path / "mc.jsonl"
+    data.write_text("".join(f'{{"question": "q{i}?", "choices": ["a", "b"], "answer": {i % 2}}}\n' for i in range(4)))
+    files = []
+    for run in ("a", "b"):
+        res = cli("train-full", "--model", ix / "base", "--data", data, "--output", tmp_path / run, "--steps", "2",
+                  "--batch-size", "2", "--seed", "3", "--device", "cpu")
+        assert res.exit_code == 0, res.stderr
+        files.append([(tmp_path / run / name).read_bytes() for name in ("metrics.json", "model.safetensors")])
+    assert files[0] == files[1]
+    assert b"train_seconds" not in files[0][0]
