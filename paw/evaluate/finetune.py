@@ -38,6 +38,7 @@ from paw.io.lm import load_lm
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import write_checkpoint
 from paw.progress import track
+from paw.validate import FLOAT32_MAX, finite
 
 PathLike = str | Path
 METRICS_JSON = "metrics.json"
@@ -67,6 +68,7 @@ class FinetuneOptions:
             ok = isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 if positive else value >= 0)
             if not ok:
                 raise PawError(f"{flag} must be a finite number {'above' if positive else 'of at least'} 0, got {value!r}")
+            finite(flag, value, limit=FLOAT32_MAX)  # 1e39 is inf to float32 AdamW
         return self
 
 
@@ -159,7 +161,8 @@ def finetune_model(model: PathLike, data: PathLike, output: PathLike, options: F
 
     The folder holds exactly the base checkpoint's tensor names (a tied head stays tied), the base's
     tokenizer and side files, ``metrics.json`` and ``paw_train_full.json`` (provenance); it appears
-    atomically. Bad options, data or paths are refused before the model is read.
+    atomically. Bad options, data or paths are refused before the model is read. ``metrics.json`` is
+    the returned metrics less ``train_seconds``: a duration would make a seeded rerun's bytes differ.
     """
     quiet_transformers()
     options.check()
@@ -183,5 +186,6 @@ def finetune_model(model: PathLike, data: PathLike, output: PathLike, options: F
     manifest = {"paw_version": __version__, "command": command, "inputs": inputs, "options": asdict(options)}
     tensors = ((n, state[n].detach().to("cpu").contiguous()) for n in names)
     write_checkpoint(output, tensors, config=config, copy_from=ckpt.path, overwrite=overwrite,
-                     extra_files={METRICS_JSON: metrics, MANIFEST_JSON: manifest})
+                     extra_files={METRICS_JSON: {k: v for k, v in metrics.items() if k != "train_seconds"},
+                                  MANIFEST_JSON: manifest})
     return FineTuned(output, metrics)

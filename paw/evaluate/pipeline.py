@@ -27,15 +27,21 @@ from paw.evaluate.train import train_lora
 from paw.io.atomic import atomic_dir, atomic_outputs, check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
-from paw.io.lm import load_lm, write_adapter_into, write_results
+from paw.io.lm import check_dtype, load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
-from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
+from paw.io.train_state import (
+    check_work_dir,
+    load_train_state,
+    remove_train_state,
+    save_train_state,
+    work_dir,
+)
 from paw.knobs import RunOptions
 from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train_state import Checkpoints, every
-from paw.validate import finite
+from paw.validate import FLOAT32_MAX, finite
 
 PathLike = str | Path
 
@@ -142,8 +148,11 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     F.check(fsdp, save_every=save_every, resume=resume)
     output = Path(output)
     check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
-    finite("--lr", lr, positive=True)
+    finite("--lr", lr, positive=True, limit=FLOAT32_MAX)  # 1e39 is inf to float32 AdamW
     finite("--alpha", alpha, positive=True)  # LoRA scales by alpha / r: 0 is off, < 0 flips it
+    check_dtype(dtype)
+    if save_every or resume:
+        check_work_dir(work_dir(output), flag="--save-every" if save_every else "--resume")
     items = read_items(data, format=format, limit=limit)
     eval_items = read_items(eval_data, format=format, limit=eval_limit) if eval_data else None
     ranks, dev = setup(resolve_device(device))

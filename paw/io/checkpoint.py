@@ -41,7 +41,7 @@ def open_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:
         if "snapshots" in path.parts:  # HF cache: models--org--name/snapshots/<hash>
             name = path.parent.parent.name.split("--")[-1]
     else:
-        files = [path]
+        files = [_weight_file(path)]
         config = read_json_if_exists(path.parent / "config.json")
         name = path.stem
     where: dict[str, Any] = {}
@@ -73,6 +73,22 @@ def distinct_names(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
         for ckpt in group:
             ckpt.name = "/".join(ckpt.path.resolve().parts[-depth:]).removeprefix("//")
     return list(checkpoints)
+
+
+def _weight_file(path: Path) -> Path:
+    """``path`` if it can be a weight file: by its suffix, or a PyTorch zip or legacy pickle (first byte 0x80).
+
+    A ``.jsonl``, YAML or text file handed over as a model is named as what it is, not passed to the
+    unpickler (whose "refusing to unpickle" or IndexError said nothing about the mistake).
+    """
+    if path.suffix.lower() in (".safetensors", ".bin", ".pt", ".pth"):  # their own readers name what is wrong
+        return path
+    with path.open("rb") as f:
+        head = f.read(4)
+    if not (head.startswith(b"PK") or head[:1] == b"\x80"):
+        raise PawError("not a model: a model is a folder (config.json and weights), a .safetensors or .gguf file, "
+                       "or a PyTorch .bin/.pt/.pth file, and this file is none of these", path=path)
+    return path
 
 
 def _weight_files(folder: Path) -> list[Path]:

@@ -23,6 +23,13 @@ from paw.io.manifest import dumps, write_json
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def check_dtype(dtype: str) -> str:
+    """``dtype`` if it is one of :data:`DTYPES`, else a PawError naming ``--dtype`` (before a model is read)."""
+    if dtype not in DTYPES:
+        raise PawError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return dtype
+
+
 def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None, dtype: str = "auto"):
     """``(model, tokenizer)`` from a model folder or cached hub id, with ``adapter`` applied if given.
 
@@ -32,8 +39,7 @@ def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None
     import torch
     from transformers import AutoModelForCausalLM
 
-    if dtype not in DTYPES:
-        raise PawError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    check_dtype(dtype)
     path = resolve_path(model, what="model")
     device = torch.device(device) if device is not None else torch.device("cpu")
     torch_dtype: Any = "auto" if device.type == "cuda" else torch.float32

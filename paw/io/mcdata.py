@@ -50,6 +50,8 @@ def parse_record(line: str, path: Path, number: int) -> Record:
     """One line already read -> its record; ``path`` and ``number`` name it in a refusal."""
     try:
         record = json.loads(line)
+    except RecursionError:
+        raise PawError(f"line {number}: JSON nested too deeply to be a data record", path=path) from None
     except json.JSONDecodeError as err:
         try:  # ARC raw files are Python reprs: {'id': 'x', ...}; literal_eval runs no code
             record = ast.literal_eval(line.strip())

@@ -177,3 +177,5 @@ def _json_line(line: str, path: Path, n: int):
         return json.loads(line)
     except json.JSONDecodeError:
         raise PawError(f"line {n} is not JSON", path=path) from None
+    except RecursionError:
+        raise PawError(f"line {n}: JSON nested too deeply", path=path) from None

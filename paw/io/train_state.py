@@ -43,6 +43,19 @@ def work_dir(output: str | os.PathLike) -> Path:
     return output.with_name(output.name + "-work")
 
 
+def check_work_dir(folder: str | os.PathLike, *, flag: str = "--save-every") -> Path:
+    """Refuse, before any work, a work folder path that holds something other than a folder.
+
+    ``OUT-work`` keeps the resumable training state; a file of that name made the first save fail
+    with a bare "File exists" after the first steps had run.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise PawError(f"is a file, but {flag} keeps the resumable training state in a folder of this name; "
+                       "move the file away or choose another --output", path=folder)
+    return folder
+
+
 def save_train_state(folder: str | os.PathLike, state: dict[str, Any]) -> Path:
     """Write ``state`` (tensors, numbers, strings, lists, dicts) as ``folder/train-state.pt``, atomically."""
     import torch

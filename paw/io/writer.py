@@ -19,6 +19,7 @@ from paw.errors import PawError
 from paw.io.atomic import atomic_dir
 from paw.io.finite import mark_checked, nonfinite_policy, refuse_nonfinite_tensor
 from paw.io.gguf import causal_lm_class, gguf_config, gguf_side_folder, open_gguf
+from paw.io.hub import resolve_path
 from paw.io.manifest import write_json
 from paw.io.safetensors_header import DTYPES
 
@@ -162,6 +163,25 @@ def _append(src, dst, count: int) -> None:
         return
     if done < count:
         raise PawError("a shard's data file is shorter than what was written to it", path=src.name)
+
+
+TOKENIZER_CORE = ("tokenizer.json", "tokenizer.model", "vocab.json")  # a folder holding one of these has a tokenizer
+
+
+def tokenizer_source(spec: str | Path, *, what: str) -> Path:
+    """The local folder (or GGUF file) ``spec`` names, refused unless it holds a tokenizer.
+
+    ``what`` names the key or flag in the refusal (``tokenizer_source``, ``--tokenizer-from``): a
+    path such as ``../../../etc`` exists but would copy no tokenizer into the output, silently.
+    """
+    path = resolve_path(spec, what=what)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return path
+    folder = path.parent if path.is_file() else path
+    if not any((folder / name).is_file() for name in TOKENIZER_CORE):
+        raise PawError(f"{what}: holds no tokenizer ({', '.join(TOKENIZER_CORE)}); name a model or tokenizer "
+                       "folder", path=path)
+    return path
 
 
 def copy_side_files(source: str | Path | None, dest: Path, names: Iterable[str]) -> list[str]:

@@ -113,7 +113,7 @@ def _params(where: str, value: Any, allowed: set[str], method: str) -> dict[str,
         if key not in allowed:
             known = ", ".join(sorted(allowed)) or "none"
             raise PawError(f"{where}.{key}: merge_method {method} has no parameter {key!r} (its parameters: {known})")
-        out[key] = check_setting(f"{where}.{key}", setting)
+        out[key] = check_setting(f"{where}.{key}", setting, knob=key, method=MERGEKIT_METHODS[method].paw)
     return out
 
 
@@ -252,7 +252,7 @@ def options_from_mergekit(data: Mapping[str, Any], *, source: str = "config") ->
     except PawError as err:
         raise PawError(str(err), path=source) from None
     rules = MergekitRules(name, spec, top, sections, len(models), base_given=base is not None,
-                          source=dict(data))
+                          source=dict(data), path=None if source == "config" else source)
     # base: the base's vocabulary; shared rows merged, rows past a model's own kept from the base (mergekit's
     # permutation onto the base's tokens, for models whose vocabularies extend the base's)
     policy = tokenizer if tokenizer in ("base", "union") else "refuse"

@@ -14,9 +14,10 @@ from typing import Any
 from paw.device import check_device
 from paw.errors import PawError
 from paw.io.writer import parse_size
+from paw.merge.knobs import check_della, check_knob, check_weight_sum
 from paw.merge.methods import METHODS
 from paw.merge.weights import WEIGHT_MODES
-from paw.validate import FLOAT32_MAX, finite, finite_all
+from paw.validate import finite_all
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 VOCAB_POLICIES = ("refuse", "base", "union")
@@ -88,25 +89,19 @@ class MergeOptions:
             if values is not None and len(values) != len(self.models):
                 raise PawError(f"{key} has {len(values)} value(s) but there are {len(self.models)} "
                                f"model(s); give one per model, in the same order")
-        for flag in ("beta", "alpha", "scale", "density", "drop_rate", "gamma"):
-            finite(f"--{flag.replace('_', '-')}", getattr(self, flag), limit=FLOAT32_MAX)
-        finite_all("--weights", self.weights, limit=FLOAT32_MAX)
+        for flag in _CHECKED:
+            check_knob(f"--{flag.replace('_', '-')}", flag, getattr(self, flag), method=self.method)
+        for w in self.weights or ():
+            check_knob("--weights", "weight", w)
         finite_all("--l2-norms", self.l2_norms)
         if self.l2_norms is not None and any(n < 0 for n in self.l2_norms):
             raise PawError(f"--l2-norms {self.l2_norms}: an L2 norm is never negative")
         check_device(self.device)
         parse_size(self.max_shard_size)
-        _in_range("--density", self.density, 0.0, 1.0, low_open=True)
-        _in_range("--drop-rate", self.drop_rate, 0.0, 1.0, high_open=True)
-        _in_range("--gamma", self.gamma, 0.0, 1.0, high_open=True)
-        _in_range("--t", self.t, -FLOAT32_MAX, FLOAT32_MAX)
-        _in_range("--select-topk", self.select_topk, 0.0, 1.0, low_open=True)
-        if self.method.startswith("della") and self.rules is None and \
-                not (0.0 < self.density - self.epsilon and self.density + self.epsilon < 1.0) and self.density < 1.0:
-            raise PawError(f"--epsilon {self.epsilon} with --density {self.density}: density ± epsilon must lie "
-                           "inside (0, 1)")
-        if self.max_iter < 1:
-            raise PawError(f"--max-iter {self.max_iter} must be at least 1")
+        if self.method.startswith("della") and self.rules is None:
+            check_della(self.density, self.epsilon)
+        if self.weights is not None and self.rules is None:
+            check_weight_sum(list(self.weights), self.method, {"normalize": self.normalize})
         if self.method.startswith("breadcrumbs") and self.gamma + self.density > 1.0:
             raise PawError(f"--gamma {self.gamma} + --density {self.density} exceeds 1: nothing is left "
                            "to keep after dropping the outliers")
@@ -116,26 +111,24 @@ class MergeOptions:
             raise PawError(f"--vocab-policy {self.vocab_policy!r}: choose one of {', '.join(VOCAB_POLICIES)}")
 
 
-def _in_range(flag: str, value: float, low: float, high: float, *, low_open: bool = False,
-              high_open: bool = False) -> None:
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
-    if too_low or too_high:
-        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-        raise PawError(f"{flag} {value} is outside {lo}{low:g}, {high:g}{hi}")
+# the numeric and boolean fields judged by paw.merge.knobs (the same table judges mergekit's YAML)
+_CHECKED = ("beta", "alpha", "scale", "density", "drop_rate", "gamma", "t", "select_topk", "epsilon", "tol",
+            "max_iter", "rescale", "filter_wise", "row_wise", "flatten")
 
 
 _KIND = {"normalize": bool}  # fields whose default None does not tell their type
 
 
-def _coerce(key: str, value: Any, default: Any, source: str) -> Any:
+def _coerce(key: str, value: Any, default: Any) -> Any:
     kind = _KIND.get(key.replace("-", "_"), str if default is None else type(default))
     if kind is bool and not isinstance(value, bool):
-        raise PawError(f"{key!r} must be true or false, got {value!r}", path=source)
+        raise PawError(f"{key!r} must be true or false, got {value!r}")
+    if kind in (int, float) and isinstance(value, bool):
+        raise PawError(f"{key!r} must be a {kind.__name__}, got {value!r}")
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise PawError(f"{key!r} must be a {kind.__name__}, got {value!r}", path=source) from None
+        raise PawError(f"{key!r} must be a {kind.__name__}, got {value!r}") from None
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(MergeOptions)}
@@ -147,25 +140,33 @@ def options_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> 
     Returns ``{field: value}`` to lay under the command-line flags.
     """
     out: dict[str, Any] = {}
+    method = data.get("method") if isinstance(data.get("method"), str) else None
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in FIELDS:
             raise PawError(f"unknown key {key!r}; valid keys: {', '.join(FIELDS)}", path=source)
         if name in ("rules", "slices", "token_overrides"):
             raise PawError(f"unknown key {key!r} (set by a mergekit config, not a key of its own)", path=source)
-        if name in ("models", "l2_norms", "weights"):
-            if isinstance(value, (str, int, float)):
-                value = [value]
-            if not isinstance(value, list):
-                raise PawError(f"{key!r} must be a list", path=source)
-            if name != "models":
-                try:
-                    value = [float(v) for v in value]
-                except (TypeError, ValueError):
-                    raise PawError(f"{key!r} must be a list of numbers, got {value!r}", path=source) from None
-            else:
-                value = [str(v) for v in value]
-        elif value is not None:
-            value = _coerce(key, value, FIELDS[name].default, source)
-        out[name] = value
+        try:
+            out[name] = _value(str(key), name, value, method)
+        except PawError as err:
+            raise PawError(str(err), path=source) from None
     return out
+
+
+def _value(key: str, name: str, value: Any, method: str | None) -> Any:
+    """One YAML value as its field's type; numbers and switches judged by :mod:`paw.merge.knobs`."""
+    if name in ("models", "l2_norms", "weights"):
+        if isinstance(value, (str, int, float)):
+            value = [value]
+        if not isinstance(value, list):
+            raise PawError(f"{key!r} must be a list")
+        if name == "models":
+            return [str(v) for v in value]
+        knob = "weight" if name == "weights" else "l2_norm"
+        return [check_knob(f"{key}[{i}]", knob, v) for i, v in enumerate(value)]
+    if value is None:
+        return None
+    if name in _CHECKED:
+        return check_knob(key, name, value, method=method)
+    return _coerce(key, value, FIELDS[name].default)

@@ -25,7 +25,7 @@ from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint
 from paw.io.json_file import read_json
 from paw.io.manifest import call_text, describe_input
 from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
-from paw.io.writer import write_checkpoint
+from paw.io.writer import tokenizer_source, write_checkpoint
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
 from paw.merge.blocks import TopK, find_thresholds, row_blocks
 from paw.merge.methods import MergeMethod, get_method, tensor_seed
@@ -78,6 +78,13 @@ def prepare(options: MergeOptions) -> MergeJob:
     inputs = [*options.models, *([options.base] if options.base else []), options.stats_dir]
     check_output(options.output, overwrite=options.overwrite, inputs=inputs)
     device = resolve_device(options.device)
+    if options.tokenizer_from is not None:
+        what = "tokenizer_source" if options.rules is not None else "--tokenizer-from"
+        try:
+            options.tokenizer_from = str(tokenizer_source(options.tokenizer_from, what=what))
+        except PawError as err:  # a mergekit config's key: name the file too
+            where = options.rules.path if options.rules is not None else None
+            raise PawError(str(err), path=where) from None
     if options.slices:  # mergekit slices: each role is a lazy view stacking layer ranges of its sources
         base, models = open_sliced(options.slices, open_checkpoint, stacking=method.name == "passthrough")
         reference = base if base is not None else models[0]

@@ -15,6 +15,7 @@ from typing import Any
 
 from paw import arch
 from paw.errors import PawError
+from paw.merge.knobs import check_della, check_knob, check_weight_sum
 from paw.merge.params import TensorParams
 
 REQUIRED = object()  # a parameter without a default
@@ -38,23 +39,29 @@ _KNOB = {"density": "density", "gamma": "gamma", "epsilon": "epsilon", "normaliz
 
 # ---------------------------------------------------------------- settings: scalars, gradients, filters
 
-def check_setting(where: str, value: Any) -> Any:
+def check_setting(where: str, value: Any, *, knob: str | None = None, method: str | None = None) -> Any:
     """A parameter value as mergekit allows it, or :class:`PawError` naming ``where``.
 
     Allowed: a number, bool or string; a non-empty list of numbers (a gradient) or of scalars; a list
-    of ``{filter: substring, value: ...}`` conditions (``filter`` optional: a fallback).
+    of ``{filter: substring, value: ...}`` conditions (``filter`` optional: a fallback). With ``knob``
+    every scalar in it is judged by :func:`paw.merge.knobs.check_knob` (the flags' ranges) and
+    returned converted: ``check_setting('parameters.density', [1, '0.5'], knob='density') == [1.0, 0.5]``.
     """
+    def leaf(label: str, scalar: Any) -> Any:
+        return scalar if knob is None else check_knob(label, knob, scalar, method=method)
+
     if isinstance(value, (int, float, bool, str)):
-        return value
+        return leaf(where, value)
     if isinstance(value, Mapping):
         value = [value]
     if not isinstance(value, list) or not value:
         raise PawError(f"{where}: expected a number, a list of numbers (a gradient) or a list of "
                        f"{{filter, value}} conditions, got {value!r}")
     if all(isinstance(v, (int, float, bool, str)) for v in value):
-        return value
+        return [leaf(f"{where}[{i}]", v) for i, v in enumerate(value)]
     if not all(isinstance(v, Mapping) for v in value):
         raise PawError(f"{where}: mixes conditions ({{filter, value}}) with plain values")
+    out = []
     for i, cond in enumerate(value):
         extra = set(cond) - {"filter", "value"}
         if extra or "value" not in cond:
@@ -62,8 +69,8 @@ def check_setting(where: str, value: Any) -> Any:
                            + (f"; unknown key {sorted(extra)[0]!r}" if extra else "; 'value' is missing"))
         if cond.get("filter") is not None and not isinstance(cond["filter"], str):
             raise PawError(f"{where}[{i}].filter: expected a substring of tensor names, got {cond['filter']!r}")
-        check_setting(f"{where}[{i}].value", cond["value"])
-    return value
+        out.append({**cond, "value": check_setting(f"{where}[{i}].value", cond["value"], knob=knob, method=method)})
+    return out
 
 
 def evaluate_setting(value: Any, tensor: str, t: float) -> Any:
@@ -114,6 +121,7 @@ class MergekitRules:
     base_given: bool
     source: dict[str, Any] = field(default_factory=dict)   # the config as read, for the record
     n_layers: int = 0                       # layers of the reference, for the models: form (set by bind)
+    path: str | None = None                 # the config file, named by the refusals for_tensor raises
 
     def _section(self, name: str) -> tuple[Section, float]:
         layer = arch.layer_index(name)
@@ -140,7 +148,14 @@ class MergekitRules:
         return default
 
     def for_tensor(self, name: str) -> TensorParams:
-        """The :class:`TensorParams` of tensor ``name``. Raises PawError for a missing required parameter."""
+        """The :class:`TensorParams` of tensor ``name``. Raises PawError (naming the config file) for a
+        missing required parameter or values that do not combine (:meth:`_check_combinations`)."""
+        try:
+            return self._for_tensor(name)
+        except PawError as err:
+            raise PawError(str(err), path=self.path if err.path is None else None) from None
+
+    def _for_tensor(self, name: str) -> TensorParams:
         section, t = self._section(name)
         shared = [section.params, self.top]
         params: dict[str, Any] = {"base_given": self.base_given}
@@ -162,6 +177,15 @@ class MergekitRules:
                 else:
                     per_model.setdefault(_KNOB[key], []).append(value)
         params.update(per_model)
+        self._check_combinations(name, weights, params)
         if self.spec.paw.startswith("dare"):  # mergekit's density is DARE's keep probability
             params["drop_rate"] = [1.0 - float(d) for d in params.pop("density")]
         return TensorParams(weights, params, scale)
+
+    def _check_combinations(self, name: str, weights: list[float], params: dict[str, Any]) -> None:
+        """What no single value shows: DELLA's density ± epsilon, a zero weight sum a method divides by."""
+        if self.spec.paw.startswith("della"):
+            for i, (density, epsilon) in enumerate(zip(params["density"], params["epsilon"], strict=True)):
+                check_della(density, epsilon, labels=("density", "epsilon"),
+                            where=f" (model {i + 1}, tensor {name!r})")
+        check_weight_sum(weights, self.spec.paw, params, label="weight", where=f" of tensor {name!r}")

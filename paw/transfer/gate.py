@@ -67,6 +67,8 @@ def read_check_items(path: str | Path, *, prompts: dict[str, str | Path] | None 
     """The labeled items of ``path``; refuses an item without its answer or with one outside its choices,
     and (``prompts``: ``{flag: file}`` of the distillation's inputs) a question that is also an input."""
     path = Path(path)
+    if path.is_dir():
+        raise PawError("--check-data: is a folder; give the JSON-lines file of labeled items", path=path)
     if not path.is_file():
         raise PawError("--check-data: no such file", path=path)
     try:

@@ -155,7 +155,7 @@ def test_yaml_config_says_the_same_as_flags_and_flags_win(cli, family, tmp_path)
 
 @pytest.mark.parametrize("cfg_text,message", [
     ("method: ties\ndensty: 0.3\n", "unknown key 'densty'"),
-    ("density: lots\n", "'density' must be a float"),
+    ("density: lots\n", "density 'lots' is not a number"),
     ("- a\n- b\n", "expected a YAML mapping"),
     ("method: [ties\n", "not valid YAML"),
 ])

@@ -48,7 +48,7 @@ def test_example_runs_on_zoo_models(cli, family, tmp_path, path):
     ("device", "gpu", "--device 'gpu'"),
     ("dtype", "fp8", "--dtype 'fp8'"),
     ("vocab_policy", "pad", "--vocab-policy 'pad'"),
-    ("l2_norms", [1.0, -2.0, 3.0], "--l2-norms"),
+    ("l2_norms", [1.0, -2.0, 3.0], "l2_norms[1] -2.0"),  # a value from the file names its key
     ("max_shard_size", "lots", "lots"),
 ])
 def test_a_bad_key_is_refused_before_any_model_is_read(cli, family, tmp_path, monkeypatch, key, value, named):

@@ -29,7 +29,13 @@ from paw.io.lm import load_lm
 from paw.io.manifest import describe_input
 from paw.io.mcdata import parse_record
 from paw.io.tokenizer import open_tokenizer
-from paw.io.train_state import load_train_state, remove_train_state, save_train_state, work_dir
+from paw.io.train_state import (
+    check_work_dir,
+    load_train_state,
+    remove_train_state,
+    save_train_state,
+    work_dir,
+)
 from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train_state import Checkpoints
@@ -114,6 +120,8 @@ def _announce(source_base, target_base, lora, o: DistillOptions, device, ranks, 
 def _scale(output, o: DistillOptions, ranks, inputs: dict) -> Scale:
     """Ranks, the work folder beside ``output`` and its checkpoints (rank 0 writes them, every rank resumes)."""
     work = work_dir(output)
+    if o.save_every or o.resume:
+        check_work_dir(work, flag="--save-every" if o.save_every else "--resume")
     settings = {k: getattr(o, k) for k in ("max_steps", "batch_size", "lr", "seed", "init", "rank", "alpha",
                                            "max_new_tokens", "holdout", "byte_kl", "next_words", "synthesize",
                                            "token_focus", "target", "shift_scale")}
