@@ -21,6 +21,7 @@ from paw.io.finite import mark_checked, nonfinite_policy, refuse_nonfinite_tenso
 from paw.io.gguf import causal_lm_class, gguf_config, gguf_side_folder, open_gguf
 from paw.io.manifest import write_json
 from paw.io.safetensors_header import DTYPES
+from paw.io.tokenizer_config import make_portable
 
 DEFAULT_SHARD_BYTES = 2 * 1024**3
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -197,7 +198,8 @@ def write_checkpoint(
 
     ``config`` (a dict) is written as ``config.json``; otherwise ``config.json`` and
     ``generation_config.json`` are copied from ``copy_from`` when present there. Tokenizer files
-    are copied from ``tokenizer_from`` (default: ``copy_from``). ``extra_files`` maps file names to
+    are copied from ``tokenizer_from`` (default: ``copy_from``), their ``tokenizer_config.json`` made one
+    that transformers 4 reads too (:func:`paw.io.tokenizer_config.make_portable`). ``extra_files`` maps file names to
     JSON-serialisable objects (e.g. a provenance manifest), or to functions returning one (called
     after the last tensor), written beside the weights. Inputs (``copy_from``, ``tokenizer_from``)
     are never written over. A tensor with NaN/Inf is refused (nothing is written) unless
@@ -217,6 +219,7 @@ def write_checkpoint(
         copy_side_files(tokenizer_from if tokenizer_from is not None else copy_from, tmp, TOKENIZER_FILES)
         for fname, obj in (extra_files or {}).items():
             write_json(tmp / fname, obj() if callable(obj) else obj)
+        make_portable(tmp)  # transformers 4 reads the tokenizer too (paw.io.tokenizer_config)
     return Path(output)
 
 
