@@ -5,7 +5,7 @@ methods and layer maps, benchmark targets and demo steps are each a :class:`Regi
 builds its choices from :meth:`Registry.names`, so a newly registered entry reaches ``--help``
 without touching the CLI. A name registered twice is refused at import time (two plugins would
 otherwise silently shadow each other), and an unknown name becomes a :class:`PawError` listing the
-valid ones::
+valid ones; ``-`` and ``_`` are one character in a name (``dare_ties`` finds ``dare-ties``)::
 
     ALIGNERS = Registry("alignment method")
 
@@ -59,16 +59,28 @@ class Registry(Mapping[str, T], Generic[T]):
         """Registered names in registration order (the order ``--help`` lists them)."""
         return list(self._entries)
 
+    def canonical(self, name: str) -> str | None:
+        """The registered spelling of ``name``, with ``-`` and ``_`` alike, or None.
+
+        >>> R = Registry("merge method"); _ = R.add("dare-ties", 1)
+        >>> R.canonical("dare_ties"), R.canonical("dare-ties"), R.canonical("dareties")
+        ('dare-ties', 'dare-ties', None)
+        """
+        if name in self._entries:
+            return name
+        key = same_name(name)
+        return next((n for n in self._entries if same_name(n) == key), None)
+
     def lookup(self, name: str, *, what: str | None = None) -> T:
-        """The entry called ``name``; an unknown name raises a PawError that lists the valid ones.
+        """The entry called ``name`` (``dare_ties`` finds ``dare-ties``); an unknown name raises a PawError
+        that lists the valid ones.
 
         ``what`` replaces the kind in the message when the user typed a flag (``"--layer-map"``).
         """
-        try:
-            return self._entries[name]
-        except KeyError:
-            raise PawError(f"unknown {what or self.kind} {name!r}; choose one of: {', '.join(self._entries)}") \
-                from None
+        found = self.canonical(name) if isinstance(name, str) else None
+        if found is None:
+            raise PawError(f"unknown {what or self.kind} {name!r}; choose one of: {', '.join(self._entries)}")
+        return self._entries[found]
 
     def __getitem__(self, name: str) -> T:
         return self._entries[name]
@@ -84,6 +96,12 @@ class Registry(Mapping[str, T], Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(self._entries)})"
+
+
+def same_name(name: str) -> str:
+    """``name`` with ``_`` read as ``-``: mergekit and YAML write ``dare_ties``, PAW's flags ``dare-ties``;
+    the CLI parses choices through this too (``paw.cli``'s ``token_normalize_func``)."""
+    return name.replace("_", "-")
 
 
 def _describe(value: object) -> str:

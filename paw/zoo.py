@@ -22,6 +22,7 @@ from paw.io.atomic import atomic_dir
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
 from paw.io.lm import load_tokenizer, sort_target_modules
+from paw.io.tokenizer_config import make_portable
 
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -148,6 +149,7 @@ def save_model(model, folder: str | Path, *, tokenizer=None, overwrite: bool = T
         model.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+            make_portable(tmp)  # transformers 5 names a class transformers 4 lacks (paw.io.tokenizer_config)
     return Path(folder)
 
 

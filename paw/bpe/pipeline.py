@@ -19,8 +19,10 @@ from paw.bpe.tokenizer import check_vocab_size
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir, check_output
 from paw.io.bpe_files import read_bpe, read_text_files, save_chart, write_hf_tokenizer_json, write_paw_model
-from paw.io.manifest import describe_input, records_call, write_manifest
+from paw.io.manifest import describe_input, records_call, write_json, write_manifest
+from paw.io.tokenizer_config import CONFIG_NAME, minimal_config
 from paw.progress import status
+from paw.vocab.roles import guess_role
 
 PathLike = str | Path
 
@@ -64,6 +66,7 @@ def _write_trained(bpe, output: Path, export_hf: PathLike | None, *, overwrite: 
     def export(folder: Path) -> None:
         write_hf_tokenizer_json(folder / "tokenizer.json", mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
                                 special_tokens=bpe.special_tokens)
+        write_json(folder / CONFIG_NAME, minimal_config(special_roles(bpe.special_tokens)))
         write_manifest(folder, "paw_bpe.json", command=command,
                        inputs={str(p): describe_input(p) for p in inputs},
                        vocab_size=len(bpe.mergeable_ranks) + len(bpe.special_tokens), merges=len(bpe.merges))
@@ -76,6 +79,21 @@ def _write_trained(bpe, output: Path, export_hf: PathLike | None, *, overwrite: 
     write_paw_model(output, mergeable_ranks=bpe.mergeable_ranks, pattern=bpe.pattern,
                     special_tokens=bpe.special_tokens, merges=bpe.merges, overwrite=overwrite, inputs=inputs,
                     extra_dir=export_hf if together else None, write_extra=export)
+
+
+def special_roles(special_tokens: dict[str, int]) -> dict[str, str]:
+    """``{role: token}`` for the bos/eos/pad/unk tokens among ``special_tokens``, known by their spelling
+    (the first of each role by id), for the export's ``tokenizer_config.json``.
+
+    >>> special_roles({"<|endoftext|>": 600, "<|pad|>": 601, "<|im_start|>": 602})
+    {'eos': '<|endoftext|>', 'pad': '<|pad|>'}
+    """
+    roles: dict[str, str] = {}
+    for content, _ in sorted(special_tokens.items(), key=lambda kv: kv[1]):
+        role = guess_role(content)
+        if role in ("bos", "eos", "pad", "unk"):
+            roles.setdefault(role, content)
+    return roles
 
 
 def compare_files(tokenizers: Sequence[PathLike], files: Sequence[PathLike], *, plot: PathLike | None = None,

@@ -16,6 +16,7 @@ import typer
 
 from paw import __version__
 from paw.errors import PawError
+from paw.registry import same_name
 
 app = typer.Typer(
     name="paw",
@@ -24,7 +25,8 @@ app = typer.Typer(
     "Start with:  paw demo",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    # choices (--method dare_ties or dare-ties) and option names are read with "_" as "-"
+    context_settings={"help_option_names": ["-h", "--help"], "token_normalize_func": same_name},
     rich_markup_mode=None,  # click's plain help: it fits 80 columns (see _options.tidy_help)
 )
 

@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
         pattern: str = typer.Option("gpt4", "--pattern", help=PATTERN_HELP),
         special_tokens: list[str] = typer.Option([], "--special-tokens", help="A special token (repeat the option)."),
         min_frequency: int = typer.Option(0, "--min-frequency", help="Stop when the best pair is rarer than this."),
-        export_hf: Path | None = typer.Option(None, "--export-hf", help="Also write DIR/tokenizer.json."),
+        export_hf: Path | None = typer.Option(None, "--export-hf", help="Also write DIR/tokenizer.json and "
+                                              "DIR/tokenizer_config.json: a folder AutoTokenizer opens."),
         processes: int = typer.Option(0, "--processes", help="Worker processes for counting (0: every core)."),
         overwrite: bool = OVERWRITE,
     ):

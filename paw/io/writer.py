@@ -11,7 +11,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from paw.io.gguf import causal_lm_class, gguf_config, gguf_side_folder, open_ggu
 from paw.io.hub import resolve_path
 from paw.io.manifest import write_json
 from paw.io.safetensors_header import DTYPES
+from paw.io.tokenizer_config import make_portable
 
 DEFAULT_SHARD_BYTES = 2 * 1024**3
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -211,15 +212,18 @@ def write_checkpoint(
     max_shard_size: int | str = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
     extra_files: Mapping[str, Any] | None = None,
+    text_files: Mapping[str, str | Callable[[], str]] | None = None,
     allow_nonfinite: bool = False,
 ) -> Path:
     """Write a Hugging Face model folder at ``output``, atomically.
 
     ``config`` (a dict) is written as ``config.json``; otherwise ``config.json`` and
     ``generation_config.json`` are copied from ``copy_from`` when present there. Tokenizer files
-    are copied from ``tokenizer_from`` (default: ``copy_from``). ``extra_files`` maps file names to
+    are copied from ``tokenizer_from`` (default: ``copy_from``), their ``tokenizer_config.json`` made one
+    that transformers 4 reads too (:func:`paw.io.tokenizer_config.make_portable`). ``extra_files`` maps file names to
     JSON-serialisable objects (e.g. a provenance manifest), or to functions returning one (called
-    after the last tensor), written beside the weights. Inputs (``copy_from``, ``tokenizer_from``)
+    after the last tensor), written beside the weights; ``text_files`` likewise maps names to text (a
+    ``README.md`` model card), or to functions returning it. Inputs (``copy_from``, ``tokenizer_from``)
     are never written over. A tensor with NaN/Inf is refused (nothing is written) unless
     ``allow_nonfinite`` or an enclosing :func:`paw.io.finite.nonfinite_policy` allows it.
     """
@@ -237,6 +241,9 @@ def write_checkpoint(
         copy_side_files(tokenizer_from if tokenizer_from is not None else copy_from, tmp, TOKENIZER_FILES)
         for fname, obj in (extra_files or {}).items():
             write_json(tmp / fname, obj() if callable(obj) else obj)
+        for fname, text in (text_files or {}).items():
+            (tmp / fname).write_text(text() if callable(text) else text, encoding="utf-8")
+        make_portable(tmp)  # transformers 4 reads the tokenizer too (paw.io.tokenizer_config)
     return Path(output)
 
 

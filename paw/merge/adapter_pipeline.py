@@ -57,10 +57,11 @@ class AdapterMergeOptions:
 
     def check(self) -> None:
         """Judge everything the options alone decide, before any file is read; each message names its flag."""
-        if self.method in METHODS:
+        if METHODS.canonical(self.method) is not None:
             raise PawError(f"--method {self.method} merges full models; with --adapters choose one of: "
                            f"{', '.join(ADAPTER_METHODS)}")
         method = ADAPTER_METHODS.lookup(self.method, what="adapter merge method")
+        self.method = method.name  # ties_svd -> ties-svd
         if not self.adapters:
             raise PawError("no adapters to merge: pass --adapters A1 [A2 ...]")
         if not self.output:

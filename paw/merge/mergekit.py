@@ -94,7 +94,7 @@ def _method(data: Mapping[str, Any]) -> tuple[str, MethodSpec]:
     name = data.get("merge_method")
     if not isinstance(name, str):
         raise PawError(f"merge_method: expected a method name, got {name!r}")
-    name = name.strip()
+    name = name.strip().replace("-", "_")  # mergekit's spelling; dare-ties is read as dare_ties
     if name in NOT_IN_PAW:
         raise PawError(f"merge_method: {name!r} is a mergekit method PAW does not have; PAW has: "
                        f"{', '.join(MERGEKIT_METHODS)}")

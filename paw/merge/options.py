@@ -73,6 +73,7 @@ class MergeOptions:
         over the models.
         """
         method = METHODS.lookup(self.method)
+        self.method = method.name  # dare_ties -> dare-ties: one spelling in the record and below
         WEIGHT_MODES.lookup(self.mode, what="--mode")
         if self.base is None and method.needs_base:
             raise PawError(f"--base is required for method {method.name} (only 'linear' works without one)")

@@ -28,6 +28,7 @@ from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
 from paw.io.writer import tokenizer_source, write_checkpoint
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
 from paw.merge.blocks import TopK, find_thresholds, row_blocks
+from paw.merge.card import model_card
 from paw.merge.methods import MergeMethod, get_method, tensor_seed
 from paw.merge.norms import task_vector_norms
 from paw.merge.options import MergeOptions
@@ -40,6 +41,7 @@ from paw.progress import track
 from paw.validate import NonFinite, all_finite, nonfinite
 
 MANIFEST = "paw_merge.json"
+CARD = "README.md"   # the model card (paw.merge.card), as mergekit and the Hub name it
 BLOCK_ELEMENTS = _BLOCK  # entries per row block of a merged tensor (4 MB in float32)
 
 
@@ -346,9 +348,11 @@ def execute(job: MergeJob, *, command: str | None = None) -> Path:
     elif opts.chat_template is not None:
         tokenizer = opts.tokenizer_from or job.reference.path
         extra["tokenizer_config.json"] = lambda: with_chat_template(tokenizer, opts.chat_template)
+    card = {CARD: lambda: model_card(manifest(job, command), name=Path(opts.output).name)}  # mergekit writes one
     return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
                             tokenizer_from=opts.tokenizer_from, max_shard_size=opts.max_shard_size,
-                            overwrite=opts.overwrite, allow_nonfinite=opts.allow_nonfinite, extra_files=extra)
+                            overwrite=opts.overwrite, allow_nonfinite=opts.allow_nonfinite, extra_files=extra,
+                            text_files=card)
 
 
 def _with_vocab_size(config: dict, rows: int) -> dict:

@@ -30,6 +30,7 @@ from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.manifest import describe_input, records_call, write_json
 from paw.io.tokenizer import open_tokenizer, read_corpus
+from paw.io.tokenizer_config import minimal_config
 from paw.io.train_state import remove_fit_parts, work_dir
 from paw.io.vocab_map import mapping_to_json, read_vocab_map, write_analysis, write_vocab_map
 from paw.io.writer import write_checkpoint
@@ -288,12 +289,8 @@ def _mapping(ckpt, names, src, tgt, rows, methods, vocab_map, corpus, anchors, d
 
 
 def _minimal_tokenizer_config(tgt) -> dict:
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
-    for role in ("bos", "eos", "pad", "unk"):
-        i = role_id(tgt, role)
-        if i is not None:
-            cfg[f"{role}_token"] = tgt.specials[i].content
-    return cfg
+    ids = {role: role_id(tgt, role) for role in ("bos", "eos", "pad", "unk")}
+    return minimal_config({role: tgt.specials[i].content for role, i in ids.items() if i is not None})
 
 
 def _generation_config(path: Path, config: dict) -> dict:

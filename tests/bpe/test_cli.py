@@ -96,3 +96,18 @@ def test_errors_are_one_line_exit_2(cli, corpus, trained, tmp_path):
         last = out.stderr.splitlines()[-1]
         assert last.startswith("error: ") and message in last and "Traceback" not in out.stderr, out.stderr
     assert not list(tmp_path.glob("a.*")) and not list(tmp_path.glob("b.*"))
+
+
+def test_export_has_a_tokenizer_config_transformers_4_and_5_read(trained):
+    """``--export-hf`` writes ``tokenizer_config.json`` (transformers 4 cannot open a bare tokenizer.json
+    folder) naming ``PreTrainedTokenizerFast``, with the roles the special tokens' spellings give."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    hf = trained.parent / "hf"
+    assert json.loads((hf / "tokenizer_config.json").read_text()) == {
+        "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>", "tokenizer_class": "PreTrainedTokenizerFast"}
+    tok = AutoTokenizer.from_pretrained(hf)
+    assert (tok.eos_token, tok.eos_token_id, len(tok)) == ("<|endoftext|>", 349, 350)
+    assert tok("The lazy dog<|endoftext|>")["input_ids"][-1] == 349

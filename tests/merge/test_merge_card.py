@@ -1,0 +1,71 @@
+"""A merge output carries a ``README.md`` model card (as mergekit's do): Hub front matter, then the
+method, the base, the models with their weights, the parameters and the command."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors", "paw_merge.json",
+         "tokenizer.json", "tokenizer_config.json"]
+
+
+def _card(folder) -> tuple[dict, str]:
+    """(front matter, body) of ``folder/README.md``."""
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n")
+    head, body = text[4:].split("\n---\n", 1)
+    return yaml.safe_load(head), body
+
+
+def test_merge_writes_a_card_naming_base_method_models_and_parameters(cli, family, tmp_path):
+    out = tmp_path / "m"
+    r = cli("merge", "--base", family.base, "--models", *family.models[:2], "--method", "ties", "--density", "0.3",
+            "--weights", "0.7", "0.3", "--output", out)
+    assert r.exit_code == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == FILES
+    meta, body = _card(out)
+    assert meta == {"base_model": [str(family.base), *map(str, family.models[:2])],
+                    "library_name": "transformers", "tags": ["merge", "paw", "ties"]}
+    assert f"# {out.name}\n" in body
+    assert f"merged with the **ties** method, with `{family.base}` as the base: trim to top density" in body
+    assert "Reference: Yadav et al. 2023, TIES-Merging" in body
+    assert f"| `{family.models[0]}` | 0.7000 | - |" in body and f"| `{family.models[1]}` | 0.3000 | - |" in body
+    for row in ("| density | `0.3` |", "| weights | given (`--weights`) |", "| scale | `1.0` |", "| dtype | `auto` |"):
+        assert row in body
+    assert "| seed |" not in body  # ties draws nothing at random
+    command = json.loads((out / "paw_merge.json").read_text())["command"]
+    assert f"```bash\n{command}\n```" in body and command.startswith("paw merge --base")
+    again = tmp_path / "again"
+    assert cli("merge", "--base", family.base, "--models", *family.models[:2], "--method", "ties", "--density",
+               "0.3", "--weights", "0.7", "0.3", "--output", again).exit_code == 0
+    assert (again / "README.md").read_text() == (out / "README.md").read_text().replace("/m\n", "/again\n") \
+        .replace("# m\n", "# again\n")  # no clock, no host: only the output name differs
+
+
+def test_card_of_a_norm_weighted_random_merge_gives_norms_and_seed(cli, family, tmp_path):
+    out = tmp_path / "dare"
+    assert cli("merge", "--base", family.base, "--models", *family.models, "--method", "dare-linear",
+               "--drop-rate", "0.5", "--seed", "4", "--output", out).exit_code == 0
+    record = json.loads((out / "paw_merge.json").read_text())
+    meta, body = _card(out)
+    assert meta["tags"] == ["merge", "paw", "dare-linear"]
+    for model, row in zip(family.models, record["models"], strict=True):
+        assert f"| `{model}` | {row['weight']:.4f} | {row['l2']:.6f} |" in body
+    assert "| weights | from L2 norms, mode exp, beta 1.0 (norms computed) |" in body
+    assert "| drop_rate | `0.5` |" in body and "| seed | `4` |" in body
+
+
+def test_card_of_a_mergekit_config_shows_the_yaml(cli, family, tmp_path):
+    config = {"merge_method": "ties", "base_model": str(family.base),
+              "models": [{"model": str(m), "parameters": {"weight": 0.5, "density": 0.5}} for m in family.models[:2]],
+              "dtype": "float32"}
+    path = tmp_path / "ties.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    r = cli("merge", "--config", path, "--output", tmp_path / "out", "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    meta, body = _card(tmp_path / "out")
+    assert meta["base_model"] == [str(family.base), *map(str, family.models[:2])]
+    yaml_block = body.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(yaml_block) == config
