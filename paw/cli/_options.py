@@ -13,6 +13,7 @@ import typer
 from paw.device import DEVICE_HELP
 from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI modules import it from here)
 from paw.knobs import (
+    RunOptions,  # noqa: F401  (re-exported: every command's run options)
     cli_parameters,
     from_mapping,
     from_parsed,
