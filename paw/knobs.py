@@ -79,6 +79,15 @@ class RunOptions:
     track: str = knob("none", "Tracking: none, csv or swanlab (offline), to OUT-tracking/.")
 
 
+def choices_of(cls, name: str) -> tuple[str, ...] | None:
+    """The values field ``name`` of ``cls`` allows (None: any of its type)."""
+    for f in knobs(cls):
+        if f.name == name:
+            values = f.metadata["paw"]["choices"]
+            return tuple(values() if callable(values) else values) if values is not None else None
+    raise KeyError(name)
+
+
 # ------------------------------------------------------------------------------------ the command line
 
 def cli_parameters(cls, *, skip: tuple[str, ...] = (), help_prefix: str = "") -> list[inspect.Parameter]:
