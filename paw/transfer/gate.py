@@ -45,7 +45,7 @@ from paw.errors import NoGain, PawError
 from paw.evaluate.formats import detect_format, items_from_records
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import evaluate
-from paw.evaluate.stats import accuracy, clustered_difference, paired_difference
+from paw.evaluate.stats import accuracy, clears, clustered_difference, paired_difference
 from paw.io.atomic import check_output
 from paw.io.gate_files import add_gate, publish, staging
 from paw.io.manifest import describe_input
@@ -157,7 +157,7 @@ def verdict(outcomes: dict[str, list[int]], *, groups: list[str] | None = None, 
     stderr = "clustered stderr over its groups" if grouped else "paired stderr"
     return {"items": gain["n"], "z": z,
             "rule": f"passed when (target + moved − target base) > {z:g} x its {stderr}",
-            "passed": bool(gain["difference"] > z * gain["stderr"]),
+            "passed": clears(gain, z),
             "accuracy": {name: accuracy([outcomes[name]]) for name in CONDITIONS},
             "gain": gain, "teacher_vs_target": diff("source_adapted", "target_base"),
             "source_gain": source_gain, "kept": kept,
