@@ -257,3 +257,13 @@ def test_a_group_field_in_the_check_file_reaches_the_gate(cli, world, tmp_path):
     bad = _write(tmp_path / "bad-group.jsonl", [dict(r, group=[1]) for r in records])
     r = _move(cli, dict(w, check=bad), tmp_path / "z", w["lora"], w["related"])
     assert r.exit_code == 2 and "'group' must be" in r.stderr, r.stderr
+
+
+def test_a_gain_exactly_on_the_bar_does_not_clear_it():
+    # 3 gained and 1 lost of 16: (3 - 1)^2 == 3 + 1, so the gain is exactly one stderr; rounding must not decide
+    base = [0, 0, 0, 1] + [0] * 12
+    moved = [1, 1, 1, 0] + [0] * 12
+    outcomes = {"target_base": base, "target_adapted": moved, "source_base": base, "source_adapted": moved}
+    gate = verdict(outcomes, z=1.0)
+    assert gate["gain"]["difference"] == pytest.approx(gate["gain"]["stderr"]) and gate["passed"] is False
+    assert verdict(outcomes, z=0.99)["passed"] is True
