@@ -97,3 +97,22 @@ def test_eval_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, tmp_path)
     config.write_text(f"model: {tiny_llama}\ndata: {data}\nformat: csv\n")
     bad = cli("eval", "--config", config)
     assert bad.exit_code == 2 and "format: 'csv' is not one of auto" in bad.stderr, bad.stderr
+
+
+def test_train_lora_reads_a_config_file(cli, tiny_llama, tmp_path):
+    from paw.evaluate.synthetic import fact_task
+    from paw.io.mcdata import write_items
+
+    data = write_items(tmp_path / "quiz.jsonl", fact_task("colour", n=6, seed=0))
+    flags = cli("train-lora", "--model", tiny_llama, "--data", data, "--output", tmp_path / "a", "--steps", "2",
+                "--rank", "2", "--lr", "1e-3")
+    assert flags.exit_code == 0, flags.stderr
+    config = tmp_path / "train.yaml"
+    config.write_text(f"model: {tiny_llama}\ndata: {data}\noutput: {tmp_path / 'b'}\nsteps: 2\nrank: 2\nlr: 0.5\n")
+    by_file = cli("train-lora", "--config", config, "--lr", "1e-3")
+    assert by_file.exit_code == 0, by_file.stderr
+    assert (tmp_path / "a" / "adapter_model.safetensors").read_bytes() == \
+        (tmp_path / "b" / "adapter_model.safetensors").read_bytes()
+    config.write_text(f"model: {tiny_llama}\ndata: {data}\noutput: {tmp_path / 'c'}\nrank: 0\n")
+    bad = cli("train-lora", "--config", config)
+    assert bad.exit_code == 2 and "rank: 0 is below its minimum 1" in bad.stderr and not (tmp_path / "c").exists()

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
-from paw.cli._options import (
-    ALLOW_NONFINITE,
-    DEVICE,
-    OVERWRITE,
-    SEED,
-    RunOptions,
-    command_line,
-    options_command,
-)
-from paw.evaluate.formats import READERS  # light: the readers are plain functions
-from paw.evaluate.options import EvalOptions
-
-FORMAT_HELP = (f"Data layout: auto (detected from the first line), {', '.join(READERS)} "
-               "(mc: flat question/choices/answer).")
-DTYPE = typer.Option("auto", "--dtype", help="Model dtype: auto (float32 on CPU, checkpoint dtype on GPU), "
-                                             "float32, bfloat16, float16.")
+from paw.cli._options import RunOptions, WriteOptions, command_line, options_command
+from paw.evaluate.options import EvalOptions, TrainLoraOptions
 
 
 def register(app: typer.Typer) -> None:
     options_command(app, "eval", [(EvalOptions, ""), (RunOptions, "")], eval_command, doc=eval_command.__doc__)
-    app.command("train-lora")(train_lora_command)
+    options_command(app, "train-lora", [(TrainLoraOptions, ""), (RunOptions, ""), (WriteOptions, "")],
+                    train_lora_command, doc=train_lora_command.__doc__)
 
 
 def eval_command(options: EvalOptions, run: RunOptions) -> None:
@@ -49,39 +34,7 @@ def eval_command(options: EvalOptions, run: RunOptions) -> None:
         typer.echo(f"results: {result.output}")
 
 
-def train_lora_command(
-    model: str = typer.Option(..., "--model", help="Base model folder, .gguf file or cached Hugging Face id."),
-    data: Path = typer.Option(..., "--data", help="Training multiple-choice JSON-lines file (the right answers are learnt)."),
-    output: Path = typer.Option(..., "--output", help="PEFT adapter folder to create (with metrics.json)."),
-    rank: int = typer.Option(16, "--rank", min=1, help="LoRA rank r."),
-    alpha: float = typer.Option(32, "--alpha", help="LoRA alpha (scaling alpha / r)."),
-    target_modules: str = typer.Option("all-linear", "--target-modules",
-                                       help="all-linear, or a comma-separated list such as q_proj,v_proj."),
-    steps: int = typer.Option(600, "--steps", min=1, help="Optimiser steps."),
-    batch_size: int = typer.Option(6, "--batch-size", min=1, max=4096, help="Sequences per step."),
-    lr: float = typer.Option(1.5e-5, "--lr", help="AdamW learning rate (constant)."),
-    seed: int = SEED,
-    eval_data: Path | None = typer.Option(None, "--eval-data", help="Test set: metrics before and after training."),
-    format: str = typer.Option("auto", "--format", help=FORMAT_HELP),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Train on the first N items only."),
-    eval_limit: int | None = typer.Option(None, "--eval-limit", min=1, help="Evaluate on the first N items only."),
-    save_every: int | None = typer.Option(None, "--save-every", min=1,
-                                          help="Every N steps save OUT/checkpoint-STEP adapter folders and a "
-                                               "resumable training state in OUT-work/."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the training state in OUT-work/ "
-                                "(same settings; a run killed loses at most --save-every steps)."),
-    gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing",
-                                                help="Recompute activations in the backward pass: less memory, "
-                                                     "about a third more compute."),
-    fsdp: bool = typer.Option(False, "--fsdp", help="Under torchrun: shard the model's weights (and the LoRA) over "
-                              "the processes with torch FSDP2, for a model that does not fit one device (docs/scale.md)."),
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    track: str = typer.Option("none", "--track", help="Experiment tracking: none, csv, or swanlab (offline); "
-                                                       "logs go to OUT-tracking/ beside the adapter."),
-    overwrite: bool = OVERWRITE,
-    allow_nonfinite: bool = ALLOW_NONFINITE,  # honoured by the writer (paw.io.finite, opened in _options)
-):
+def train_lora_command(options: TrainLoraOptions, run: RunOptions, write: WriteOptions) -> None:
     """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
 
     Example: paw train-lora --model ./tiny/base --data train.jsonl --eval-data test.jsonl --output ./lora --steps 200 --lr 3e-3
@@ -91,15 +44,13 @@ def train_lora_command(
     from paw.distributed import is_main
     from paw.evaluate.pipeline import train_lora_adapter
 
-    result = train_lora_adapter(model, data, output, rank=rank, alpha=alpha, target_modules=target_modules,
-                                steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_data=eval_data,
-                                format=format, limit=limit, eval_limit=eval_limit, save_every=save_every,
-                                resume=resume, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp,
-                                device=device, dtype=dtype, track=track, overwrite=overwrite, command=command_line())
+    options.check()
+    result = train_lora_adapter(options.model, options.data, options.output, **options.knobs(), device=run.device,
+                                track=run.track, overwrite=run.overwrite, command=command_line())
     if not is_main():
         return
     _print_training(result.metrics)
-    typer.echo(f"adapter: {output}" + (f"  (tracking: {result.tracking})" if result.tracking else ""))
+    typer.echo(f"adapter: {options.output}" + (f"  (tracking: {result.tracking})" if result.tracking else ""))
 
 
 def _print_metrics(metrics: dict, prefix: str = "") -> None:

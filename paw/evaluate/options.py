@@ -47,3 +47,46 @@ class EvalOptions:
             raise PawError("--proxy-scale is for --proxy-base and --proxy-adapter")
         if not 0 < self.proxy_scale <= 10:
             raise PawError(f"--proxy-scale {self.proxy_scale}: must be in (0, 10] (1: the adapter's shift as it is)")
+
+
+@dataclass(frozen=True)
+class TrainLoraOptions:
+    """One LoRA trained on the right answers of a multiple-choice set (``paw train-lora``)."""
+
+    model: str | None = knob(None, "Base model folder, .gguf file or cached Hugging Face id.")
+    data: str | Path | None = knob(None, "Training multiple-choice JSON-lines file (the right answers are learnt).",
+                                   cli=Path)
+    output: str | Path | None = knob(None, "PEFT adapter folder to create (with metrics.json).", cli=Path)
+    rank: int = knob(16, "LoRA rank r.", min=1)
+    alpha: float = knob(32.0, "LoRA alpha (scaling alpha / r).")
+    target_modules: str = knob("all-linear", "all-linear, or a comma-separated list such as q_proj,v_proj.")
+    steps: int = knob(600, "Optimiser steps.", min=1)
+    batch_size: int = knob(6, "Sequences per step.", min=1, max=4096)
+    lr: float = knob(1.5e-5, "AdamW learning rate (constant).")
+    seed: int = knob(0, "Random seed; same inputs and seed give byte-identical outputs.")
+    eval_data: str | Path | None = knob(None, "Test set: metrics before and after training.", cli=Path)
+    format: str = knob("auto", "Data layout: auto (detected from the first line), or one of the readers.",
+                       choices=FORMATS)
+    limit: int | None = knob(None, "Train on the first N items only.", min=1)
+    eval_limit: int | None = knob(None, "Evaluate on the first N items only.", min=1)
+    save_every: int | None = knob(None, "Every N steps save OUT/checkpoint-STEP adapter folders and a resumable "
+                                        "training state in OUT-work/.", min=1)
+    resume: bool = knob(False, "Continue from the training state in OUT-work/ (same settings; a run killed loses "
+                               "at most --save-every steps).")
+    gradient_checkpointing: bool = knob(False, "Recompute activations in the backward pass: less memory, about a "
+                                               "third more compute.")
+    fsdp: bool = knob(False, "Under torchrun: shard the model's weights (and the LoRA) over the processes with torch "
+                             "FSDP2, for a model that does not fit one device (docs/scale.md).")
+    dtype: str = knob("auto", "Model dtype: auto (float32 on CPU, checkpoint dtype on GPU), float32, bfloat16, "
+                              "float16.")
+
+    def check(self) -> None:
+        for name in ("model", "data", "output"):
+            if getattr(self, name) is None:
+                raise PawError(f"missing option '--{name.replace('_', '-')}' (a flag, or '{name}:' in --config)")
+
+    def knobs(self) -> dict:
+        """The keyword arguments of :func:`paw.evaluate.pipeline.train_lora_adapter` past its three paths."""
+        return {k: getattr(self, k) for k in ("rank", "alpha", "target_modules", "steps", "batch_size", "lr", "seed",
+                                              "eval_data", "format", "limit", "eval_limit", "save_every", "resume",
+                                              "gradient_checkpointing", "fsdp", "dtype")}
