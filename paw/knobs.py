@@ -235,7 +235,7 @@ def coerce(value: Any, f: dataclasses.Field, hint: Any, *, key: str) -> Any:
 
 def _number(value: Any, kind: type, m: dict, key: str) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        looks = isinstance(value, str) and _looks_numeric(value)
+        looks = isinstance(value, str) and looks_numeric(value)
         why = " (YAML reads it as text: write it as 1.0e+300, or quote nothing)" if looks else ""
         raise PawError(f"{key}: expected a number, not {value!r}{why}")
     if kind is int and (isinstance(value, float) and not value.is_integer()):
@@ -249,7 +249,8 @@ def _number(value: Any, kind: type, m: dict, key: str) -> float | int:
     return kind(value)
 
 
-def _looks_numeric(text: str) -> bool:
+def looks_numeric(text: str) -> bool:
+    """Whether ``text`` reads as a number (``'-0.5'``, ``'1.0e300'``, ``'nan'``)."""
     try:
         float(text)
     except ValueError:

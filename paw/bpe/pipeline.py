@@ -21,8 +21,8 @@ from paw.io.atomic import atomic_dir, check_output
 from paw.io.bpe_files import read_bpe, read_text_files, save_chart, write_hf_tokenizer_json, write_paw_model
 from paw.io.manifest import describe_input, records_call, write_json, write_manifest
 from paw.io.tokenizer_config import CONFIG_NAME, minimal_config
+from paw.io.tokenizer_json import guess_role
 from paw.progress import status
-from paw.vocab.roles import guess_role
 
 PathLike = str | Path
 

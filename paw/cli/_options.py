@@ -18,6 +18,7 @@ from paw.knobs import (
     from_mapping,
     from_parsed,
     knob,
+    looks_numeric,
     merged,
     typed_on_command_line,
 )
@@ -68,7 +69,7 @@ def expand_multi(args: list[str], flags: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     current = None  # the multi-value flag whose values are being read, if any
     for arg in args:
-        if arg.startswith("-") and not _is_number(arg):
+        if arg.startswith("-") and not looks_numeric(arg):
             flag = arg.partition("=")[0]
             current = flag if flag in flags else None
             out.append(arg)
@@ -77,14 +78,6 @@ def expand_multi(args: list[str], flags: tuple[str, ...]) -> list[str]:
         else:
             out.append(arg)
     return out
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def track_once(kind: str, output, config: dict, metrics: dict) -> None:

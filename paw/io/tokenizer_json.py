@@ -19,6 +19,26 @@ from paw.io.bpe_files import pretokenizer_pattern
 from paw.io.tokenizer_info import SpecialToken, TokenizerInfo
 
 CONFIG_ROLES = ("bos", "eos", "pad", "unk", "cls", "sep", "mask")  # the ``<role>_token`` keys of tokenizer_config.json
+# special-token names by role, used when tokenizer_config.json does not say (first match wins)
+_ROLE_NAMES = {
+    "bos": ("<s>", "<|begin_of_text|>", "<|bos|>", "<bos>", "<|startoftext|>", "[CLS]"),
+    "eos": ("</s>", "<|end_of_text|>", "<|endoftext|>", "<|eos|>", "<eos>", "<|im_end|>", "[SEP]"),
+    "pad": ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|fim_pad|>"),
+    "unk": ("<unk>", "<|unk|>", "[UNK]"),
+    "cls": ("[CLS]",), "sep": ("[SEP]",), "mask": ("[MASK]", "<mask>"),
+}
+_CHAT_MARKER = re.compile(r"im_start|im_end|im_sep|start_header_id|end_header_id|eot_id|start_of_turn|"
+                          r"end_of_turn|\[/?INST\]|<\|(user|assistant|system)\|>|<\|eom_id\|>", re.I)
+
+
+def guess_role(content: str) -> str | None:
+    """The role a special token's spelling implies, or None."""
+    for role, names in _ROLE_NAMES.items():
+        if content in names:
+            return role
+    return "chat" if _CHAT_MARKER.search(content) else None
+
+
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
