@@ -24,7 +24,8 @@
 #            `run` and the SmolLM2 pair's `transplant` at once on the one GPU (then `unpack` as after `run`)
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh cells SECONDS "TASK ..." "CELL ..."
 #            issue 26's cells (lora, main, token-focus, synthesized: scripts/run_variant.py), every one its own
-#            process, with the SmolLM2 pair's PAW --donor row and heals beside them; a second call resumes
+#            process, with the SmolLM2 pair's PAW --donor row and heals beside them; a second call resumes.
+#            Issue 51's: CELL "shift proxy" (the shift-target move and its proxy-tuning ceiling) 
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh controls SECONDS "TASK ..."
 #            for a work folder with scores and no adapters: the Gemma-3 -> SmolLM2 base-teacher controls
 #            (scripts/run_variant.py) beside the SmolLM2 pair's tokensurgeon and PAW --donor rows
