@@ -116,3 +116,23 @@ def test_train_lora_reads_a_config_file(cli, tiny_llama, tmp_path):
     config.write_text(f"model: {tiny_llama}\ndata: {data}\noutput: {tmp_path / 'c'}\nrank: 0\n")
     bad = cli("train-lora", "--config", config)
     assert bad.exit_code == 2 and "rank: 0 is below its minimum 1" in bad.stderr and not (tmp_path / "c").exists()
+
+
+def test_train_full_reads_a_config_file_and_tracks_its_run(cli, tiny_llama, tmp_path):
+    import csv
+
+    from paw.evaluate.synthetic import fact_task
+    from paw.io.mcdata import write_items
+
+    data = write_items(tmp_path / "quiz.jsonl", fact_task("colour", n=6, seed=0))
+    config = tmp_path / "full.yaml"
+    config.write_text(f"model: {tiny_llama}\ndata: {data}\noutput: {tmp_path / 'ft'}\nsteps: 3\nlr: 0.001\n"
+                      "track: csv\n")
+    result = cli("train-full", "--config", config, "--steps", "2")
+    assert result.exit_code == 0, result.stderr
+    metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["lr"] == 0.001
+    rows = list(csv.DictReader((tmp_path / "ft-tracking" / "metrics.csv").open()))
+    losses = [(r["step"], float(r["value"])) for r in rows if r["metric"] == "train/loss"]
+    assert [step for step, _ in losses] == ["1", "2"] and [loss for _, loss in losses] == pytest.approx(
+        metrics["train_losses"]), rows

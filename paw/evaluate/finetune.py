@@ -30,6 +30,7 @@ from paw.errors import PawError
 from paw.evaluate.encode import max_length_of, pad_id_of
 from paw.evaluate.formats import read_items
 from paw.evaluate.items import MCItem
+from paw.evaluate.options import FORMATS
 from paw.evaluate.train import batch_answer_loss, batches_in_order, encode_answer, evaluate_items, prefixed
 from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
@@ -37,6 +38,7 @@ from paw.io.hub import quiet_transformers
 from paw.io.lm import load_lm
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import write_checkpoint
+from paw.knobs import knob
 from paw.progress import track
 from paw.validate import FLOAT32_MAX, finite
 
@@ -46,17 +48,37 @@ MANIFEST_JSON = "paw_train_full.json"
 
 
 @dataclass(frozen=True)
+class TrainFullFiles:
+    """What ``paw train-full`` reads and writes, and which items it takes."""
+
+    model: str | None = knob(None, "Base model folder or cached Hugging Face id.")
+    data: str | Path | None = knob(None, "Training multiple-choice JSON-lines file (the right answers are learnt).",
+                                   cli=Path)
+    output: str | Path | None = knob(None, "Model folder to create (float32 safetensors, metrics.json).", cli=Path)
+    eval_data: str | Path | None = knob(None, "Test set: metrics before and after training.", cli=Path)
+    format: str = knob("auto", "Data layout: auto (detected from the first line), or one of the readers.",
+                       choices=FORMATS)
+    limit: int | None = knob(None, "Train on the first N items only.", min=1)
+    eval_limit: int | None = knob(None, "Evaluate on the first N items only.", min=1)
+
+    def check(self) -> None:
+        for name in ("model", "data", "output"):
+            if getattr(self, name) is None:
+                raise PawError(f"missing option '--{name}' (a flag, or '{name}:' in --config)")
+
+
+@dataclass(frozen=True)
 class FinetuneOptions:
     """Every knob of :func:`finetune` / :func:`finetune_model`; :meth:`check` runs before a model is read."""
 
-    steps: int = 300                 # --steps: optimiser steps
-    batch_size: int = 8              # --batch-size: sequences per step
-    lr: float = 1e-5                 # --lr: AdamW learning rate, constant
-    weight_decay: float = 0.0        # --weight-decay: AdamW's decoupled decay
-    max_grad_norm: float = 1.0       # --max-grad-norm: clip the global gradient norm (0: no clipping)
-    freeze_embeddings: bool = False  # --freeze-embeddings: keep the input embedding (and a tied head) fixed
-    seed: int = 0                    # --seed: initial state and batch order
-    device: str = "cpu"              # --device
+    steps: int = knob(300, "Optimiser steps.")
+    batch_size: int = knob(8, "Sequences per step.")
+    lr: float = knob(1e-5, "AdamW learning rate (constant).")
+    weight_decay: float = knob(0.0, "AdamW decoupled weight decay.")
+    max_grad_norm: float = knob(1.0, "Clip the gradient norm (0: off).")
+    freeze_embeddings: bool = knob(False, "Keep the input embedding (and a tied head) fixed.")
+    seed: int = knob(0, "Random seed; same inputs and seed give byte-identical outputs.")
+    device: str = "cpu"              # the run's --device (paw.knobs.RunOptions)
 
     def check(self) -> FinetuneOptions:
         """Refuse bad values naming the flag (one line, exit 2 in the CLI)."""
