@@ -136,3 +136,19 @@ def test_train_full_reads_a_config_file_and_tracks_its_run(cli, tiny_llama, tmp_
     losses = [(r["step"], float(r["value"])) for r in rows if r["metric"] == "train/loss"]
     assert [step for step, _ in losses] == ["1", "2"] and [loss for _, loss in losses] == pytest.approx(
         metrics["train_losses"]), rows
+
+
+def test_extract_lora_reads_a_config_file_and_refuses_a_key_it_has_no_flag_for(cli, tiny_llama, tmp_path):
+    from paw import zoo
+
+    ft = tmp_path / "ft"
+    zoo.fine_tune(tiny_llama, ft, seed=1, scale=0.05)
+    config = tmp_path / "extract.yaml"
+    config.write_text(f"base: {tiny_llama}\nfinetune: {ft}\noutput: {tmp_path / 'lora'}\nrank: 2\n")
+    result = cli("extract-lora", "--config", config, "--rank", "3")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((tmp_path / "lora" / "adapter_config.json").read_text())["r"] == 3
+    config.write_text(f"base: {tiny_llama}\nfinetune: {ft}\noutput: {tmp_path / 'x'}\ntrack: csv\n")
+    bad = cli("extract-lora", "--config", config)
+    assert bad.exit_code == 2 and "unknown key 'track' for paw extract-lora" in bad.stderr, bad.stderr
+    assert not (tmp_path / "x").exists()

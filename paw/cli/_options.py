@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from paw.device import DEVICE_HELP
+from paw.errors import PawError
 from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI modules import it from here)
 from paw.knobs import (
     RunOptions,  # noqa: F401  (re-exported: every command's run options)
@@ -209,15 +210,17 @@ class WriteOptions:
 CONFIG_HELP = "YAML of option values (keys: flags without '--'); typed flags win."
 
 
-def options_command(app, name: str, groups: list[tuple[type, str]], body, *, doc: str, cls=None):
-    """Register command ``name`` whose options are the knobs of ``groups`` (``(options class, help prefix)``)
-    and ``--config FILE.yaml``; ``body(*objects)`` gets one object per class, in order, each with the values
-    of the config file overridden by the flags the user typed (:func:`paw.knobs.merged`)."""
-    classes = [c for c, _ in groups]
+def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=None):
+    """Register command ``name`` whose options are the knobs of ``groups`` (``(options class, help prefix)``, or
+    ``(class, prefix, fields to leave out)`` where a field means nothing to this command: extract-lora has no
+    ``--track``) and ``--config FILE.yaml``; ``body(*objects)`` gets one object per class, in order, each with
+    the values of the config file overridden by the flags the user typed (:func:`paw.knobs.merged`)."""
+    classes = [g[0] for g in groups]
     params = [inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
                                 default=typer.Option(None, "--config", help=CONFIG_HELP))]
-    for c, prefix in groups:
-        params += cli_parameters(c, help_prefix=prefix)
+    for c, prefix, *skip in groups:
+        params += cli_parameters(c, help_prefix=prefix, skip=tuple(skip[0]) if skip else ())
+    shown = {p.name for p in params}
 
     def callback(**values):
         config = values.pop("config")
@@ -225,7 +228,11 @@ def options_command(app, name: str, groups: list[tuple[type, str]], body, *, doc
         if config is not None:
             from paw.io.yaml_file import read_yaml_mapping
 
-            from_file = from_mapping(read_yaml_mapping(config), *classes, where=f"--config {config}")
+            data = read_yaml_mapping(config)
+            hidden = [k for k in data if isinstance(k, str) and k.replace("-", "_") not in shown]
+            if hidden:   # a knob of a shared class that this command has no flag for
+                raise PawError(f"--config {config}: unknown key {hidden[0]!r} for paw {name}")
+            from_file = from_mapping(data, *classes, where=f"--config {config}")
             from_file = from_file if isinstance(from_file, tuple) else (from_file,)
             typed = typed_on_command_line(list(values))
             objects = [merged(f, o, typed) for f, o in zip(from_file, objects, strict=True)]

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
 
-from paw.cli._options import DEVICE, OVERWRITE, SEED, command_line
+from paw.cli._options import RunOptions, command_line, options_command
+from paw.extract.pipeline import ExtractFiles, ExtractOptions  # light: torch is imported inside the functions
 
 
 def register(app: typer.Typer) -> None:
-    app.command("extract-lora")(extract_lora_command)
+    options_command(app, "extract-lora", [(ExtractFiles, ""), (ExtractOptions, ""), (RunOptions, "", ("track",))],
+                    extract_lora_command, doc=extract_lora_command.__doc__)
 
 
-def extract_lora_command(
-    base: str = typer.Option(..., "--base", help="Base model: folder, weight file, .gguf or cached HF id."),
-    finetune: str = typer.Option(..., "--finetune", help="Full fine-tune of the base (same architecture and shapes)."),
-    output: Path = typer.Option(..., "--output", help="PEFT adapter folder to create (with extract_report.json)."),
-    rank: int | None = typer.Option(None, "--rank", help="One LoRA rank for every module (16 when neither "
-                                    "--rank nor --energy is given)."),
-    energy: float | None = typer.Option(None, "--energy", help="Per module, the smallest rank holding this share "
-                                        "of the delta's squared Frobenius norm, in (0, 1]."),
-    max_rank: int | None = typer.Option(None, "--max-rank", help="Cap on any module's rank (default: --rank, "
-                                        "or 128 with --energy)."),
-    exact: bool = typer.Option(False, "--exact", help="Full SVD instead of the randomised one (slower on "
-                               "large matrices; small ones are exact anyway)."),
-    embed_energy: float = typer.Option(0.99, "--embed-energy", help="Embedding and head: a LoRA when the "
-                                       "chosen rank holds this share of their delta, else saved whole "
-                                       "(modules_to_save)."),
-    seed: int = SEED,
-    device: str = DEVICE,
-    overwrite: bool = OVERWRITE,
-):
+def extract_lora_command(files: ExtractFiles, options: ExtractOptions, run: RunOptions) -> None:
     """Extract a PEFT LoRA from a full fine-tune: per projection, the truncated SVD of fine-tune − base.
 
     The folder loads onto the base with PeftModel.from_pretrained. extract_report.json gives, per
@@ -40,11 +25,12 @@ def extract_lora_command(
 
     Example: paw extract-lora --base tiny/base --finetune tiny/ft-math --output ft-lora --rank 8
     """
-    from paw.extract import ExtractOptions, extract_lora
+    from paw.extract import extract_lora
 
-    options = ExtractOptions(rank=rank, energy=energy, max_rank=max_rank, exact=exact, embed_energy=embed_energy,
-                             seed=seed, device=device, overwrite=overwrite)
-    result = extract_lora(base, finetune, output, options, command=command_line())
+    files.check()
+    options = dataclasses.replace(options, device=run.device, overwrite=run.overwrite)
+    output = Path(files.output)
+    result = extract_lora(files.base, files.finetune, output, options, command=command_line())
     s = result.summary
     ranks = str(s["rank_min"]) if s["rank_min"] == s["rank_max"] else \
         f"{s['rank_min']}-{s['rank_max']} (median {s['rank_median']})"

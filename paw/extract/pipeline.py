@@ -39,6 +39,7 @@ from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.manifest import describe_input, records_call
 from paw.io.reports import save_figure
+from paw.knobs import knob
 from paw.progress import track
 
 PathLike = str | Path
@@ -58,17 +59,34 @@ RULES = {
 
 
 @dataclass(frozen=True)
+class ExtractFiles:
+    """What ``paw extract-lora`` reads and writes."""
+
+    base: str | None = knob(None, "Base model: folder, weight file, .gguf or cached HF id.")
+    finetune: str | None = knob(None, "Full fine-tune of the base (same architecture and shapes).")
+    output: str | Path | None = knob(None, "PEFT adapter folder to create (with extract_report.json).", cli=Path)
+
+    def check(self) -> None:
+        for name in ("base", "finetune", "output"):
+            if getattr(self, name) is None:
+                raise PawError(f"missing option '--{name}' (a flag, or '{name}:' in --config)")
+
+
+@dataclass(frozen=True)
 class ExtractOptions:
     """Every knob of :func:`extract_lora`, defaults visible; :meth:`check` runs before any model is read."""
 
-    rank: int | None = None          # --rank: one rank for every module (DEFAULT_RANK if no --energy either)
-    energy: float | None = None      # --energy: per module, the smallest rank holding this share of ‖Δ‖²
-    max_rank: int | None = None      # --max-rank: cap on any module's rank (default: --rank, or 128)
-    exact: bool = False              # --exact: full SVD; otherwise randomised (exact anyway on small matrices)
-    embed_energy: float = 0.99       # --embed-energy: share the embedding/head LoRA must hold, else modules_to_save
-    seed: int = 0                    # --seed: the randomised SVD's sketch
-    device: str = "cpu"              # --device: where the SVDs run
-    overwrite: bool = False          # --overwrite: replace an existing output
+    rank: int | None = knob(None, "One LoRA rank for every module (16 when neither --rank nor --energy is given).")
+    energy: float | None = knob(None, "Per module, the smallest rank holding this share of the delta's squared "
+                                      "Frobenius norm, in (0, 1].")
+    max_rank: int | None = knob(None, "Cap on any module's rank (default: --rank, or 128 with --energy).")
+    exact: bool = knob(False, "Full SVD instead of the randomised one (slower on large matrices; small ones are "
+                              "exact anyway).")
+    embed_energy: float = knob(0.99, "Embedding and head: a LoRA when the chosen rank holds this share of their "
+                                     "delta, else saved whole (modules_to_save).")
+    seed: int = knob(0, "Random seed; same inputs and seed give byte-identical outputs.")
+    device: str = "cpu"              # the run's --device (paw.knobs.RunOptions): where the SVDs run
+    overwrite: bool = False          # the run's --overwrite
 
     def check(self) -> ExtractOptions:
         """Refuse bad values naming the flag (one line, exit 2 in the CLI)."""
