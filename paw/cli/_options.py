@@ -12,7 +12,8 @@ import typer
 
 from paw.device import DEVICE_HELP
 from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI modules import it from here)
-from paw.knobs import (
+from paw.knobs import (  # RunOptions is re-exported: the CLI modules import it from here
+    RunOptions,  # noqa: F401
     cli_parameters,
     from_mapping,
     from_parsed,
