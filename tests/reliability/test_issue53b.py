@@ -76,3 +76,61 @@ def test_the_same_tokenizer_in_another_folder_is_no_change(cli, ix, tmp_path):
     res = cli(*[a.replace("{ix}", str(ix)).replace("{out}", str(tmp_path / "out")) for a in TRANSFER],
               "--target-base", ix / "ft")
     assert res.exit_code == 0 and "warning" not in res.stderr, res.stderr
+
+
+# ---- 2. --resume: a folder where the checkpoint goes, an empty or cut checkpoint, and where a run resumed from
+
+def _mc(tmp_path: Path) -> Path:
+    data = tmp_path / "mc.jsonl"
+    data.write_text("".join(f'{{"question": "q{i}?", "choices": ["a", "b"], "answer": {i % 2}}}\n' for i in range(8)))
+    return data
+
+
+TRAIN = ("train-lora", "--model", "{ix}/base", "--output", "{out}", "--steps", "4", "--batch-size", "2", "--rank", "2",
+         "--save-every", "2", "--device", "cpu")
+
+
+def test_resume_refuses_a_folder_where_the_checkpoint_goes(refused, tmp_path):  # noqa: F811
+    (tmp_path / "out-work" / "train-state.pt").mkdir(parents=True)
+    refused(*TRAIN, "--data", _mc(tmp_path), "--resume",
+            expect=(str(tmp_path / "out-work" / "train-state.pt"), "is a folder", "--resume"))
+
+
+@pytest.mark.parametrize("cut", ["empty", "half"])
+def test_distill_resume_refuses_an_empty_or_cut_checkpoint(refused, tmp_path, cut):  # noqa: F811
+    import torch
+
+    from paw.io.train_state import save_train_state
+
+    state = save_train_state(tmp_path / "out-work", {"step": 2, "settings": {}, "params": [torch.ones(64, 64)],
+                                                     "optimizer": {}})
+    state.write_bytes(b"" if cut == "empty" else state.read_bytes()[: state.stat().st_size // 2])
+    refused("transfer-lora", "--method", "distill", "--adapter", "{ix}/lora", "--source-base", "{ix}/base",
+            "--target-base", "{ix}/ft", "-o", "{out}", "--prompts", "generic", "--max-steps", "2", "--batch-size", "2",
+            "--max-new-tokens", "2", "--resume", "--device", "cpu",
+            expect=(str(state), "empty" if cut == "empty" else "not a readable training checkpoint"))
+
+
+def test_a_resumed_run_says_where_it_resumed_from(cli, ix, tmp_path, monkeypatch):
+    from tests.conftest import dies_after_saving
+
+    args = [a.replace("{ix}", str(ix)).replace("{out}", str(tmp_path / "out")) for a in TRAIN]
+    with dies_after_saving(monkeypatch, "paw.evaluate.pipeline.save_train_state"):
+        cli(*args, "--data", _mc(tmp_path))
+    monkeypatch.delenv("PAW_PROGRESS", raising=False)
+    res = cli(*args, "--data", tmp_path / "mc.jsonl", "--resume")
+    assert res.exit_code == 0, res.stderr
+    assert f"resumed from step 2 of {tmp_path / 'out-work' / 'train-state.pt'}" in res.stderr
+    (tmp_path / "out-work" / "train-state.pt").unlink(missing_ok=True)
+    res = cli(*[a.replace(str(tmp_path / "out"), str(tmp_path / "again")) for a in args], "--data",
+              tmp_path / "mc.jsonl", "--resume")  # nothing to resume from: a fresh run, and no such line
+    assert res.exit_code == 0 and "resumed" not in res.stderr, res.stderr
+
+
+def test_a_checkpoint_past_the_run_is_refused(refused, tmp_path):  # noqa: F811
+    import torch
+
+    from paw.io.train_state import save_train_state
+
+    save_train_state(tmp_path / "out-work", {"step": 10, "settings": {}, "params": [torch.ones(2)], "optimizer": {}})
+    refused(*TRAIN, "--data", _mc(tmp_path), "--resume", expect=("train-state.pt says step 10", "4-step run"))

@@ -30,6 +30,7 @@ from paw.io.manifest import describe_input
 from paw.io.mcdata import parse_record
 from paw.io.tokenizer import open_tokenizer
 from paw.io.train_state import (
+    STATE_NAME,
     check_work_dir,
     load_train_state,
     remove_train_state,
@@ -127,7 +128,8 @@ def _scale(output, o: DistillOptions, ranks, inputs: dict) -> Scale:
                                            "token_focus", "target", "shift_scale")}
     settings["inputs"] = {k: v for k, v in inputs.items()}
     checkpoints = Checkpoints(o.save_every, save=partial(save_train_state, work) if ranks.main else None,
-                              state=load_train_state(work) if o.resume else None, settings=settings)
+                              state=load_train_state(work) if o.resume else None, settings=settings,
+                              where=str(work / STATE_NAME))
     return Scale(ranks=ranks, work=work, checkpoints=checkpoints, offload_teacher=o.offload_teacher,
                  gradient_checkpointing=o.gradient_checkpointing, fsdp=o.fsdp)
 
