@@ -8,6 +8,7 @@ exit code 2, exactly one ``error:`` line naming the file, key or flag, no traceb
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -32,7 +33,19 @@ def ix(tiny_llama, tmp_path_factory) -> Path:
     first, second = (token for token, i in vocab.items() if i in (100, 101))
     vocab[first], vocab[second] = vocab[second], vocab[first]
     (root / "swapped" / "tokenizer.json").write_text(json.dumps(data))
+    _poisoned_copy(root / "ft", root / "nan_ft", "model.safetensors", "model.layers.1.mlp.down_proj.weight", math.nan)
+    _poisoned_copy(root / "lora", root / "inf_lora", "adapter_model.safetensors",
+                   "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight", math.inf)
     return root
+
+
+def _poisoned_copy(src: Path, dst: Path, file: str, key: str, value: float) -> None:
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    tensors = load_file(dst / file)
+    tensors[key][0, 0] = value
+    save_file(tensors, dst / file, metadata={"format": "pt"})
 
 
 # ---- 1. auto across another tokenizer of the same size refuses, as across one of another size
@@ -134,3 +147,41 @@ def test_a_checkpoint_past_the_run_is_refused(refused, tmp_path):  # noqa: F811
 
     save_train_state(tmp_path / "out-work", {"step": 10, "settings": {}, "params": [torch.ones(2)], "optimizer": {}})
     refused(*TRAIN, "--data", _mc(tmp_path), "--resume", expect=("train-state.pt says step 10", "4-step run"))
+
+
+# ---- 3. a NaN/Inf fine-tune or adapter is named before any SVD runs
+
+@pytest.fixture
+def no_svd(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("a decomposition ran on a NaN/Inf input")
+
+    monkeypatch.setattr("paw.extract.pipeline.spectrum", boom)
+    monkeypatch.setattr("paw.merge.adapter_pipeline.svd_factors", boom)
+
+
+NAN_TENSOR = "'model.layers.1.mlp.down_proj.weight' holds 1 NaN/Inf value(s)"
+
+
+def test_extract_lora_names_a_nan_fine_tune_before_any_svd(refused, no_svd, ix):  # noqa: F811
+    refused("extract-lora", "--base", "{ix}/base", "--finetune", "{ix}/nan_ft", "--output", "{out}", "--device", "cpu",
+            expect=(str(ix / "nan_ft"), NAN_TENSOR, "SVD"))
+
+
+def test_transfer_lora_finetune_names_a_nan_fine_tune_before_any_svd(refused, no_svd, ix):  # noqa: F811
+    refused("transfer-lora", "--finetune", "{ix}/nan_ft", "--source-base", "{ix}/base", "--target-base", "{ix}/ft",
+            "-o", "{out}", "--device", "cpu", expect=(str(ix / "nan_ft"), NAN_TENSOR))
+
+
+@pytest.mark.parametrize("method", ["svd", "ties-svd", "cat"])
+def test_merge_adapters_names_an_inf_adapter_before_any_svd(refused, no_svd, ix, method):  # noqa: F811
+    refused("merge", "--adapters", "{ix}/inf_lora", "{ix}/lora", "--method", method, "--output", "{out}",
+            "--device", "cpu", expect=(str(ix / "inf_lora"), "layers.1.self_attn.v_proj.lora_B.weight", "NaN/Inf"))
+
+
+def test_merge_adapters_allow_nonfinite_carries_them_with_cat_only(cli, refused, ix, tmp_path):  # noqa: F811
+    res = cli("merge", "--adapters", ix / "inf_lora", ix / "lora", "--method", "cat", "--output", tmp_path / "cat",
+              "--device", "cpu", "--allow-nonfinite")
+    assert res.exit_code == 0, res.stderr
+    refused("merge", "--adapters", "{ix}/inf_lora", "{ix}/lora", "--method", "svd", "--output", "{out}",
+            "--device", "cpu", "--allow-nonfinite", expect=(str(ix / "inf_lora"),))
