@@ -185,3 +185,20 @@ def test_merge_adapters_allow_nonfinite_carries_them_with_cat_only(cli, refused,
     assert res.exit_code == 0, res.stderr
     refused("merge", "--adapters", "{ix}/inf_lora", "{ix}/lora", "--method", "svd", "--output", "{out}",
             "--device", "cpu", "--allow-nonfinite", expect=(str(ix / "inf_lora"),))
+
+
+# ---- 4. --spectra's options without --spectra
+
+@pytest.mark.parametrize("extra,expect", [
+    (["--spectra-ranks", "4"], "--spectra-ranks is a --spectra option"),
+    (["--spectra-exact", "--mask-density", "0.3"], "--mask-density, --spectra-exact are --spectra options"),
+])
+def test_spectra_options_without_spectra_are_refused(refused, extra, expect):  # noqa: F811
+    refused("task-vectors", "--base", "{ix}/base", "--models", "{ix}/ft", "--outdir", "{out}", *extra,
+            expect=(expect, "add --spectra"))
+
+
+def test_spectra_options_with_spectra_still_run(cli, ix, tmp_path):
+    res = cli("task-vectors", "--base", ix / "base", "--models", ix / "ft", "--outdir", tmp_path / "tv", "--spectra",
+              "--spectra-ranks", "4")
+    assert res.exit_code == 0, res.stderr
