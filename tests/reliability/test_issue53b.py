@@ -202,3 +202,22 @@ def test_spectra_options_with_spectra_still_run(cli, ix, tmp_path):
     res = cli("task-vectors", "--base", ix / "base", "--models", ix / "ft", "--outdir", tmp_path / "tv", "--spectra",
               "--spectra-ranks", "4")
     assert res.exit_code == 0, res.stderr
+
+
+# ---- 5. a Unigram tokenizer without unk_id meets a character it has no piece for
+
+def test_analyze_tokenizers_names_a_tokenizer_that_cannot_encode_the_corpus(refused, tmp_path):  # noqa: F811
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.train_from_iterator(["hello world, a test"] * 20, trainers.UnigramTrainer(vocab_size=40))
+    path = tmp_path / "unigram.json"
+    tok.save(str(path))
+    data = json.loads(path.read_text())
+    data["model"]["unk_id"] = None
+    path.write_text(json.dumps(data))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("hello world\nzebra quiz\n")
+    refused("analyze-tokenizers", "-s", "{ix}/base", "-t", path, "-o", "{out}", "--corpus", corpus, "--no-plots",
+            expect=(str(path), "cannot encode the text 'zebra quiz'", "unk_id"))
