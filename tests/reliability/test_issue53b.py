@@ -221,3 +221,13 @@ def test_analyze_tokenizers_names_a_tokenizer_that_cannot_encode_the_corpus(refu
     corpus.write_text("hello world\nzebra quiz\n")
     refused("analyze-tokenizers", "-s", "{ix}/base", "-t", path, "-o", "{out}", "--corpus", corpus, "--no-plots",
             expect=(str(path), "cannot encode the text 'zebra quiz'", "unk_id"))
+
+
+# ---- 7. a prompt line nested too deeply for the JSON parser
+
+def test_a_deeply_nested_prompt_line_is_refused(refused, tmp_path):  # noqa: F811
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"text": "a first input"}\n\n{"text": ' + "[" * 30_000 + "]" * 30_000 + "}\n")  # under the 65,536-byte line limit
+    refused("transfer-lora", "--method", "distill", "--adapter", "{ix}/lora", "--source-base", "{ix}/base",
+            "--target-base", "{ix}/ft", "-o", "{out}", "--prompts", prompts, "--max-steps", "1", "--device", "cpu",
+            expect=(str(prompts), "line 3", "nested too deeply"))

@@ -160,14 +160,14 @@ def read_inputs(path: str | Path, *, what: str = "prompt file") -> list:
     """Inputs of a file, read once: ``MCItem`` s of any layout ``paw eval`` reads, with or without
     their answers (answers are dropped later), ``str`` s of JSON records with a ``text``/``prompt`` field, or its plain lines."""
     lines = read_prompt_file(path, what=what)
-    first = _json_object(lines[0][1])
+    first = _json_object(lines[0][1], path, lines[0][0])
     if first is None:
         return [text.strip() for _, text in lines]
     if detect_format(first, labels=False) is not None:  # answers are dropped anyway: a file without them is fine
         return items_from_records(((n, parse_record(text, Path(path), n)) for n, text in lines), path, labels=False)
     texts = []
-    for number, (_, line) in enumerate(lines, start=1):
-        record = _json_object(line) or {}
+    for number, line in lines:
+        record = _json_object(line, path, number) or {}
         key = next((k for k in TEXT_KEYS if isinstance(record.get(k), str)), None)
         if key is None:
             raise PawError(f"line {number}: neither a multiple-choice item nor a record with a "
@@ -176,11 +176,14 @@ def read_inputs(path: str | Path, *, what: str = "prompt file") -> list:
     return texts
 
 
-def _json_object(line: str) -> dict | None:
+def _json_object(line: str, path, number: int) -> dict | None:
+    """The JSON object on a line, or None (plain text); JSON too deep for the parser names the line."""
     if not line.lstrip().startswith("{"):
         return None
     try:
         value = json.loads(line)
     except json.JSONDecodeError:
         return None
+    except RecursionError:
+        raise PawError(f"line {number}: JSON nested too deeply to be a prompt record", path=path) from None
     return value if isinstance(value, dict) else None
