@@ -231,3 +231,38 @@ def test_a_deeply_nested_prompt_line_is_refused(refused, tmp_path):  # noqa: F81
     refused("transfer-lora", "--method", "distill", "--adapter", "{ix}/lora", "--source-base", "{ix}/base",
             "--target-base", "{ix}/ft", "-o", "{out}", "--prompts", prompts, "--max-steps", "1", "--device", "cpu",
             expect=(str(prompts), "line 3", "nested too deeply"))
+
+
+# ---- 6. seeded heals write the same bytes, and record no duration and no path that is gone
+
+def _paths(value):
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in ([v] if k == "path" else _paths(v))]
+    return [p for v in value for p in _paths(v)] if isinstance(value, list) else []
+
+
+def test_seeded_heals_write_the_same_bytes(cli, ix, tmp_path):
+    from paw import zoo
+    from tests.reliability.conftest import tree_hash
+
+    zoo.train_tokenizer(zoo.sample_texts("multi") + zoo.sample_texts("en"), 400,
+                        kind="sentencepiece-bpe").save_pretrained(tmp_path / "sp")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(zoo.sample_texts("multi") * 3), encoding="utf-8")
+    runs = {
+        "transplant": ("transplant-tokenizer", "--model", ix / "base", "--tokenizer", tmp_path / "sp", "--no-check",
+                       "--heal-steps", "2", "--heal-corpus", corpus),
+        "heal": ("heal-transplant", "--model", tmp_path / "transplant-1", "--corpus", corpus, "--steps", "2",
+                 "--seed", "5"),
+    }
+    for name, args in runs.items():
+        for run in (1, 2):  # the same --output each time (the command line is recorded), moved aside after
+            res = cli(*args, "--output", tmp_path / "out", "--device", "cpu")
+            assert res.exit_code == 0, res.stderr
+            (tmp_path / "out").rename(tmp_path / f"{name}-{run}")
+        assert tree_hash(tmp_path / f"{name}-1") == tree_hash(tmp_path / f"{name}-2"), name
+        for report in ("paw_heal.json", "paw_transplant.json"):
+            text = (tmp_path / f"{name}-1" / report).read_text()
+            assert '"seconds"' not in text, (name, report)
+            assert all(Path(p).exists() for p in _paths(json.loads(text))), (name, report, _paths(json.loads(text)))
+    assert "healed" in res.stdout and " s: held-out bits per byte" in res.stdout  # the time is still said
