@@ -266,3 +266,29 @@ def test_seeded_heals_write_the_same_bytes(cli, ix, tmp_path):
             assert '"seconds"' not in text, (name, report)
             assert all(Path(p).exists() for p in _paths(json.loads(text))), (name, report, _paths(json.loads(text)))
     assert "healed" in res.stdout and " s: held-out bits per byte" in res.stdout  # the time is still said
+
+
+# ---- 8. bench transfer --jobs: forked CPU workers, refused where a fork would fail or a GPU is asked for
+
+def test_worker_count_refuses_a_gpu_and_a_fork_after_autograd():
+    from paw.bench.quality import worker_count
+    from paw.errors import PawError
+
+    assert worker_count(4, 2, "cpu", gpu_visible=False) == 2 and worker_count(1, 5, "cuda", gpu_visible=True) == 1
+    with pytest.raises(PawError, match="--jobs 2 with --device cuda: the workers are CPU processes"):
+        worker_count(2, 4, "cuda", gpu_visible=True)
+    with pytest.raises(PawError, match="PyTorch sees a GPU here.*CUDA_VISIBLE_DEVICES=.*or pass --jobs 1"):
+        worker_count(2, 4, "cpu", gpu_visible=True)
+
+
+def test_bench_jobs_on_a_gpu_machine_is_refused_before_any_model_is_built(cli, tmp_path, monkeypatch):
+    import torch
+
+    from paw.bench import quality
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(quality, "build_bases", lambda *a, **k: pytest.fail("a model was built"))
+    res = cli("bench", "transfer", "--output", tmp_path / "out", "--seeds", "0,1", "--tasks", "facts", "--targets",
+              "pruned", "--jobs", "2", "--device", "cpu")
+    assert res.exit_code == 2 and res.stderr.strip().splitlines()[-1].startswith("error: --jobs 2:"), res.stderr
+    assert "CUDA_VISIBLE_DEVICES=" in res.stderr and not (tmp_path / "out").exists()
