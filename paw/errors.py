@@ -24,9 +24,11 @@ class PawError(Exception):
 
 
 class Refused(PawError):
-    """The inputs are valid but PAW declines on evidence: ``auto`` transfer to an unrelated target.
+    """The inputs are valid but PAW declines on evidence: ``auto`` transfer to an unrelated target, or
+    across a tokenizer change.
 
-    The user can override it (``--force``); a benchmark scores it as "refused", not as a failure.
+    The user can override the first (``--force``) and name a method for the second; a benchmark scores
+    it as "refused", not as a failure.
     """
 
 

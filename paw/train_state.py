@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paw.errors import PawError
+from paw.progress import status
 
 FORMAT = "paw-train-state"
 
@@ -109,12 +110,22 @@ class Checkpoints:
     save: Callable[[dict], Any] | None = None
     state: dict | None = None
     settings: dict = field(default_factory=dict)
+    where: str = "the checkpoint"  # the file ``state`` came from, named when a run resumes from it
 
-    def resume(self, params: Sequence[Any], optimizer, scheduler=None) -> int:
-        """The step to start from: 0, or the checkpoint's step with everything put back."""
+    def resume(self, params: Sequence[Any], optimizer, scheduler=None, *, steps: int | None = None) -> int:
+        """The step to start from: 0, or the checkpoint's step with everything put back (said on stderr).
+
+        ``steps``: the run's length; a checkpoint past it (or before step 0) is refused, not run as done.
+        """
         if self.state is None:
             return 0
-        return restore(self.state, params, optimizer, settings=self.settings, scheduler=scheduler)
+        step = self.state.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0 or (steps is not None and step > steps):
+            raise PawError(f"--resume: {self.where} says step {step!r}, not a step of this {steps}-step run; "
+                           "delete it to start over")
+        start = restore(self.state, params, optimizer, settings=self.settings, scheduler=scheduler)
+        status(f"resumed from step {start} of {self.where}")
+        return start
 
     def extra(self, key: str, default=None):
         """What the loop stored beside the tensors (its loss curve ...), from the resumed checkpoint."""

@@ -245,7 +245,11 @@ def pool_to_folder(folders: list[str | Path], output: str | Path, *, overwrite: 
 
 
 def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) -> dict:
+    import torch
+
     device = resolve_device(opts.device)
+    worker_count(opts.jobs, len(opts.seeds) * len(opts.tasks), device,  # refused before any model is built
+                 gpu_visible=torch.cuda.is_available())
     t0 = time.perf_counter()
     bases, notes = build_bases(opts, workdir, progress=progress)
     words = common_words(build_corpora(Path(opts.commonsense) if opts.commonsense else None,
@@ -320,19 +324,38 @@ def _worker(unit: tuple[int, str]):
     return _unit(_CONTEXT, *unit)
 
 
+def worker_count(jobs: int, units: int, device, *, gpu_visible: bool) -> int:
+    """How many forked processes run the ``units`` (seed, task) units: ``min(jobs, units)``, or a refusal.
+
+    Workers are forked CPU processes. Several on one GPU would each hold every model, and on a machine
+    where PyTorch sees a GPU a fork fails once the parent has run autograd (it trained every base model;
+    PyTorch's autograd engine then holds device threads a child cannot inherit). Both are refused
+    (:class:`~paw.errors.PawError`) rather than quietly run in one process.
+    """
+    jobs = min(jobs, units)
+    if jobs > 1 and getattr(device, "type", str(device)) != "cpu":
+        raise PawError(f"--jobs {jobs} with --device {device}: the workers are CPU processes (on one GPU each would "
+                       f"hold every model); pass --jobs 1 to run on the GPU, or --device cpu")
+    if jobs > 1 and (gpu_visible or "fork" not in multiprocessing.get_all_start_methods()):
+        why = ("PyTorch sees a GPU here, and a forked worker cannot run autograd after the parent has; hide it "
+               "with CUDA_VISIBLE_DEVICES= to fork CPU workers") if gpu_visible else \
+            "this platform cannot fork processes"
+        raise PawError(f"--jobs {jobs}: {why}, or pass --jobs 1")
+    return jobs
+
+
 def _map_units(context: _Context, units: list[tuple[int, str]]):
     """Results of every unit, in order: in this process, or in ``opts.jobs`` forked workers on the CPU.
 
     Every unit seeds its own work, so the results do not depend on how the units are spread.
     """
+    import torch
+
     global _CONTEXT
-    opts, device = context.opts, context.device
-    jobs = min(opts.jobs, len(units))
-    if jobs > 1 and (getattr(device, "type", str(device)) != "cpu" or "fork" not in multiprocessing.get_all_start_methods()):
-        status(f"--jobs {opts.jobs}: workers are forked CPU processes; running in one process on {device}")
-        jobs = 1
+    jobs = worker_count(context.opts.jobs, len(units), context.device, gpu_visible=torch.cuda.is_available())
     if jobs == 1:
         return [_unit(context, *u) for u in units]
+    status(f"--jobs {jobs}: {len(units)} (seed, task) units over {jobs} forked worker processes on the CPU")
     _CONTEXT = context
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:

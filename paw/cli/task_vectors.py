@@ -46,9 +46,16 @@ def register(app: typer.Typer) -> None:
         Example: paw task-vectors --base ./tiny/base --models ./tiny/finetune --outdir tv_stats
         """
         from paw.errors import PawError
+        from paw.knobs import typed_on_command_line
         from paw.taskvec.pipeline import task_vectors as run_task_vectors
         from paw.taskvec.spectra import SpectraOptions
 
+        unused = [] if spectra else sorted(typed_on_command_line(["spectra_ranks", "spectra_exact", "mask_density"]))
+        if unused:  # they would change nothing: say so rather than run without them
+            flags = ", ".join("--" + name.replace("_", "-") for name in unused)
+            one = len(unused) == 1
+            raise PawError(f"{flags} {'is a' if one else 'are'} --spectra option{'' if one else 's'}; add --spectra "
+                           f"or drop {'it' if one else 'them'}")
         try:
             ranks = tuple(int(r) for r in spectra_ranks.split(","))
         except ValueError:

@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
             figures = " ".join(f"{k} {_four(c.get(k))}" for k in ("mean", "std", "min", "max"))
             typer.echo(f"semantic check over {c['texts']} texts: cosine {figures}")  # 4 digits: stable across BLAS
         if "heal" in result.record:
-            _print_heal(result.record["heal"])
+            _print_heal(result.record["heal"], result.heal_seconds)
         typer.echo(f"wrote {output}")
 
     @app.command("heal-transplant", cls=multi_value_command("--corpus", "--eval-corpus"))
@@ -184,17 +184,17 @@ def register(app: typer.Typer) -> None:
                               seq_len=seq_len, eval_every=eval_every, eval_texts=eval_texts, seed=seed, device=device,
                               original=original)
         result = heal_transplant(model, output, options, overwrite=overwrite, command=command_line())
-        _print_heal(result.record)
+        _print_heal(result.record, result.seconds)
         typer.echo(f"wrote {output} (paw_heal.json, heal_curve.png)")
 
 
-def _print_heal(record: dict) -> None:
+def _print_heal(record: dict, seconds: float | None) -> None:
     b = record["bpb"]
     gap = ""
     if b.get("original") is not None and b["before"] > b["original"]:
         closed = (b["before"] - b["after"]) / (b["before"] - b["original"])
         gap = f"; original {b['original']:.4f}, {closed:.0%} of the gap closed"
-    typer.echo(f"healed {record['rows_trained']:,} rows for {record['steps']} steps in {record['seconds']} s: "
+    typer.echo(f"healed {record['rows_trained']:,} rows for {record['steps']} steps in {seconds or 0:.1f} s: "
                f"held-out bits per byte {b['before']:.4f} -> {b['after']:.4f}{gap}")
 
 

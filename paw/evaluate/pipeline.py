@@ -31,6 +31,7 @@ from paw.io.lm import check_dtype, load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.io.train_state import (
+    STATE_NAME,
     check_work_dir,
     load_train_state,
     remove_train_state,
@@ -168,7 +169,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     inputs = describe_inputs(model=model, data=data, eval_data=eval_data)
     work = work_dir(output)
     checkpoints = Checkpoints(save_every, save=partial(save_train_state, work) if ranks.main else None,
-                              state=load_train_state(work) if resume else None,
+                              state=load_train_state(work) if resume else None, where=str(work / STATE_NAME),
                               settings={**settings, "data": inputs["data"], "limit": limit})
     if not ranks.main:  # the other ranks train their share and write nothing
         peft_model, _ = train_lora(lm, tokenizer, items, **settings, checkpoints=checkpoints,

@@ -152,7 +152,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     metrics["trainable_parameters"] = sum(p.numel() for p in params)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     pad_id = pad_id_of(tokenizer)
-    start = checkpoints.resume(params, optimizer)
+    start = checkpoints.resume(params, optimizer, steps=steps)
     losses: list[float] = list(checkpoints.extra("losses", []))
     peft_model.train()
     order = batches_in_order(len(encoded), batch_size, steps, seed)

@@ -41,6 +41,7 @@ from paw.io.manifest import describe_input, records_call
 from paw.io.reports import save_figure
 from paw.knobs import knob
 from paw.progress import track
+from paw.validate import NonFinite, nonfinite
 
 PathLike = str | Path
 REPORT_JSON = "extract_report.json"
@@ -141,6 +142,7 @@ def extract_lora(base: PathLike, finetune: PathLike, output: PathLike, options: 
     base_ckpt, ft_ckpt = open_checkpoint(base), open_checkpoint(finetune)
     fam = check_pair(base_ckpt, ft_ckpt)
     check_output(output, overwrite=options.overwrite, inputs=[base_ckpt.path, ft_ckpt.path])
+    _refuse_nonfinite(base_ckpt, ft_ckpt)
     records, not_carried, tensors = _extract_all(base_ckpt, ft_ckpt, fam, options, device)
     lora = [r for r in records if r["how"] == "lora"]
     if not lora:
@@ -175,6 +177,20 @@ def _extract_all(base, finetune, fam, options: ExtractOptions, device):
             not_carried.append({"tensor": name, "kind": plan.role, "relative_change": change})
         del b, f, delta
     return records, not_carried, tensors
+
+
+def _refuse_nonfinite(base, finetune) -> None:
+    """Refuse a base or fine-tune tensor holding NaN/Inf before any delta is decomposed: an SVD of it
+    fails to converge (or returns NaN factors), and no flag can make its low-rank part meaningful.
+    One read of each tensor (a sum, mostly), so a broken input is named in seconds, not after hours of SVDs."""
+    for name in track(list(base), "checking for NaN/Inf", unit="tensors"):
+        for ckpt in (base, finetune):
+            tensor = ckpt[name]
+            bad = nonfinite(tensor)
+            if bad:
+                raise NonFinite(f"tensor {name!r} holds {bad} NaN/Inf value(s) of {tensor.numel()}: no low-rank "
+                                "part of it can be taken (SVD); nothing was written", path=ckpt.path)
+            del tensor
 
 
 def _float(tensor):

@@ -44,7 +44,7 @@ from paw.io.hub import resolve_path
 from paw.io.tokenizer_info import SpecialToken, TokenizerInfo
 from paw.io.tokenizer_json import embedding_rows, read_json_object_or_none, read_tokenizer_json
 
-__all__ = ["CL100K_PATTERN", "SpecialToken", "TokenizerInfo", "open_tokenizer", "read_corpus"]
+__all__ = ["CL100K_PATTERN", "SpecialToken", "TokenizerInfo", "open_tokenizer", "read_corpus", "two_model_tokenizers"]
 
 # tiktoken's cl100k_base split pattern; the default for rank files that neither say nor are known by name
 CL100K_PATTERN = PATTERNS["gpt4"]
@@ -75,6 +75,22 @@ def open_tokenizer(spec: str | Path, *, pattern: str | None = None, fast: bool =
             raise PawError("tokenizer.json is a folder, not a file", path=path / "tokenizer.json")
         raise PawError(f"folder has no tokenizer.json, *.tiktoken or *.model file{folder_hint(path)}", path=path)
     return _open_file(path, str(spec), pattern, fast)
+
+
+def two_model_tokenizers(first: str | Path, second: str | Path) -> tuple[TokenizerInfo, TokenizerInfo] | None:
+    """The ``tokenizer.json`` of two model folders, or None when either folder has none or both files
+    hold the same bytes (the same tokenizer, known without reading it)."""
+    files = []
+    for spec in (first, second):
+        path = resolve_path(spec, what="model")
+        if not (path.is_dir() and (path / "tokenizer.json").is_file()):
+            return None
+        files.append((path / "tokenizer.json", str(spec)))
+    if files[0][0].stat().st_size == files[1][0].stat().st_size and \
+            files[0][0].read_bytes() == files[1][0].read_bytes():
+        return None
+    a, b = (read_tokenizer_json(path, spec, fast=False) for path, spec in files)
+    return a, b
 
 
 def _open_file(path: Path, spec: str, pattern: str | None, fast: bool) -> TokenizerInfo:

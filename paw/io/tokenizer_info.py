@@ -122,7 +122,7 @@ class TokenizerInfo:
             return self.backend.encode_ordinary_batch(list(texts), num_threads=2)
         if self.fast is not None:
             return self.fast.encode_ordinary_batch(list(texts), num_threads=2)
-        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+        return [e.ids for e in self._hf_encode(list(texts))]
 
     def encode_with_ends(self, texts: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
         """Ids and each token's end offset in **characters** of the text (for boundary agreement).
@@ -134,8 +134,27 @@ class TokenizerInfo:
         if self.kind in RANK_KINDS or self.fast is not None:
             ids = self.encode_batch(texts)
             return ids, [_char_ends(t, [len(self.vocab[i] or b"") for i in row]) for t, row in zip(texts, ids, strict=True)]
-        encs = self.backend.encode_batch(texts, add_special_tokens=False)
+        encs = self._hf_encode(texts)
         return [e.ids for e in encs], [[o[1] for o in e.offsets] for e in encs]
+
+    def _hf_encode(self, texts: list[str]) -> list:
+        """``tokenizers``' encodings of ``texts``; what it cannot encode is one line naming the tokenizer
+        and the first text it fails on (a Unigram model without ``unk_id`` raises on any character it
+        has no piece for)."""
+        try:
+            return self.backend.encode_batch(texts, add_special_tokens=False)
+        except Exception as err:  # tokenizers raises a bare Exception
+            for text in texts:
+                try:
+                    self.backend.encode(text, add_special_tokens=False)
+                except Exception:  # noqa: BLE001 (the same failure, to name the text)
+                    shown = text if len(text) <= 60 else text[:57] + "..."
+                    break
+            else:
+                shown = "?"
+            said = (str(err).splitlines() or [type(err).__name__])[0][:200]
+            raise PawError(f"the tokenizer cannot encode the text {shown!r} ({said}); give it a model with an "
+                           "unknown token (unk_id) or text it covers", path=self.spec) from None
 
     def tokenizer_json(self) -> str:
         """The tokenizer as ``tokenizer.json`` text (rank tables are converted to byte-level BPE)."""

@@ -34,6 +34,7 @@ from paw.errors import PawError
 from paw.io.atomic import atomic_file
 
 STATE_NAME = "train-state.pt"
+STATE_KEYS = ("step", "settings", "params", "optimizer")  # what every checkpoint holds (paw.train_state.capture)
 CACHE_GLOB = "continuations-rank*.jsonl"
 
 
@@ -71,19 +72,29 @@ def save_train_state(folder: str | os.PathLike, state: dict[str, Any]) -> Path:
 
 
 def load_train_state(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The checkpoint in ``folder``, or None when there is none; a damaged one names the file."""
+    """The checkpoint in ``folder``, or None when there is none; a damaged, empty or cut one, or a folder of
+    its name, is refused naming the file."""
     import torch
 
     path = Path(folder) / STATE_NAME
+    if path.exists() and not path.is_file():  # a restart from step 0 would have hidden it
+        raise PawError("is a folder, not a training checkpoint; --resume reads the file of this name: move the "
+                       "folder away to start over", path=path)
     if not path.is_file():
         return None
+    if path.stat().st_size == 0:
+        raise PawError("is empty, not a training checkpoint; delete it to start over", path=path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises what the bytes make it raise
-        raise PawError(f"not a readable training checkpoint ({str(err).splitlines()[0][:200]}); "
-                       "delete it to start over", path=path) from None
+    except Exception as err:  # torch raises what the bytes make it raise (a bare EOFError on a cut file)
+        said = (str(err).splitlines() or [""])[0][:200] or type(err).__name__
+        raise PawError(f"not a readable training checkpoint ({said}); delete it to start over", path=path) from None
     if not isinstance(state, dict) or "step" not in state:
         raise PawError("not a PAW training checkpoint (no step); delete it to start over", path=path)
+    missing = [key for key in STATE_KEYS if key not in state]
+    if missing:
+        raise PawError(f"not a complete training checkpoint (no {', '.join(missing)}); delete it to start over",
+                       path=path)
     return state
 
 

@@ -29,7 +29,7 @@ from paw.io.manifest import describe_input, records_call
 from paw.merge.adapters import ADAPTER_METHODS, AdapterMethod, concat_factors, lora_norm, svd_factors
 from paw.merge.methods import METHODS, tensor_seed
 from paw.merge.weights import WEIGHT_MODES, weights_from_norms
-from paw.validate import FLOAT32_MAX, finite, finite_all
+from paw.validate import ALLOW_HINT, FLOAT32_MAX, NonFinite, finite, finite_all, nonfinite
 
 REPORT = "adapter_merge.json"
 MANIFEST = "paw_merge.json"
@@ -150,6 +150,7 @@ def merge_adapters(options: AdapterMergeOptions, *, command: str | None = None) 
     method = ADAPTER_METHODS[options.method]
     check_output(options.output, overwrite=options.overwrite, inputs=options.adapters)
     adapters = [read_adapter(a) for a in options.adapters]
+    _refuse_nonfinite(adapters, options.adapters, allow=options.allow_nonfinite and method.exact)
     groups = _module_groups(adapters, options.adapters)
     weights = _weights(options, adapters)
     device = resolve_device(options.device)
@@ -170,6 +171,23 @@ def merge_adapters(options: AdapterMergeOptions, *, command: str | None = None) 
     out = write_adapter(options.output, LoraAdapter(config=config, tensors=tensors), overwrite=options.overwrite,
                         extra_files={REPORT: report, MANIFEST: manifest}, allow_nonfinite=options.allow_nonfinite)
     return MergedAdapter(Path(out), report)
+
+
+def _refuse_nonfinite(adapters: list[LoraAdapter], specs: list[str], *, allow: bool) -> None:
+    """Refuse an input factor holding NaN/Inf before any module is merged, naming the adapter and tensor.
+
+    An SVD of a delta with NaN/Inf fails to converge, and the TIES sign election silently drops NaN
+    (every comparison with it is false), so the ``*-svd`` methods refuse whatever ``allow`` says; only
+    ``cat``, which stacks the factors as they are, lets ``--allow-nonfinite`` carry them through.
+    """
+    if allow:
+        return
+    for spec, adapter in zip(specs, adapters, strict=True):
+        for key, tensor in sorted(adapter.tensors.items()):
+            bad = nonfinite(tensor)
+            if bad:
+                raise NonFinite(f"tensor {key!r} holds {bad} NaN/Inf value(s) of {tensor.numel()}; nothing was "
+                                f"merged or written (with --method cat, {ALLOW_HINT})", path=spec)
 
 
 def _module_groups(adapters: list[LoraAdapter], specs: list[str]) -> dict[str, list[tuple[int, LoraModule]]]:

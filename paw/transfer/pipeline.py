@@ -32,7 +32,7 @@ from paw.transfer.relatedness import (
     judge,
 )
 from paw.transfer.summary import TransferSummary
-from paw.transfer.vocab import DISTILL_HINT, VocabIndex
+from paw.transfer.vocab import DISTILL_HINT, VocabIndex, auto_refusal, vocabulary_change
 
 AUTO = "auto"
 
@@ -44,7 +44,7 @@ def method_names() -> list[str]:
 # Measured by scripts/bench_transfer_quality.py: with the source's weights and a transplanted
 # tokenizer, every data-free method recovered ~0 of the gain (the adapter learned token sequences
 # that no longer occur), although each module looks perfectly related.
-TOKENIZER_CHANGE = ("source and target tokenizers differ (--vocab-map): the adapter was trained on the "
+TOKENIZER_CHANGE = ("source and target tokenizers differ ({change}): the adapter was trained on the "
                     "source's token sequences, and in PAW's benchmark no data-free method kept any of the "
                     "gain across a tokenizer change although every module looked related; evaluate before "
                     f"use, or {DISTILL_HINT}")
@@ -53,12 +53,15 @@ TOKENIZER_CHANGE = ("source and target tokenizers differ (--vocab-map): the adap
 def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank: int | None = None,
                   min_similarity: float | None = None, layer_map: str = AUTO, vocab_map=None,
                   ridge: float = 1e-2, force: bool = False, device="cpu",
-                  target_name: str | None = None) -> tuple[Any, dict]:
+                  target_name: str | None = None, id_change: str | None = None) -> tuple[Any, dict]:
     """Move ``adapter`` (a :class:`paw.io.adapter.LoraAdapter`) from ``source`` to ``target`` bases.
 
     ``source``/``target``: checkpoints (``Mapping`` name -> tensor with ``.config``, ``.name``, ``.path``).
     Returns ``(adapter for the target, report dict)``; every output module keeps its rank r.
     ``vocab_map``: a :class:`paw.io.vocab_map.VocabMapping` or None (same tokenizer).
+    ``id_change``: how the two tokenizers differ on the same ids (:func:`paw.vocab.compare.id_difference`),
+    None when they agree or are not at hand. ``auto`` refuses (:class:`~paw.errors.Refused`, ``force``
+    or not) whenever the vocabularies differ, with or without ``vocab_map``; a named method warns.
     ``layer_map``: ``auto`` (default, see :mod:`paw.transfer.pairing`) or one of :data:`LAYER_MAPS`.
     Raises PawError on bad input, :class:`~paw.errors.NotApplicable` when the method cannot map the
     adapter, and :class:`~paw.errors.Refused` when ``auto`` finds the target unrelated under every
@@ -77,6 +80,9 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     if not modules:
         raise PawError("the adapter holds no LoRA factors", path=adapter.path)
     placed = {m: _check_module(adapter, lm, source) for m, lm in modules.items()}
+    change = vocabulary_change(vocab_map, _rows(source), _rows(target), id_change)
+    if method == AUTO and change is not None:
+        raise Refused(auto_refusal(change))
     vocab = VocabIndex.from_mapping(vocab_map, _rows(source), _rows(target))
     ctx = Context(source, target, device, ridge=ridge, subspace_rank=subspace_rank, vocab=vocab)
     attempts = []
@@ -89,8 +95,8 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
             if method != AUTO or force or not TransferSummary.from_report(report).unrelated:
                 break
     report["layers"]["tried"] = attempts
-    if vocab_map is not None:
-        report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE]
+    if change is not None:
+        report["warnings"] = report.get("warnings", []) + [TOKENIZER_CHANGE.format(change=change)]
     if method == AUTO and TransferSummary.from_report(report).unrelated and not force:
         raise Refused(_refusal(report, attempts))
     done = [r for r in records if r["transferred"]]

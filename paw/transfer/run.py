@@ -27,6 +27,7 @@ from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.finite import nonfinite_policy
 from paw.io.manifest import describe_input, records_call
+from paw.io.tokenizer import two_model_tokenizers
 from paw.io.transfer_report import write_transfer
 from paw.io.vocab_map import read_vocab_map
 from paw.transfer.distill.options import DISTILL, DistillOptions
@@ -37,6 +38,7 @@ from paw.transfer.pipeline import transfer_lora
 from paw.transfer.plots import similarity_figure
 from paw.transfer.summary import DistillSummary, LayerPairing, TransferSummary
 from paw.validate import ALLOW_HINT, NonFinite, nonfinite, refuse_nonfinite_all
+from paw.vocab.compare import id_difference
 
 PathLike = str | Path
 DEFAULTS = TransferOptions()
@@ -132,14 +134,14 @@ def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLik
     lora = read_adapter(adapter)
     source, target = open_checkpoint(source_base), open_checkpoint(target_base)
     check_output(output, overwrite=overwrite, inputs=[lora.path, source.path, target.path, vocab_map])
-    mapping = None
-    if vocab_map is not None:
-
-        mapping = read_vocab_map(vocab_map)
+    mapping = None if vocab_map is None else read_vocab_map(vocab_map)
+    tokenizers = two_model_tokenizers(source_base, target_base)  # None: no tokenizer.json, or the same file
+    id_change = None if tokenizers is None else id_difference(*tokenizers)
     try:
         moved, report = transfer_lora(lora, source, target, method=method, subspace_rank=o.subspace_rank,
                                       min_similarity=o.min_similarity, layer_map=o.layer_map, vocab_map=mapping,
-                                      ridge=o.ridge, force=o.force, device=dev, target_name=str(target_base))
+                                      ridge=o.ridge, force=o.force, device=dev, target_name=str(target_base),
+                                      id_change=id_change)
     except torch.linalg.LinAlgError as err:  # an SVD or solve that did not converge (NaN inputs, mostly)
         _name_nonfinite(lora, source, target)
         raise PawError(f"the linear algebra of the transfer failed ({str(err).splitlines()[0][:200]})") from None

@@ -18,6 +18,35 @@ MAX_FIT_TOKENS = 8192  # tokens used to fit residual-stream maps (a seeded sampl
 DISTILL_HINT = "distill it with --method distill --prompts FILE (label-free task inputs; docs/distill.md)"
 
 
+def vocabulary_change(vocab_map, source_rows: int, target_rows: int, id_change: str | None) -> str | None:
+    """How the two models' token ids differ, in words, or None when id ``i`` means the same on both sides.
+
+    ``vocab_map``: a :class:`paw.io.vocab_map.VocabMapping` or None; ``id_change``: what
+    :func:`paw.vocab.compare.id_difference` found comparing the two tokenizers (None: same, or unknown).
+    ``(None, 256, 300, None)`` -> ``'256 source rows, 300 target rows'``.
+    """
+    if source_rows != target_rows:
+        return f"{source_rows} source rows, {target_rows} target rows"
+    if id_change is not None:
+        return f"{source_rows} rows each, but {id_change}"
+    if vocab_map is not None and not _maps_ids_to_themselves(vocab_map):
+        return f"{source_rows} rows each, and --vocab-map sends target ids to other source ids"
+    return None
+
+
+def auto_refusal(change: str) -> str:
+    """Why ``auto`` moves nothing across another vocabulary: the one message for every such case."""
+    return (f"the vocabularies differ ({change}): --method auto moves no adapter across a tokenizer change (in "
+            "PAW's benchmark no data-free method kept any of the gain there, although every module looked "
+            f"related); {DISTILL_HINT}; or name a weight-space --method with --vocab-map (made by paw "
+            "align-vocab) to try anyway")
+
+
+def _maps_ids_to_themselves(mapping) -> bool:
+    return mapping.source_size == mapping.target_size and len(mapping.entries) == mapping.target_size and all(
+        ids == [t] for t, (_, ids, _) in mapping.entries.items())
+
+
 @dataclass
 class VocabIndex:
     """Sparse (V_t, V_s) map as flat triplets; ``identity`` when both sides share the tokenizer."""

@@ -23,7 +23,8 @@ import numpy as np
 from paw.io.tokenizer import TokenizerInfo
 from paw.vocab.roles import ROLES, role_of
 
-__all__ = ["vocab_diff", "special_table", "display_token", "encoding_rows", "summarize_rows", "token_counts"]
+__all__ = ["vocab_diff", "special_table", "display_token", "encoding_rows", "summarize_rows", "token_counts",
+           "id_difference"]
 
 
 def display_token(b: bytes) -> str:
@@ -32,6 +33,28 @@ def display_token(b: bytes) -> str:
         return json.dumps(b.decode("utf-8"), ensure_ascii=False)
     except UnicodeDecodeError:
         return repr(b)
+
+
+def id_difference(source: TokenizerInfo, target: TokenizerInfo) -> str | None:
+    """The first id that stands for another token in ``target`` than in ``source``, said in words; None
+    when every id means the same (same canonical bytes, same special tokens).
+
+    A weight copied from one model to the other reads ids, not text, so one differing id is enough:
+    swapping ``" the"`` (id 100) and ``"ab"`` (id 101) gives ``'id 100 is " the" in the source, "ab"
+    in the target'``.
+    """
+    for i in range(max(source.size, target.size)):
+        a, b = _meaning(source, i), _meaning(target, i)
+        if a != b:
+            return f"id {i} is {a} in the source, {b} in the target"
+    return None
+
+
+def _meaning(tok: TokenizerInfo, i: int) -> str:
+    if i in tok.specials:
+        return f"special {tok.specials[i].content!r}" if tok.specials[i].special else repr(tok.specials[i].content)
+    token = tok.vocab[i] if i < tok.size else None
+    return "unused" if token is None else display_token(token)
 
 
 def _token_set(tok: TokenizerInfo) -> dict[bytes, int]:

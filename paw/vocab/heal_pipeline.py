@@ -83,16 +83,22 @@ def check_heal_request(steps: int, corpus: Sequence[PathLike] | None) -> None:
 
 @dataclass(frozen=True)
 class Healed:
-    """What ``heal_transplant`` wrote; ``record`` is ``paw_heal.json``."""
+    """What ``heal_transplant`` wrote; ``record`` is ``paw_heal.json``. ``seconds`` (the training's wall
+    time) stays out of the record, so a seeded rerun writes the same bytes."""
 
     output: Path
     record: dict[str, Any]
+    seconds: float = 0.0
 
 
 @records_call
 def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, overwrite: bool = False,
-                    command: str | None = None) -> Healed:
-    """Train the non-exact embedding/head rows of the transplanted ``model``; write ``output``."""
+                    command: str | None = None, model_input: dict[str, Any] | None = None) -> Healed:
+    """Train the non-exact embedding/head rows of the transplanted ``model``; write ``output``.
+
+    ``model_input``: what ``paw_heal.json`` records as the model input instead of ``model``'s path, for a
+    ``model`` in a temporary folder that will be gone (``transplant-tokenizer --heal-steps``).
+    """
     options.check()
     check_output(output, overwrite=overwrite)
     model = Path(model)
@@ -121,19 +127,19 @@ def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, 
     seconds = time.monotonic() - start
     original = _original_bpb(options, held, dev) if options.original else None
     record = {"paw_version": __version__, "command": command,
-              "inputs": {"model": describe_input(model), "corpus": [describe_input(c) for c in options.corpus],
+              "inputs": {"model": model_input or describe_input(model), "corpus": [describe_input(c) for c in options.corpus],
                          "eval_corpus": [describe_input(c) for c in options.eval_corpus] or "every 10th corpus text"},
               "rows_trained": len(heal_ids), "tensors_trained": names, "steps": plan.steps, "lr": plan.lr,
               "batch": plan.batch, "seq_len": plan.seq_len, "warmup": plan.warmup, "seed": plan.seed,
               "device": str(dev), "train_tokens": len(stream), "eval_texts": min(len(held), options.eval_texts),
               "bpb": {"before": curve[0]["bpb"], "after": curve[-1]["bpb"], "original": original},
-              "curve": curve, "seconds": round(seconds, 1)}
+              "curve": curve}
     new = _healed_matrices(lm, names)
     write_checkpoint(output, _patched(ckpt, names, new, heal_ids), copy_from=model, overwrite=overwrite,
                      extra_files=_side_files(model, mapping, json_safe(record)))
     save_figure(H.curve_figure(curve, original_bpb=original, title=f"heal: {len(heal_ids):,} rows, {plan.steps} steps"),
                 Path(output) / "heal_curve.png")
-    return Healed(Path(output), record)
+    return Healed(Path(output), record, seconds)
 
 
 def _map_file(model: Path) -> Path:

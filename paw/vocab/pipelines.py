@@ -150,6 +150,7 @@ class Transplant:
 
     output: Path
     record: dict[str, Any]
+    heal_seconds: float | None = None  # the healing's wall time (--heal-steps), kept out of the record
 
     @property
     def coverage(self) -> dict[str, int]:
@@ -262,6 +263,11 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
     return Transplant(Path(output), record)
 
 
+# what the heal records as its model input when the transplant it healed was made in a temporary folder
+TRANSPLANTED_HERE = {"note": "the transplant of this run (paw_transplant.json), made in a temporary folder "
+                             "that is not kept"}
+
+
 def _transplant_then_heal(model, tokenizer, output, heal: HealOptions, *, overwrite: bool, command, **kw) -> Transplant:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -269,10 +275,11 @@ def _transplant_then_heal(model, tokenizer, output, heal: HealOptions, *, overwr
         first = transplant_tokenizer(model, tokenizer, Path(tmp) / "model", command=command, **kw)
         if heal.original is None:
             heal = dataclasses.replace(heal, original=model)
-        healed = heal_transplant(first.output, output, heal, overwrite=overwrite, command=command)
+        healed = heal_transplant(first.output, output, heal, overwrite=overwrite, command=command,
+                                 model_input=TRANSPLANTED_HERE)
     record = {**first.record, "heal": healed.record}
     write_json(output / "paw_transplant.json", record)
-    return Transplant(output, record)
+    return Transplant(output, record, healed.seconds)
 
 
 def _mapping(ckpt, names, src, tgt, rows, methods, vocab_map, corpus, anchors, dev):

@@ -68,8 +68,8 @@ def test_distill_steps_default_to_three_lora_budgets_and_are_checked():
         BenchOptions(jobs=0).check()
 
 
-def test_jobs_give_the_results_of_one_process(tmp_path):
-    """Two forked workers, one per seed: every outcome and row as in one process (timings aside)."""
+def test_jobs_give_the_results_of_one_process(tmp_path, capsys):
+    """Two forked workers, one per seed: every outcome and row as in one process (timings aside), and said."""
     from dataclasses import replace
 
     from paw.bench.options import quick_options
@@ -77,7 +77,9 @@ def test_jobs_give_the_results_of_one_process(tmp_path):
 
     opts = quick_options(seeds=(0, 1), tasks=("facts",), targets=("pruned",), methods=("auto",), distill=("inputs",))
     one = run_benchmark(opts, tmp_path / "one", progress=False)
+    capsys.readouterr()
     two = run_benchmark(replace(opts, jobs=2), tmp_path / "two", progress=False)
+    assert "--jobs 2: 2 (seed, task) units over 2 forked worker processes on the CPU" in capsys.readouterr().err
 
     def timeless(x):
         if isinstance(x, dict):

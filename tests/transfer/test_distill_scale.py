@@ -108,6 +108,7 @@ def test_a_killed_distillation_resumes_to_the_bytes_of_an_uninterrupted_one(cli,
     assert result.exit_code == 0, result.stderr
     assert len(steps) == 4  # steps 3 to 6: the first two came from the checkpoint
     assert "[paw] distilling: 6/6 steps (100%)" in result.stderr  # counted from the checkpoint (not 4/4)
+    assert f"[paw] resumed from step 2 of {tmp_path / 'cut-work' / 'train-state.pt'}" in result.stderr
     assert (tmp_path / "cut" / ADAPTER).read_bytes() == (tmp_path / "whole" / ADAPTER).read_bytes()
 
 

@@ -194,7 +194,7 @@ def test_vocabulary_map_permutes_embedding_lora(tmp_path, troot, src, state, sav
                            target_modules=["v_proj", "embed_tokens", "lm_head"])
     mapping = VocabMapping(V, V, {t: ("exact", [int(perm[t])], [1.0]) for t in range(V)})
     s, t = open_checkpoint(src), open_checkpoint(permuted)
-    moved, report = transfer_lora(read_adapter(folder), s, t, vocab_map=mapping)
+    moved, report = transfer_lora(read_adapter(folder), s, t, method="copy", vocab_map=mapping)  # auto refuses a map
     assert report["summary"]["methods"] == {"copy": LAYERS + 2}
     assert any("tokenizers differ" in w for w in report["warnings"])  # the benchmark's finding, said
     ids = torch.randint(4, 250, (2, 12), generator=torch.Generator().manual_seed(0))

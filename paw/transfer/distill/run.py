@@ -30,6 +30,7 @@ from paw.io.manifest import describe_input
 from paw.io.mcdata import parse_record
 from paw.io.tokenizer import open_tokenizer
 from paw.io.train_state import (
+    STATE_NAME,
     check_work_dir,
     load_train_state,
     remove_train_state,
@@ -127,7 +128,8 @@ def _scale(output, o: DistillOptions, ranks, inputs: dict) -> Scale:
                                            "token_focus", "target", "shift_scale")}
     settings["inputs"] = {k: v for k, v in inputs.items()}
     checkpoints = Checkpoints(o.save_every, save=partial(save_train_state, work) if ranks.main else None,
-                              state=load_train_state(work) if o.resume else None, settings=settings)
+                              state=load_train_state(work) if o.resume else None, settings=settings,
+                              where=str(work / STATE_NAME))
     return Scale(ranks=ranks, work=work, checkpoints=checkpoints, offload_teacher=o.offload_teacher,
                  gradient_checkpointing=o.gradient_checkpointing, fsdp=o.fsdp)
 
@@ -158,14 +160,14 @@ def read_inputs(path: str | Path, *, what: str = "prompt file") -> list:
     """Inputs of a file, read once: ``MCItem`` s of any layout ``paw eval`` reads, with or without
     their answers (answers are dropped later), ``str`` s of JSON records with a ``text``/``prompt`` field, or its plain lines."""
     lines = read_prompt_file(path, what=what)
-    first = _json_object(lines[0][1])
+    first = _json_object(lines[0][1], path, lines[0][0])
     if first is None:
         return [text.strip() for _, text in lines]
     if detect_format(first, labels=False) is not None:  # answers are dropped anyway: a file without them is fine
         return items_from_records(((n, parse_record(text, Path(path), n)) for n, text in lines), path, labels=False)
     texts = []
-    for number, (_, line) in enumerate(lines, start=1):
-        record = _json_object(line) or {}
+    for number, line in lines:
+        record = _json_object(line, path, number) or {}
         key = next((k for k in TEXT_KEYS if isinstance(record.get(k), str)), None)
         if key is None:
             raise PawError(f"line {number}: neither a multiple-choice item nor a record with a "
@@ -174,11 +176,14 @@ def read_inputs(path: str | Path, *, what: str = "prompt file") -> list:
     return texts
 
 
-def _json_object(line: str) -> dict | None:
+def _json_object(line: str, path, number: int) -> dict | None:
+    """The JSON object on a line, or None (plain text); JSON too deep for the parser names the line."""
     if not line.lstrip().startswith("{"):
         return None
     try:
         value = json.loads(line)
     except json.JSONDecodeError:
         return None
+    except RecursionError:
+        raise PawError(f"line {number}: JSON nested too deeply to be a prompt record", path=path) from None
     return value if isinstance(value, dict) else None

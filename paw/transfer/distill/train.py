@@ -490,7 +490,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     order = batches_in_order(len(examples), batch_size, steps, seed)
     checkpoints = scale.checkpoints if scale is not None else None
-    start = checkpoints.resume(params, optimizer) if checkpoints else 0
+    start = checkpoints.resume(params, optimizer, steps=steps) if checkpoints else 0
     curve: dict[str, list[float]] = (checkpoints.extra("curve") if checkpoints else None) or \
         {"loss": [], **{k: [] for k in LOSSES}}
     peft_model.train()
