@@ -61,12 +61,12 @@ def test_every_registry_refuses_a_second_entry_under_a_taken_name(module, name, 
 def test_cli_choices_follow_the_registries(cli):
     from paw.cli.merge import _Method, _Mode
     from paw.knobs import choices_of
-    from paw.transfer.options import TransferOptions
     from paw.merge.adapters import ADAPTER_METHODS
     from paw.merge.methods import METHODS as MERGE_METHODS
     from paw.merge.weights import WEIGHT_MODES
     from paw.transfer.distill import DISTILL
     from paw.transfer.layers import LAYER_MAPS
+    from paw.transfer.options import TransferOptions
     from paw.transfer.pipeline import method_names
 
     # the data-free maps of the registry, then distill (a training pipeline of its own)
