@@ -37,7 +37,7 @@ def open_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:
     if path.is_dir():
         files = _weight_files(path)
         config = read_json_if_exists(path / "config.json")
-        name = path.name if path.name != "" else "model"
+        name = path.name if path.name not in ("", ".", "..") else (path.resolve().name or "model")  # '..': its own name
         if "snapshots" in path.parts:  # HF cache: models--org--name/snapshots/<hash>
             name = path.parent.parent.name.split("--")[-1]
     else:

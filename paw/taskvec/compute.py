@@ -211,7 +211,7 @@ def unique_names(names: Sequence[str]) -> list[str]:
     """Folder-safe, distinct model names: ``['ft', 'ft'] -> ['ft', 'ft-2']``."""
     out, seen = [], set()
     for name in names:
-        clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "model"
+        clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".") or "model"  # never '..'
         candidate, n = clean, 1
         while candidate in seen:
             n += 1

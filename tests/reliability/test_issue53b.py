@@ -292,3 +292,19 @@ def test_bench_jobs_on_a_gpu_machine_is_refused_before_any_model_is_built(cli, t
               "pruned", "--jobs", "2", "--device", "cpu")
     assert res.exit_code == 2 and res.stderr.strip().splitlines()[-1].startswith("error: --jobs 2:"), res.stderr
     assert "CUDA_VISIBLE_DEVICES=" in res.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_model_named_dot_dot_reports_under_its_own_folder_name(cli, tiny_llama, tmp_path, monkeypatch):
+    """``--models ..`` once made the report folder ``OUTDIR/..`` ("cannot write the report: File exists")."""
+    import shutil
+
+    from paw.taskvec.compute import unique_names
+
+    assert unique_names(["..", ".", "ft"]) == ["model", "model-2", "ft"]
+    model = tmp_path / "tuned"
+    shutil.copytree(tiny_llama, model)
+    (model / "inside").mkdir()
+    monkeypatch.chdir(model / "inside")
+    result = cli("task-vectors", "--base", tiny_llama, "--models", "..", "--outdir", tmp_path / "tv")
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "tv").iterdir()) == ["pairwise_cosines.csv", "tuned"]
