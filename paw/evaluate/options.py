@@ -59,7 +59,7 @@ class TrainLoraOptions:
     output: str | Path | None = knob(None, "PEFT adapter folder to create (with metrics.json).", cli=Path)
     rank: int = knob(16, "LoRA rank r.", min=1)
     alpha: float = knob(32.0, "LoRA alpha (scaling alpha / r).")
-    target_modules: str = knob("all-linear", "all-linear, or a comma-separated list such as q_proj,v_proj.")
+    target_modules: str = knob("all-linear", "all-linear, or a comma-separated list of module names.")
     steps: int = knob(600, "Optimiser steps.", min=1)
     batch_size: int = knob(6, "Sequences per step.", min=1, max=4096)
     lr: float = knob(1.5e-5, "AdamW learning rate (constant).")
