@@ -179,7 +179,9 @@ def test_a_refused_transfer_leaves_no_staging_folder(cli, world, tmp_path):
     other = zoo.tiny_model(tmp_path / "other", "llama", seed=9, **DIMS)  # same shapes, trained apart: unrelated
     (tmp_path / "runs").mkdir()
     result = _move(cli, world, tmp_path / "runs" / "out", world["lora"], other)
-    assert result.exit_code == 2 and "unrelated" in result.stderr
+    # trained apart with its own tokenizer: auto refuses (the vocabularies differ), before any scoring
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "unrelated" in result.stderr or "vocabularies differ" in result.stderr, result.stderr
     assert _listing(tmp_path / "runs") == []  # neither the output nor the gate's staging folder
 
 

@@ -174,7 +174,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
     if shift is not None:   # the student's own base: the model with its new adapter off, as trained
         shift = T.Shift(shift.scale, shift.teacher_off, peft_model.disable_adapter)
-        T.add_student_base(train + tests, peft_model, device)
+        T.add_student_base(train + tests, peft_model, device, progress=shown)
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     pool = tests or train
     measured = agreement_inputs(pool, seed)

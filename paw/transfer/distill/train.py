@@ -153,7 +153,7 @@ def teacher_off(teacher: LM):
     return teacher.adapter_off or adapter_off(teacher.model)
 
 
-def add_student_base(examples: list[Example], peft_model, device) -> None:
+def add_student_base(examples: list[Example], peft_model, device, *, progress: bool = False) -> None:
     """Fill each example's ``student_base_choice_ll``: the student with its adapter off scores every choice
     (once, before training; the target of :func:`_choice_loss` under :class:`Shift`)."""
     flat = [enc for e in examples for enc in e.choices]
@@ -162,7 +162,7 @@ def add_student_base(examples: list[Example], peft_model, device) -> None:
     was_training = peft_model.training
     peft_model.eval()
     with peft_model.disable_adapter(), _autocast(device):   # as the training passes run
-        scores = score_encoded(peft_model, flat, pad_id=PAD_ID, device=device, progress=False)
+        scores = score_encoded(peft_model, flat, pad_id=PAD_ID, device=device, progress=progress)
     peft_model.train(was_training)
     cursor = 0
     for e in examples:
