@@ -32,6 +32,8 @@ def eval_command(options: EvalOptions, run: RunOptions) -> None:
     _print_metrics(result.metrics)
     if result.output is not None:
         typer.echo(f"results: {result.output}")
+    if options.per_item is not None:
+        typer.echo(f"per item: {options.per_item}")
 
 
 def train_lora_command(options: TrainLoraOptions, run: RunOptions, write: WriteOptions) -> None:

@@ -27,6 +27,8 @@ class EvalOptions:
     limit: int | None = knob(None, "Evaluate the first N items only.", min=1)
     batch_size: int = knob(8, "Sequences per forward pass.", min=1)
     output: str | Path | None = knob(None, "Write the metrics to this JSON file.", cli=Path)
+    per_item: str | Path | None = knob(None, "Write every item's choices, log-likelihoods and pick to this "
+                                             "JSON-lines file.", cli=Path)
     dtype: str = knob("auto", "Model dtype: auto (float32 on CPU, checkpoint dtype on GPU), float32, bfloat16, "
                               "float16.", choices=DTYPES)
     proxy_base: str | None = knob(None, "Proxy-tuning: the base model that --proxy-adapter was trained on (any "

@@ -29,6 +29,7 @@ from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
 from paw.io.lm import check_dtype, load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
+from paw.io.mcdata import write_records
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.io.train_state import (
     STATE_NAME,
@@ -76,13 +77,19 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
         check_output(output, overwrite=run.overwrite, inputs=read)
         if run.track != "none":
             check_output(run_dir, overwrite=run.overwrite, inputs=read)
+    if o.per_item is not None:
+        check_output(o.per_item, overwrite=run.overwrite, inputs=read)
 
     items = read_items(o.data, format=o.format, limit=o.limit)
     if o.proxy_base is None:
         lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=resolve_device(run.device), dtype=o.dtype)
-        metrics = evaluate(lm, tokenizer, items, batch_size=o.batch_size, progress=progress)
+        metrics = evaluate(lm, tokenizer, items, batch_size=o.batch_size, progress=progress,
+                           per_item=o.per_item is not None)
     else:
         metrics = _proxy_tuned(o, items, device=run.device, progress=progress)
+    if o.per_item is not None:   # every item as lm-eval's --log_samples keeps it; the metrics file stays as it was
+        write_records(o.per_item, item_records(items, metrics), overwrite=run.overwrite, inputs=read)
+        metrics = {k: v for k, v in metrics.items() if k not in PER_ITEM}
     inputs = describe_inputs(model=o.model, adapter=o.adapter, data=o.data, proxy_base=o.proxy_base,
                              proxy_adapter=o.proxy_adapter)
     config = {"command": command, **{k: v["path"] for k, v in inputs.items()}}
@@ -96,6 +103,22 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
                       limit=o.limit)
         log_once(run.track, staging / run_dir.name, config, {"test": metrics}, shown=run_dir)
     return Evaluation(metrics, output, tracking)
+
+
+PER_ITEM = ("correct", "correct_norm", "choice_logprobs")   # what summarize(per_item=True) adds
+
+
+def item_records(items, metrics: dict) -> list[dict]:
+    """One record per item: its question, choices, answer, every choice's summed log-likelihood, the pick and
+    whether it (and the length-normalised pick) was right."""
+    from paw.evaluate.mc import argmax_choice
+
+    return [{"index": k, "id": item.id, "question": item.question, "choices": list(item.choices),
+             "answer": item.answer, "choice_logprobs": lls, "pick": argmax_choice(lls), "correct": right,
+             "correct_norm": right_norm}
+            for k, (item, lls, right, right_norm) in enumerate(zip(items, metrics["choice_logprobs"],
+                                                                    metrics["correct"], metrics["correct_norm"],
+                                                                    strict=True))]
 
 
 def _proxy_tuned(o: EvalOptions, items, *, device, progress) -> dict:
@@ -112,7 +135,7 @@ def _proxy_tuned(o: EvalOptions, items, *, device, progress) -> dict:
     expert = choice_scores(expert_lm, expert_tok, items, batch_size=o.batch_size, progress=progress)
     with expert_lm.disable_adapter():
         anti = choice_scores(expert_lm, expert_tok, items, batch_size=o.batch_size, progress=progress)
-    metrics = summarize(items, proxy_scores(target, expert, anti, o.proxy_scale))
+    metrics = summarize(items, proxy_scores(target, expert, anti, o.proxy_scale), per_item=o.per_item is not None)
     alone = summarize(items, target)
     return {**metrics, "proxy": {"scale": o.proxy_scale, "target_alone": {k: alone[k] for k in ("accuracy", "stderr")},
                                  "note": "per choice: target + scale x (proxy base with adapter - without); "

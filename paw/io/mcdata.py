@@ -75,3 +75,11 @@ def write_items(path: str | Path, items: Sequence[FlatItem]) -> Path:
                       "answer": item.answer, "id": item.id}
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     return Path(path)
+
+
+def write_records(path: str | Path, records: Sequence[dict], *, overwrite: bool = False, inputs=()) -> Path:
+    """One JSON object per line (``paw eval --per-item``), written atomically; never over an input."""
+    with atomic_file(path, overwrite=overwrite, inputs=inputs, encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return Path(path)
