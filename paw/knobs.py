@@ -79,6 +79,14 @@ class RunOptions:
     track: str = knob("none", "Tracking: none, csv or swanlab (offline), to OUT-tracking/.")
 
 
+def require(options, *names: str) -> None:
+    """Refuse options whose ``names`` (the files a command cannot run without) were given neither as a flag nor
+    in ``--config``, naming the first missing flag."""
+    for name in names:
+        if getattr(options, name) is None:
+            raise PawError(f"missing option '{flag(type(options), name)}' (a flag, or '{name}:' in --config)")
+
+
 def choices_of(cls, name: str) -> tuple[str, ...] | None:
     """The values field ``name`` of ``cls`` allows (None: any of its type)."""
     for f in knobs(cls):

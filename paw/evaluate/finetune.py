@@ -38,7 +38,7 @@ from paw.io.hub import quiet_transformers
 from paw.io.lm import load_lm
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import write_checkpoint
-from paw.knobs import knob
+from paw.knobs import knob, require
 from paw.progress import track
 from paw.validate import FLOAT32_MAX, finite
 
@@ -62,9 +62,7 @@ class TrainFullFiles:
     eval_limit: int | None = knob(None, "Evaluate on the first N items only.", min=1)
 
     def check(self) -> None:
-        for name in ("model", "data", "output"):
-            if getattr(self, name) is None:
-                raise PawError(f"missing option '--{name}' (a flag, or '{name}:' in --config)")
+        require(self, "model", "data", "output")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from paw.errors import PawError
 from paw.evaluate.formats import READERS  # light: the readers are plain functions
-from paw.knobs import knob
+from paw.knobs import knob, require
 from paw.validate import finite
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -39,9 +39,7 @@ class EvalOptions:
 
     def check(self) -> None:
         """Refuse what no evaluation can run, naming the flag, before a file is read."""
-        for name in ("model", "data"):
-            if getattr(self, name) is None:
-                raise PawError(f"missing option '--{name}' (a flag, or '{name}:' in --config)")
+        require(self, "model", "data")
         if (self.proxy_base is None) != (self.proxy_adapter is None):
             raise PawError("proxy-tuning needs both --proxy-base (the adapter's own base) and --proxy-adapter")
         finite("--proxy-scale", self.proxy_scale)
@@ -83,9 +81,7 @@ class TrainLoraOptions:
                               "float16.")
 
     def check(self) -> None:
-        for name in ("model", "data", "output"):
-            if getattr(self, name) is None:
-                raise PawError(f"missing option '--{name.replace('_', '-')}' (a flag, or '{name}:' in --config)")
+        require(self, "model", "data", "output")
 
     def knobs(self) -> dict:
         """The keyword arguments of :func:`paw.evaluate.pipeline.train_lora_adapter` past its three paths."""

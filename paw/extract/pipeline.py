@@ -39,7 +39,7 @@ from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.manifest import describe_input, records_call
 from paw.io.reports import save_figure
-from paw.knobs import knob
+from paw.knobs import knob, require
 from paw.progress import track
 from paw.validate import NonFinite, nonfinite
 
@@ -68,9 +68,7 @@ class ExtractFiles:
     output: str | Path | None = knob(None, "PEFT adapter folder to create (with extract_report.json).", cli=Path)
 
     def check(self) -> None:
-        for name in ("base", "finetune", "output"):
-            if getattr(self, name) is None:
-                raise PawError(f"missing option '--{name}' (a flag, or '{name}:' in --config)")
+        require(self, "base", "finetune", "output")
 
 
 @dataclass(frozen=True)

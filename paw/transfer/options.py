@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paw.errors import PawError
-from paw.knobs import knob
+from paw.knobs import knob, require
 from paw.transfer.distill.options import DISTILL, DistillOptions
 from paw.validate import finite
 
@@ -31,9 +31,7 @@ class TransferFiles:
 
     def check(self) -> None:
         """Every file the command needs is named (by flag or by ``--config``)."""
-        for name in ("source_base", "target_base", "output"):
-            if getattr(self, name) is None:
-                raise PawError(f"missing option '--{name.replace('_', '-')}' (a flag, or '{name}:' in --config)")
+        require(self, "source_base", "target_base", "output")
 
 
 def _methods() -> tuple[str, ...]:
