@@ -7,10 +7,10 @@ from pathlib import Path
 
 from paw.errors import PawError
 from paw.evaluate.formats import READERS  # light: the readers are plain functions
+from paw.io.lm import DTYPES  # what load_lm accepts (light: torch is imported inside it)
 from paw.knobs import knob, require
 from paw.validate import finite
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 FORMATS = ("auto", *READERS)
 
 
