@@ -139,11 +139,13 @@ def random_deltas(norms: dict[str, float], model, *, rank: int, seed: int) -> di
 
 # ------------------------------------------------------------------------------------ LoRA
 
-def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing: bool = False, progress: bool = False):
+def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing: bool = False, progress: bool = False,
+                  checkpoints=None):
     """A LoRA trained on ``items`` on top of ``base``; returns ``(LoraAdapter, its first and last loss)``.
 
     ``opts`` gives the recipe: ``lora_rank``, ``lora_alpha``, ``lora_steps``, ``lora_batch`` and
     ``lora_lr`` (a :class:`paw.bench.options.BenchOptions`, or ``paw.bench.real_tasks.Recipe``).
+    ``checkpoints``: a :class:`paw.train_state.Checkpoints` (the real-task bench resumes an hour-long LoRA with it).
     """
     from peft import get_peft_model_state_dict
 
@@ -151,7 +153,7 @@ def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing:
                                      alpha=opts.lora_alpha, target_modules=LINEAR, steps=opts.lora_steps,
                                      batch_size=opts.lora_batch, lr=opts.lora_lr, seed=seed, device=None,
                                      eval_items=None, tracker=None, progress=progress,
-                                     gradient_checkpointing=gradient_checkpointing)
+                                     gradient_checkpointing=gradient_checkpointing, checkpoints=checkpoints)
     tensors = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
     config = lora_config_dict(r=opts.lora_rank, alpha=opts.lora_alpha, target_modules=LINEAR,
                               base_model=str(base.folder))

@@ -236,10 +236,20 @@ def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None, *, what
         return score_items(model, tokenizer, items, progress=True)
 
 
-def _trained(base, items, recipe: Recipe, seed: int):
+def _trained(base, items, recipe: Recipe, seed: int, cache: Cache | None = None):
+    """``base``'s labelled LoRA; with ``cache``, checkpointed every :data:`SAVE_EVERY` steps into
+    ``lora-NAME-work`` and resumed from there (byte-identical to a run that was never stopped)."""
     status(f"tasks: training the LoRA of {base.name} ({recipe.lora_steps} steps of {recipe.lora_batch})")
+    checkpoints = None
+    if cache is not None:
+        work = work_folder(cache, f"lora-{base.name}")
+        settings = {"key": f"lora-{base.name}", "steps": recipe.lora_steps, "batch_size": recipe.lora_batch,
+                    "lr": recipe.lora_lr, "rank": recipe.lora_rank, "alpha": recipe.lora_alpha, "seed": seed,
+                    "items": len(items)}
+        checkpoints = Checkpoints(SAVE_EVERY, save=partial(save_train_state, work), state=load_train_state(work),
+                                  settings=settings, where=str(work))
     return train_adapter(base, items, recipe, seed, gradient_checkpointing=recipe.gradient_checkpointing,
-                         progress=True)
+                         progress=True, checkpoints=checkpoints)
 
 
 def _side(base, adapter: LoraAdapter | None = None) -> LM:
@@ -278,7 +288,7 @@ def _reference_lora(target, train_items: list, cache: Cache, recipe: Recipe, see
 def own_lora(side, train_items: list, cache: Cache, *, recipe: Recipe = RECIPE, seed: int = 0
              ) -> tuple[LoraAdapter, float, dict]:
     """``side``'s LoRA trained with labels on ``train_items`` (cached as ``lora-NAME``): adapter, seconds, report."""
-    return cache.adapter(f"lora-{side.name}", lambda: _trained(side, train_items, recipe, seed))
+    return cache.adapter(f"lora-{side.name}", lambda: _trained(side, train_items, recipe, seed, cache))
 
 
 def run_direction(source, target, train_items: list, test_items: list, cache: Cache, *, recipe: Recipe = RECIPE,

@@ -250,6 +250,35 @@ def test_a_killed_distillation_resumes_from_its_checkpoint(pair, monkeypatch):
     assert all(bool((again[k] == first[k]).all()) for k in first)
 
 
+def test_a_killed_labelled_lora_resumes_from_its_checkpoint(pair, monkeypatch):
+    """A Gemma-3 LoRA takes over an hour on a CPU: it checkpoints like a distillation and resumes to the same bytes."""
+    import shutil
+
+    from paw.io.adapter import read_adapter
+
+    sides, items, root = pair
+    monkeypatch.setattr(R, "SAVE_EVERY", 10)
+    folder = root / "cache-lora-resume"
+    R.own_lora(sides["a"], items, R.Cache(folder), recipe=RECIPE)
+    first = read_adapter(folder / "lora-a").tensors
+    shutil.rmtree(folder / "lora-a")  # killed after step 20 of 30: the checkpoint is there, the adapter is not
+    (folder / "lora-a.meta.json").unlink()
+    resumed_from = []
+    real = R.load_train_state
+    monkeypatch.setattr(R, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
+    R.own_lora(sides["a"], items, R.Cache(folder), recipe=RECIPE)
+    assert resumed_from == [20]
+    again = read_adapter(folder / "lora-a").tensors
+    assert first.keys() == again.keys() and all(bool((again[k] == first[k]).all()) for k in first)
+    # another recipe refuses the checkpoint instead of continuing someone else's run
+    shutil.rmtree(folder / "lora-a")
+    (folder / "lora-a.meta.json").unlink()
+    from paw.errors import PawError
+
+    with pytest.raises(PawError, match="lr="):
+        R.own_lora(sides["a"], items, R.Cache(folder), recipe=R.Recipe(**{**RECIPE.__dict__, "lora_lr": 5e-3}))
+
+
 def test_every_task_s_main_directions_run_before_any_variant(monkeypatch, tmp_path):
     """The variants take hours on a CPU: BoolQ's main result must not wait behind ARC-Easy's variants."""
     from types import SimpleNamespace
