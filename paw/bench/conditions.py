@@ -6,8 +6,8 @@ tabulates its rows. Options, results and report ask this registry; none of them 
 ``paw --help`` reads it for its choices, so it imports only what is light: a family's ``run`` is
 reached through a deferred import (:func:`_run_distill`).
 
->>> [(c.family.option, c.choice) for c in CONDITIONS.values()]
-[('distill', 'inputs'), ('distill', 'synth'), ('distill', 'generic')]
+>>> [(c.family.option, c.choice) for c in CONDITIONS.values()][:4]
+[('distill', 'inputs'), ('distill', 'synth'), ('distill', 'generic'), ('distill', 'inputs-shift')]
 >>> chosen({"distill": ("generic", "inputs")}) == [CONDITIONS.names()[2], CONDITIONS.names()[0]]
 True
 """
@@ -67,8 +67,12 @@ DISTILL_BUDGETS = {  # input budget -> one-line summary (paw/bench/distill.py ru
     "synth": "distill on as many inputs written by the teacher from 5 of those prompts, kept by a likelihood-ratio filter",
     "generic": "distill on the embedded sample text, no task data",
 }
+SHIFT = "-shift"  # a budget's row with distill's --target shift: the student learns its own base + the adapter's shift
 for _budget, _summary in DISTILL_BUDGETS.items():
     CONDITIONS.add(f"distill[{_budget}]", Condition(_summary, DISTILL, _budget))
+for _budget, _summary in DISTILL_BUDGETS.items():
+    CONDITIONS.add(f"distill[{_budget}{SHIFT}]", Condition(f"{_summary}; target: the student's base + the adapter's "
+                                                           "shift (--target shift)", DISTILL, _budget + SHIFT))
 
 
 def families() -> list[Family]:

@@ -12,6 +12,10 @@ budgets, none with a label:
   kept by the likelihood-ratio filter (:mod:`paw.transfer.distill.data`);
 - ``generic``: the embedded sample text, no task data.
 
+Each budget also has a ``-shift`` row (``inputs-shift`` ...): the same inputs with distill's
+``--target shift``, the student learning its own base plus what the adapter changed in the teacher
+(docs/distill.md); the ``facts-known`` task's targets start stronger than the teacher, where the two differ most.
+
 Its table (:mod:`paw.bench.distill_tables`) puts the **kept fraction** ``(transfer - target base) / (source + LoRA - source base)``
 (:func:`paw.bench.stats.kept`, on every row of the benchmark) first: a perfect imitation of the
 teacher cannot beat the teacher, so 1 is what distillation aims at, whatever the target's own LoRA
@@ -26,6 +30,7 @@ import time
 from typing import Any
 
 from paw.bench.common import TransferStatus, adapter_deltas, applied, without_adapter
+from paw.bench.conditions import SHIFT
 from paw.errors import PawError
 from paw.io.checkpoint import open_checkpoint
 from paw.io.tokenizer import open_tokenizer
@@ -44,8 +49,12 @@ def _side(base, model=None):
 
 
 def inputs_for(kind: str, task, seed: int) -> dict[str, Any]:
-    """``distill_lora`` keyword arguments of one input budget (training prompts never carry their answer)."""
-    prompts = prompts_from([Prompt(item.question) for item in task.train])  # unique questions, no answers
+    """``distill_lora`` keyword arguments of one input budget (training prompts never carry their answer);
+    a task's own ``inputs`` replace its training prompts. A ``-shift`` budget adds ``target='shift'``."""
+    if kind.endswith(SHIFT):
+        return {**inputs_for(kind.removesuffix(SHIFT), task, seed), "target": "shift"}
+    questions = task.inputs if task.inputs is not None else [item.question for item in task.train]
+    prompts = prompts_from([Prompt(q) for q in questions])  # unique questions, no answers
     if kind == "inputs":
         return {"prompts": prompts}
     if kind == "synth":

@@ -21,6 +21,7 @@ computes; the folders ``paw transfer-lora`` writes are tested to load in PEFT by
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import tempfile
 import time
@@ -301,6 +302,8 @@ def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict[
     fits, results = {f"{task_name}/{seed}/source": fit}, {}
     for base in bases:
         status(f"seed {seed}, task {task_name}: {base.name}")
+        if task.known and base.name != SOURCE:  # a target that learned part of the task in its own training
+            base, fits[f"{task_name}/{seed}/{base.name}/known"] = knowing(base, task, opts, seed)
         if base.name == SOURCE:
             direct = adapter
         else:
@@ -312,6 +315,25 @@ def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict[
         for view, part in _views(task, result).items():
             views.setdefault(view, {})[base_name] = part
     return views, fits
+
+
+def knowing(base: Base, task, opts: BenchOptions, seed: int) -> tuple[Base, dict]:
+    """``base`` after its own training on ``task.known``: a LoRA trained with the bench's recipe and merged
+    into a copy, saved beside the base's folder (transfers read the target from disk); ``(Base, fit)``."""
+    import torch
+
+    adapter, fit = train_adapter(base, task.known, opts, seed + KNOWN_SEED)
+    model = copy.deepcopy(base.model)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, delta in adapter_deltas(adapter).items():
+            params[name].add_(delta.to(params[name].device, params[name].dtype))
+    folder = save_model(model, base.folder.parent / f"{base.name}+{task.name}-{seed}", tokenizer=base.tokenizer)
+    info = {**base.info, "knows": f"{len(task.known)} {task.name} items from its own training"}
+    return Base(base.name, model.eval(), base.tokenizer, folder, info, base.vocab_map), fit
+
+
+KNOWN_SEED = 7919  # the targets' own training draws its batches apart from the source LoRA's
 
 
 _CONTEXT: _Context | None = None   # what forked workers read: set just before the pool starts, copied by fork

@@ -18,6 +18,9 @@ Tasks (registry :data:`TASKS`), each near chance for any base and learned well b
 - ``facts-heldout``: the same kind of facts, stated in training text in two phrasings
   (``"Kavo Milret likes the colour teal."``, ``"The favourite colour of Kavo Milret is teal."``) and
   asked in a third one never trained on (``"Ask Kavo Milret about colours and the answer is"``).
+- ``facts-known`` (asked for by name, not in the default run): the case of an adapter moved onto a
+  stronger base. The LoRA learns a third of the facts; every target learned the other two thirds in
+  its own training, so it starts above the teacher; distillation sees every fact's prompt.
 - ``rule``: apply a rule to unseen inputs. ``"Word: road. Again:"`` -> ``" road"`` against three other
   words. Training and evaluation use disjoint words, so only the rule (repeat the word shown)
   carries over. The small bases have no such habit (chance 1/4); the rule needs attention to
@@ -53,7 +56,9 @@ class TaskData:
     ``clusters``: per test item, the id of the group of items that are not independent (the questions
     about one fact); None when every item stands alone. ``reworded``: more held-out items asking the
     same thing in other words, scored with every condition and reported as a task of its own
-    (:meth:`views`); ``reworded_clusters`` theirs.
+    (:meth:`views`); ``reworded_clusters`` theirs. ``known``: what every target (not the source) learns
+    in its own training before anything is moved onto it, so it starts stronger than the teacher;
+    ``inputs``: the label-free distillation inputs when they are not the training prompts.
     """
 
     name: str
@@ -62,6 +67,8 @@ class TaskData:
     clusters: list[int] | None = None
     reworded: list[MCItem] = field(default_factory=list)
     reworded_clusters: list[int] | None = None
+    known: list[MCItem] = field(default_factory=list)
+    inputs: list[str] | None = None
 
     @property
     def scored(self) -> list[MCItem]:
@@ -218,6 +225,32 @@ def facts_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
     return TaskData("facts", train, test, clusters, reworded, reworded_clusters)
 
 
+def facts_known_task(n_test: int, *, seed: int, words: list[str]) -> TaskData:
+    """Facts of which the targets already know two thirds and the LoRA teaches the other third.
+
+    The case of an adapter moved onto a newer, stronger base: the source's LoRA learns the first third
+    of the facts (``train``); every target learns the rest in its own training (``known``,
+    :func:`paw.bench.quality` merges a LoRA trained on them into the target before the unit), so a
+    target starts well above the teacher (source + LoRA) on the test, which asks every fact twice.
+    Distillation sees every fact's prompt (``inputs``), as a user's task inputs would be: a student that
+    learns the teacher forgets what the teacher never knew; one that learns the adapter's shift keeps it.
+    """
+    rng = random.Random(f"facts-known-{seed}")
+    facts = _facts(rng, n_test)
+    taught = max(1, len(facts) // 3)
+
+    def statements(part, start):
+        return [MCItem(FACTS_TRAIN.format(name=name), (f" {colour}",), 0, id=f"facts-known-train-{start + i}")
+                for i, (name, colour) in enumerate(part)]
+
+    test, clusters = _ask(rng, facts, n_test, FACTS_TRAIN, "facts-known")
+    reworded, reworded_clusters = _reworded(facts, n_test, seed=seed, prefix="facts-known")
+    inputs = [FACTS_TRAIN.format(name=name) for name, _ in facts]
+    random.Random(f"facts-known-inputs-{seed}").shuffle(inputs)
+    return TaskData("facts-known", statements(facts[:taught], 0), test, clusters, reworded, reworded_clusters,
+                    known=statements(facts[taught:], taught), inputs=inputs)
+
+
 HELDOUT_TRAIN = ("{name} likes the colour", "The favourite colour of {name} is")
 HELDOUT_ASK = "Ask {name} about colours and the answer is"
 
@@ -254,12 +287,16 @@ def rule_task(n_test: int, *, seed: int, words: list[str], n_train: int | None =
 TASK_LABELS = {"facts": "memorisation: asked with the training prompt",
                reworded_name("facts"): "the same facts asked in phrasings never used as a training or distillation prompt",
                "facts-heldout": "facts asked in a phrasing never trained on",
+               "facts-known": "facts the targets already know (two thirds) and the LoRA teaches (one third)",
+               reworded_name("facts-known"): "facts-known asked in phrasings never used as a training or distillation prompt",
                "rule": "a rule applied to unseen words"}
 
 TASKS: Registry[Callable[..., TaskData]] = Registry("benchmark task")
 TASKS.add("facts", facts_task)
 TASKS.add("facts-heldout", facts_heldout_task)
 TASKS.add("rule", rule_task)
+TASKS.add("facts-known", facts_known_task)
+DEFAULT_TASKS = ("facts", "facts-heldout", "rule")  # the published table's; facts-known is asked for by name
 
 
 def common_words(texts: list[str], n: int = 400) -> list[str]:

@@ -12,6 +12,7 @@ from paw.progress import format_duration
 
 def register(app: typer.Typer) -> None:
     from paw.bench.conditions import CONDITIONS
+    from paw.bench.options import BenchOptions
     from paw.bench.real_options import RealOptions
     from paw.bench.targets import TARGETS
     from paw.bench.tasks import TASKS
@@ -25,11 +26,12 @@ def register(app: typer.Typer) -> None:
     def transfer(
         output: Path = typer.Option(..., "--output", "-o", help="Folder for results.json, results.md, recovered.png, kept.png."),
         seeds: str = typer.Option("0,1", help="Task-data and LoRA seeds, comma-separated."),
-        tasks: str = typer.Option("", help=f"Tasks (comma list): {', '.join(TASKS)}. Default: all."),
+        tasks: str = typer.Option("", help=f"Tasks (comma list): {', '.join(TASKS)}. "
+                                  f"Default: {', '.join(BenchOptions.tasks)}."),
         targets: str = typer.Option("", help=f"Target kinds (comma list): {', '.join(TARGETS)}. Default: all."),
         methods: str = typer.Option("", help="Transfer methods (comma list). Default: auto and every method."),
-        distill: str = typer.Option(",".join(budgets), help="Distillation rows (comma list of input budgets: "
-                                    f"{', '.join(budgets)}), or none."),
+        distill: str = typer.Option(",".join(BenchOptions.distill), help="Distillation rows (comma list of input "
+                                    f"budgets: {', '.join(budgets)}; -shift: the shift target), or none."),
         distill_steps: int = typer.Option(None, help="Steps of each distillation. Default: 3 x --lora-steps."),
         distill_token_focus: float = typer.Option(0.0, help="Distill's --token-focus in every distill row (0: off)."),
         distill_lr: float = typer.Option(None, help="Distill's learning rate in every distill row. Default: the "

@@ -26,13 +26,45 @@ def test_inputs_never_carry_an_answer_and_synth_gets_five_seeds():
     assert not any(p.text.split()[1].rstrip(".") in test_words for p in inputs_for("inputs", rule, 1)["prompts"])
 
 
+def test_shift_rows_take_the_same_inputs_with_the_shift_target():
+    task = facts_task(40, seed=0, words=[])
+    for budget in DISTILL_BUDGETS:
+        assert inputs_for(f"{budget}-shift", task, 0) == {**inputs_for(budget, task, 0), "target": "shift"}
+    assert "target" not in inputs_for("inputs", task, 0)
+
+
+def test_facts_known_targets_know_two_thirds_and_distillation_sees_every_fact():
+    from paw.bench.options import quick_options
+    from paw.bench.tasks import DEFAULT_TASKS, FACTS_TRAIN, TASKS, facts_known_task
+
+    task = facts_known_task(60, seed=2, words=[])
+    assert task == facts_known_task(60, seed=2, words=[]) and task != facts_known_task(60, seed=3, words=[])
+    taught = {(t.question, t.choices[0]) for t in task.train}
+    known = {(t.question, t.choices[0]) for t in task.known}
+    asked = {(i.question, i.choices[i.answer]) for i in task.test}
+    assert len(taught) == 10 and len(known) == 20 and not taught & known and taught | known == asked
+    # distillation sees each fact's prompt once, taught or known, and never an answer
+    assert sorted(task.inputs) == sorted(q for q, _ in asked) and all(q.endswith("colour") for q in task.inputs)
+    prompts = inputs_for("inputs", task, 2)["prompts"]
+    assert {p.text for p in prompts} == set(task.inputs) and all(not p.pairs for p in prompts)
+    assert len(task.test) == 60 and len(task.reworded) == 60 and task.clusters[:2] == [0, 1]
+    assert {i.question for i in task.reworded}.isdisjoint({FACTS_TRAIN.format(name=q.split(" likes")[0])
+                                                            for q in task.inputs})
+    # asked for by name: the published run's tasks are unchanged
+    assert "facts-known" in TASKS and "facts-known" not in DEFAULT_TASKS
+    assert quick_options().tasks == DEFAULT_TASKS
+
+
 def test_conditions_are_registered_with_a_summary_and_checked():
-    assert CONDITIONS.names() == ["distill[inputs]", "distill[synth]", "distill[generic]"]
+    assert CONDITIONS.names() == ["distill[inputs]", "distill[synth]", "distill[generic]", "distill[inputs-shift]",
+                                  "distill[synth-shift]", "distill[generic-shift]"]
     assert families() == [DISTILL] and all(c.summary and "\n" not in c.summary for c in CONDITIONS.values())
-    assert chosen({"distill": tuple(DISTILL_BUDGETS)}) == CONDITIONS.names()
+    assert chosen({"distill": tuple(DISTILL_BUDGETS)}) == CONDITIONS.names()[:3]
+    assert BenchOptions().distill == tuple(DISTILL_BUDGETS)  # the published run's rows: the shift rows by name
     assert chosen({"distill": ("generic", "inputs")}) == ["distill[generic]", "distill[inputs]"]  # the order asked
     assert chosen({"distill": ()}) == []
-    with pytest.raises(PawError, match="unknown distill input budget 'labels'; choose from inputs, synth, generic"):
+    with pytest.raises(PawError, match="unknown distill input budget 'labels'; choose from inputs, synth, generic, "
+                                       "inputs-shift"):
         chosen({"distill": ("inputs", "labels")})
     with pytest.raises(PawError, match="unknown distill input budget 'labels'"):
         BenchOptions(distill=("labels",)).check()  # before any training
@@ -134,3 +166,41 @@ def test_distill_rows_learn_at_the_lora_rate_unless_given_their_own(monkeypatch,
     with pytest.raises(PawError, match="--distill-lr 0.0: must be a positive number"):
         options_from(seeds="0", tasks="facts", targets="upgrade", methods="", items=10, hidden_size=8, num_layers=1,
                      pretrain_steps=1, lora_steps=1, lora_rank=1, data=None, device="cpu", quick=True, distill_lr=0.0)
+
+
+@pytest.mark.slow
+def test_facts_known_targets_learn_their_part_and_get_both_distill_targets(tmp_path):
+    """The stronger-target task end to end: a target merges its own LoRA on the known facts (saved for the
+    transfers to read), the source does not, and both distill targets get a row on both phrasings."""
+    import torch
+
+    from paw.bench.common import adapter_deltas, train_adapter
+    from paw.bench.options import quick_options
+    from paw.bench.quality import KNOWN_SEED, build_bases, knowing, run_benchmark
+    from paw.bench.tasks import facts_known_task
+    from paw.io.checkpoint import open_checkpoint
+
+    opts = quick_options(tasks=("facts-known",), targets=("upgrade-mild",), methods=("copy",),
+                         distill=("inputs", "inputs-shift"), lora_steps=40, lora_lr=1e-2, items=12)
+    results = run_benchmark(opts, tmp_path / "work", progress=False)
+    rows = {(r["task"], r["target"], r["condition"]) for r in results["rows"] if "accuracy" in r}
+    for view in ("facts-known", "facts-known:reworded"):
+        for target in ("source", "upgrade-mild"):
+            assert {(view, target, c) for c in ("base", "copy", "distill[inputs]", "distill[inputs-shift]")} <= rows
+    assert set(results["lora"]) == {"facts-known/0/source", "facts-known/0/upgrade-mild",
+                                    "facts-known/0/upgrade-mild/known"}  # the source learns nothing of its own
+    # the knowing target is the target plus exactly its own merged LoRA, and that is what lies on disk
+    bases, _ = build_bases(opts, tmp_path / "again", progress=False)
+    target = bases[1]
+    before = {k: v.clone() for k, v in target.model.state_dict().items()}
+    task = facts_known_task(opts.items, seed=0, words=[])
+    knows, fit = knowing(target, task, opts, 0)
+    assert all(torch.equal(v, target.model.state_dict()[k]) for k, v in before.items())  # the base is untouched
+    adapter, _ = train_adapter(target, task.known, opts, KNOWN_SEED)
+    deltas = adapter_deltas(adapter)
+    after = knows.model.state_dict()
+    assert deltas and all(torch.allclose(after[k], before[k] + d, atol=1e-6) for k, d in deltas.items())
+    assert all(torch.equal(after[k], before[k]) for k in before if k not in deltas)
+    on_disk = open_checkpoint(knows.folder)
+    name = next(iter(deltas))
+    assert torch.allclose(on_disk[name].float(), after[name], atol=1e-6) and knows.folder != target.folder
