@@ -47,7 +47,7 @@ class BenchOptions:
     distill_steps: int | None = None            # distillation steps; None = DISTILL_STEPS_PER_LORA_STEP x lora_steps
     distill_token_focus: float = 0.0            # distill's --token-focus in every distill row (the ablation)
     distill_lr: float | None = None             # distill's learning rate; None = lora_lr (the LoRAs' recipe)
-    jobs: int = 1                               # worker processes for the (seed, task) units (CPU only)
+    jobs: int = 1                               # worker processes for the (seed, task) units (fork, or spawn)
 
     @property
     def distill_budget(self) -> int:

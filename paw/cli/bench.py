@@ -34,8 +34,9 @@ def register(app: typer.Typer) -> None:
         distill_token_focus: float = typer.Option(0.0, help="Distill's --token-focus in every distill row (0: off)."),
         distill_lr: float = typer.Option(None, help="Distill's learning rate in every distill row. Default: the "
                                          "LoRAs' own (3e-3)."),
-        jobs: int = typer.Option(1, help="Worker processes on the CPU: the (seed, task) units run side by side in "
-                                 "forked processes, with the same results as one (refused where PyTorch sees a GPU)."),
+        jobs: int = typer.Option(1, help="Worker processes: the (seed, task) units run side by side, with the same "
+                                 "results as one (forked; spawned where PyTorch sees a GPU; --device cuda: they "
+                                 "share it)."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
         hidden_size: int = typer.Option(64, min=4, help="Source hidden size."),
         num_layers: int = typer.Option(4, min=1, help="Source depth."),
