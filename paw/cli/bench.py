@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from paw.cli._options import DEVICE, OVERWRITE, command_line, multi_value_command
+from paw.device import DEVICE_HELP
 from paw.progress import format_duration
 
 
@@ -54,7 +55,8 @@ def register(app: typer.Typer) -> None:
                                          "--seeds, --tasks or --model-seed into --output instead of running."),
         workdir: Path = typer.Option(None, help="Where models are kept (default: a temporary folder, removed)."),
         quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke configuration (tiny everything)."),
-        device: str = DEVICE,
+        device: str = typer.Option("cpu", "--device", help="Where the tiny models run (default cpu, their "
+                                   f"fastest: a GPU is slower at this size): {DEVICE_HELP}."),
         overwrite: bool = OVERWRITE,
     ):
         """Pretrain a small LM, build sibling targets, train LoRAs, transfer them, and score every method.

@@ -311,6 +311,26 @@ def test_spawned_jobs_give_the_results_of_one_process(tmp_path, monkeypatch, cap
     assert two == one and set(one["raw"]["facts"]["pruned"]) == {"0", "1"}
 
 
+def test_bench_runs_on_the_cpu_by_default_and_takes_jobs_on_a_gpu(cli, tmp_path, monkeypatch):
+    """No --device: the CPU, even where CUDA is available; --device cuda --jobs 2 is not refused."""
+    import torch
+
+    from paw.bench import quality
+    from paw.errors import PawError
+
+    def reached(opts, workdir, **kwargs):
+        raise PawError(f"reached the build on {opts.device} with --jobs {opts.jobs}")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(quality, "build_bases", reached)
+    args = ("bench", "transfer", "--output", tmp_path / "out", "--seeds", "0,1", "--tasks", "facts", "--targets",
+            "pruned", "--jobs", "2")
+    res = cli(*args)
+    assert res.stderr.strip().splitlines()[-1] == "error: reached the build on cpu with --jobs 2", res.stderr
+    res = cli(*args, "--device", "cuda")
+    assert res.stderr.strip().splitlines()[-1] == "error: reached the build on cuda with --jobs 2", res.stderr
+
+
 def test_a_model_named_dot_dot_reports_under_its_own_folder_name(cli, tiny_llama, tmp_path, monkeypatch):
     """``--models ..`` once made the report folder ``OUTDIR/..`` ("cannot write the report: File exists")."""
     import shutil
