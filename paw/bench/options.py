@@ -41,14 +41,14 @@ class BenchOptions:
     model_seed: int = 0                         # initialisation / corpus-order seed of the models
     n_boot: int = 1000                          # bootstrap replicates for the recovered fraction
     commonsense: str | None = None              # folder of *_formatted.jsonl; None = embedded fallback
-    device: str = "cpu"
+    device: str = "cpu"                         # tiny models run fastest on the CPU, even beside a GPU
     threads: int = 1                            # torch CPU threads: tiny models run best on one
     distill: tuple[str, ...] = ("inputs", "synth", "generic")  # distill rows (paw.bench.conditions); () = none
     #                                        ("inputs-shift" ...: the same inputs, the shift target)
     distill_steps: int | None = None            # distillation steps; None = DISTILL_STEPS_PER_LORA_STEP x lora_steps
     distill_token_focus: float = 0.0            # distill's --token-focus in every distill row (the ablation)
     distill_lr: float | None = None             # distill's learning rate; None = lora_lr (the LoRAs' recipe)
-    jobs: int = 1                               # worker processes for the (seed, task) units (CPU only)
+    jobs: int = 1                               # worker processes for the (seed, task) units (fork, or spawn)
 
     @property
     def distill_budget(self) -> int:

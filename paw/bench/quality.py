@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
+import pickle
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -246,11 +248,7 @@ def pool_to_folder(folders: list[str | Path], output: str | Path, *, overwrite: 
 
 
 def _run(opts: BenchOptions, methods: list[str], workdir: Path, progress: bool) -> dict:
-    import torch
-
     device = resolve_device(opts.device)
-    worker_count(opts.jobs, len(opts.seeds) * len(opts.tasks), device,  # refused before any model is built
-                 gpu_visible=torch.cuda.is_available())
     t0 = time.perf_counter()
     bases, notes = build_bases(opts, workdir, progress=progress)
     words = common_words(build_corpora(Path(opts.commonsense) if opts.commonsense else None,
@@ -336,7 +334,43 @@ def knowing(base: Base, task, opts: BenchOptions, seed: int) -> tuple[Base, dict
 KNOWN_SEED = 7919  # the targets' own training draws its batches apart from the source LoRA's
 
 
-_CONTEXT: _Context | None = None   # what forked workers read: set just before the pool starts, copied by fork
+_CONTEXT: _Context | None = None   # what a worker reads: copied by fork, or unpickled by _spawned
+
+
+def start_method(*, gpu_visible: bool) -> str:
+    """How ``--jobs`` starts its workers: ``'fork'`` where that is safe, else ``'spawn'``.
+
+    A fork costs nothing and copies the parent's models page by page as they are written. Where
+    PyTorch sees a GPU a fork fails once the parent has run autograd (it trained every base model:
+    the engine then holds device threads a child cannot inherit), and some platforms cannot fork;
+    there each worker is spawned, a fresh interpreter that imports torch (seconds) and gets the
+    context from :func:`_spawned`.
+
+    >>> start_method(gpu_visible=True)
+    'spawn'
+    """
+    if gpu_visible or "fork" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    return "fork"
+
+
+def _spawned(context: bytes, filters: list) -> None:
+    """Give a spawned worker what a forked one inherits: its own copy of the context, the parent's warning
+    filters (the CLI silences library FutureWarnings) and torch's generator seeded as
+    :func:`run_benchmark` seeds the parent (every unit seeds its own work; this only keeps a worker from
+    starting at a random state).
+
+    The context comes as plain pickle bytes, not through multiprocessing's own pickler: that one moves
+    every tensor into memory shared by the parent and every worker, and :func:`applied` adds an adapter
+    into a base's weights in place, so one worker scored with another's adapter merged in. That is why
+    the spawned workers first tried for issue 53 gave other scores than ``--jobs 1``.
+    """
+    import torch
+
+    global _CONTEXT
+    warnings.filters[:] = filters
+    _CONTEXT = pickle.loads(context)
+    torch.manual_seed(_CONTEXT.opts.model_seed)
 
 
 def _worker(unit: tuple[int, str]):
@@ -346,38 +380,26 @@ def _worker(unit: tuple[int, str]):
     return _unit(_CONTEXT, *unit)
 
 
-def worker_count(jobs: int, units: int, device, *, gpu_visible: bool) -> int:
-    """How many forked processes run the ``units`` (seed, task) units: ``min(jobs, units)``, or a refusal.
-
-    Workers are forked CPU processes. Several on one GPU would each hold every model, and on a machine
-    where PyTorch sees a GPU a fork fails once the parent has run autograd (it trained every base model;
-    PyTorch's autograd engine then holds device threads a child cannot inherit). Both are refused
-    (:class:`~paw.errors.PawError`) rather than quietly run in one process.
-    """
-    jobs = min(jobs, units)
-    if jobs > 1 and getattr(device, "type", str(device)) != "cpu":
-        raise PawError(f"--jobs {jobs} with --device {device}: the workers are CPU processes (on one GPU each would "
-                       f"hold every model); pass --jobs 1 to run on the GPU, or --device cpu")
-    if jobs > 1 and (gpu_visible or "fork" not in multiprocessing.get_all_start_methods()):
-        why = ("PyTorch sees a GPU here, and a forked worker cannot run autograd after the parent has; hide it "
-               "with CUDA_VISIBLE_DEVICES= to fork CPU workers") if gpu_visible else \
-            "this platform cannot fork processes"
-        raise PawError(f"--jobs {jobs}: {why}, or pass --jobs 1")
-    return jobs
-
-
 def _map_units(context: _Context, units: list[tuple[int, str]]):
-    """Results of every unit, in order: in this process, or in ``opts.jobs`` forked workers on the CPU.
+    """Results of every unit, in order: in this process, or in ``opts.jobs`` worker processes.
 
-    Every unit seeds its own work, so the results do not depend on how the units are spread.
+    Every unit seeds its own work and every worker holds its own copy of the bases, so the results
+    do not depend on how the units are spread. On a GPU the workers share it, each with its own
+    CUDA context and copy of the (small) models.
     """
     import torch
 
     global _CONTEXT
-    jobs = worker_count(context.opts.jobs, len(units), context.device, gpu_visible=torch.cuda.is_available())
+    jobs = min(context.opts.jobs, len(units))
     if jobs == 1:
         return [_unit(context, *u) for u in units]
-    status(f"--jobs {jobs}: {len(units)} (seed, task) units over {jobs} forked worker processes on the CPU")
+    method = start_method(gpu_visible=torch.cuda.is_available())
+    where = "the CPU" if context.device.type == "cpu" else f"{context.device}, shared"
+    status(f"--jobs {jobs}: {len(units)} (seed, task) units over {jobs} {method}ed worker processes on {where}")
+    if method == "spawn":
+        setup = {"initializer": _spawned, "initargs": (pickle.dumps(context), list(warnings.filters))}
+        with multiprocessing.get_context("spawn").Pool(jobs, **setup) as pool:
+            return pool.map(_worker, units, chunksize=1)
     _CONTEXT = context
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from paw.cli._options import DEVICE, OVERWRITE, command_line, multi_value_command
+from paw.device import DEVICE_HELP
 from paw.progress import format_duration
 
 
@@ -36,8 +37,9 @@ def register(app: typer.Typer) -> None:
         distill_token_focus: float = typer.Option(0.0, help="Distill's --token-focus in every distill row (0: off)."),
         distill_lr: float = typer.Option(None, help="Distill's learning rate in every distill row. Default: the "
                                          "LoRAs' own (3e-3)."),
-        jobs: int = typer.Option(1, help="Worker processes on the CPU: the (seed, task) units run side by side in "
-                                 "forked processes, with the same results as one (refused where PyTorch sees a GPU)."),
+        jobs: int = typer.Option(1, help="Worker processes: the (seed, task) units run side by side, with the same "
+                                 "results as one (forked; spawned where PyTorch sees a GPU; --device cuda: they "
+                                 "share it)."),
         items: int = typer.Option(300, help="Held-out items per task and seed."),
         hidden_size: int = typer.Option(64, min=4, help="Source hidden size."),
         num_layers: int = typer.Option(4, min=1, help="Source depth."),
@@ -55,7 +57,8 @@ def register(app: typer.Typer) -> None:
                                          "--seeds, --tasks or --model-seed into --output instead of running."),
         workdir: Path = typer.Option(None, help="Where models are kept (default: a temporary folder, removed)."),
         quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke configuration (tiny everything)."),
-        device: str = DEVICE,
+        device: str = typer.Option("cpu", "--device", help="Where the tiny models run (default cpu, their "
+                                   f"fastest: a GPU is slower at this size): {DEVICE_HELP}."),
         overwrite: bool = OVERWRITE,
     ):
         """Pretrain a small LM, build sibling targets, train LoRAs, transfer them, and score every method.

@@ -268,30 +268,67 @@ def test_seeded_heals_write_the_same_bytes(cli, ix, tmp_path):
     assert "healed" in res.stdout and " s: held-out bits per byte" in res.stdout  # the time is still said
 
 
-# ---- 8. bench transfer --jobs: forked CPU workers, refused where a fork would fail or a GPU is asked for
+# ---- 8. bench transfer --jobs: forked workers, spawned where PyTorch sees a GPU, the same results either way
 
-def test_worker_count_refuses_a_gpu_and_a_fork_after_autograd():
-    from paw.bench.quality import worker_count
-    from paw.errors import PawError
+def test_jobs_spawn_where_pytorch_sees_a_gpu():
+    from paw.bench.quality import start_method
 
-    assert worker_count(4, 2, "cpu", gpu_visible=False) == 2 and worker_count(1, 5, "cuda", gpu_visible=True) == 1
-    with pytest.raises(PawError, match="--jobs 2 with --device cuda: the workers are CPU processes"):
-        worker_count(2, 4, "cuda", gpu_visible=True)
-    with pytest.raises(PawError, match="PyTorch sees a GPU here.*CUDA_VISIBLE_DEVICES=.*or pass --jobs 1"):
-        worker_count(2, 4, "cpu", gpu_visible=True)
+    assert start_method(gpu_visible=True) == "spawn" and start_method(gpu_visible=False) == "fork"
 
 
-def test_bench_jobs_on_a_gpu_machine_is_refused_before_any_model_is_built(cli, tmp_path, monkeypatch):
+def _scores(folder: Path) -> dict:
+    """A results.json without its timings: every setting, note, row and 0/1 outcome."""
+    def timeless(x):
+        if isinstance(x, dict):
+            return {k: timeless(v) for k, v in x.items() if k != "seconds"}
+        return [timeless(v) for v in x] if isinstance(x, list) else x
+
+    return timeless(json.loads((folder / "results.json").read_text()))
+
+
+def test_spawned_jobs_give_the_results_of_one_process(tmp_path, monkeypatch, capsys):
+    """Two spawned workers, one per seed, write the results.json of one process (timings aside).
+
+    Spawned workers once scored other numbers: multiprocessing's pickler put the bases' weights in
+    memory shared by every worker, and each merges its adapters into them in place.
+    """
+    from dataclasses import replace
+
+    import torch
+
+    from paw.bench.options import quick_options
+    from paw.bench.quality import benchmark_to_folder
+
+    opts = quick_options(seeds=(0, 1), tasks=("facts",), targets=("pruned",), methods=("auto",), distill=("inputs",))
+    benchmark_to_folder(opts, tmp_path / "one", progress=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine: no fork after autograd
+    capsys.readouterr()
+    benchmark_to_folder(replace(opts, jobs=2), tmp_path / "two", progress=False)
+    assert "--jobs 2: 2 (seed, task) units over 2 spawned worker processes on the CPU" in capsys.readouterr().err
+    one, two = _scores(tmp_path / "one"), _scores(tmp_path / "two")
+    assert two.pop("settings")["jobs"] == 2 and one.pop("settings")["jobs"] == 1
+    assert "jobs=2" in two.pop("command") and "jobs=1" in one.pop("command")
+    assert two == one and set(one["raw"]["facts"]["pruned"]) == {"0", "1"}
+
+
+def test_bench_runs_on_the_cpu_by_default_and_takes_jobs_on_a_gpu(cli, tmp_path, monkeypatch):
+    """No --device: the CPU, even where CUDA is available; --device cuda --jobs 2 is not refused."""
     import torch
 
     from paw.bench import quality
+    from paw.errors import PawError
+
+    def reached(opts, workdir, **kwargs):
+        raise PawError(f"reached the build on {opts.device} with --jobs {opts.jobs}")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(quality, "build_bases", lambda *a, **k: pytest.fail("a model was built"))
-    res = cli("bench", "transfer", "--output", tmp_path / "out", "--seeds", "0,1", "--tasks", "facts", "--targets",
-              "pruned", "--jobs", "2", "--device", "cpu")
-    assert res.exit_code == 2 and res.stderr.strip().splitlines()[-1].startswith("error: --jobs 2:"), res.stderr
-    assert "CUDA_VISIBLE_DEVICES=" in res.stderr and not (tmp_path / "out").exists()
+    monkeypatch.setattr(quality, "build_bases", reached)
+    args = ("bench", "transfer", "--output", tmp_path / "out", "--seeds", "0,1", "--tasks", "facts", "--targets",
+            "pruned", "--jobs", "2")
+    res = cli(*args)
+    assert res.stderr.strip().splitlines()[-1] == "error: reached the build on cpu with --jobs 2", res.stderr
+    res = cli(*args, "--device", "cuda")
+    assert res.stderr.strip().splitlines()[-1] == "error: reached the build on cuda with --jobs 2", res.stderr
 
 
 def test_a_model_named_dot_dot_reports_under_its_own_folder_name(cli, tiny_llama, tmp_path, monkeypatch):
