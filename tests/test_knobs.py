@@ -52,6 +52,66 @@ def test_every_value_from_a_file_is_checked_and_named(data, says):
     assert says in str(err.value), str(err.value)
 
 
+def _positive(label, value, data):
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise PawError(f"{label} {value!r} is not positive (mode {data.get('mode')})")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Several:
+    names: tuple[str, ...] = knob((), "Names: --names a b c.")
+    xs: tuple[float, ...] | None = knob(None, "Numbers, one per name.", min=0)
+    ws: tuple[float, ...] | None = knob(None, "Judged numbers.", judge=_positive)
+    ranks: tuple[int, ...] = knob((8, 16), "A comma list.", cli=str, parse=lambda t: tuple(int(x) for x in t.split(",")))
+    mode: str = knob("a", "A mode.")
+
+
+def test_list_knobs_from_a_mapping():
+    """A YAML list, or one value as a list of one; each item checked and named by its index; cli=str: a comma list."""
+    got = from_mapping({"names": ["a", "b"], "xs": [1, 2.5], "ws": [3], "ranks": "4, 8"}, Several)
+    assert got == Several(("a", "b"), (1.0, 2.5), (3.0,), (4, 8))
+    assert from_mapping({"names": "a", "xs": 2, "ranks": [2, 3]}, Several) == Several(("a",), (2.0,), None, (2, 3))
+    for data, says in [({"xs": [1, "2"]}, "xs[1]: expected a number, not '2'"), ({"xs": [1, -1]}, "xs[1]: -1 is below"),
+                       ({"names": ["a", 3]}, "names: expected a list of names"),
+                       ({"ws": [1, 0], "mode": "b"}, "--config: ws[1] 0 is not positive (mode b)"),
+                       ({"ranks": "4,x"}, "ranks: expected numbers separated by commas, not '4,x'"),
+                       ({"names": [["a"]]}, "names: expected a list of names")]:
+        with pytest.raises(PawError) as err:
+            from_mapping(data, Several)
+        assert says in str(err.value), (data, str(err.value))
+
+
+def test_list_knobs_on_the_command_line_with_a_config_file(tmp_path):
+    """``--names a b`` and ``--names a --names b`` alike; a list typed beside --config wins whole; the body is told
+    what the user set (Given) and may take another tool's schema (foreign) untranslated."""
+    import typer
+    from typer.testing import CliRunner
+
+    from paw.cli._options import options_command
+    from paw.knobs import Given, list_flags
+
+    assert list_flags(Several) == ["--names", "--xs", "--ws"]
+    seen = []
+    app = typer.Typer()
+    options_command(app, "go", [(Several, "")], lambda s, **kw: seen.append((s, kw)), doc="Go.", given=True,
+                    foreign=lambda data: "tool" in data)
+    app.command("other")(lambda: None)
+    config = tmp_path / "c.yaml"
+    config.write_text("names: [x, y, z]\nxs: [1, 2, 3]\nmode: b\n")
+    run = CliRunner().invoke
+    assert run(app, ["go", "--names", "a", "b", "--ranks", "2,4", "--xs", "0.5", "1.5"]).exit_code == 0
+    assert run(app, ["go", "--names", "a", "--names", "b", "--config", str(config)]).exit_code == 0
+    config.write_text("tool: 1\n")
+    assert run(app, ["go", "--config", str(config), "--xs", "1"]).exit_code == 0
+    (first, kw1), (second, kw2), (third, kw3) = seen
+    assert first == Several(("a", "b"), (0.5, 1.5), None, (2, 4)) and kw1["foreign"] is None
+    assert kw1["given"] == Given(frozenset({"names", "xs", "ranks"}))
+    assert second == Several(("a", "b"), (1.0, 2.0, 3.0), None, (8, 16), "b")   # typed names win, the rest is the file's
+    assert kw2["given"].typed == {"names"} and kw2["given"].in_file == {"xs", "mode"} and "mode" in kw2["given"]
+    assert third == Several(xs=(1.0,)) and kw3["foreign"] == (config, {"tool": 1})
+
+
 def test_transfer_lora_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, tiny_lora, tmp_path):
     """The same transfer from flags and from --config writes the same adapter; a flag typed beside the file wins."""
     from paw import zoo
