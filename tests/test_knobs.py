@@ -212,3 +212,47 @@ def test_extract_lora_reads_a_config_file_and_refuses_a_key_it_has_no_flag_for(c
     bad = cli("extract-lora", "--config", config)
     assert bad.exit_code == 2 and "unknown key 'track' for paw extract-lora" in bad.stderr, bad.stderr
     assert not (tmp_path / "x").exists()
+
+
+MERGE_FLAGS = ("--base --models --adapters --rank --output -o --method --mode --l2-norms --stats-dir --weights --beta "
+               "--alpha --scale --density --drop-rate --gamma --seed --dtype --device --vocab-policy --max-shard-size "
+               "--overwrite --allow-nonfinite --t --epsilon --select-topk --normalize --no-normalize --rescale "
+               "--no-rescale --filter-wise --max-iter --tol --tokenizer-from --config --track").split()
+
+
+def _help_flags(cli, command: str) -> set[str]:
+    """Every flag ``paw COMMAND --help`` lists (``-o, --output``, ``--rescale / --no-rescale``)."""
+    import re
+
+    text = cli(command, "--help").stdout
+    return {f for found in re.findall(r"(?m)^  (?:(-\w), )?(--[\w-]+)(?: / (--[\w-]+))?", text) for f in found if f}
+
+
+def test_merge_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, tmp_path):
+    """What to merge and how to run, from --config; a flag of either kind typed beside the file wins. A mergekit
+    config is one translation: only the flags that say how to run combine with it (and win: --dtype)."""
+    from paw import zoo
+
+    fts = [tmp_path / "ft1", tmp_path / "ft2"]
+    for i, ft in enumerate(fts, start=1):
+        zoo.fine_tune(tiny_llama, ft, seed=i, scale=0.01)
+    by_flags = cli("merge", "--base", tiny_llama, "--models", *fts, "--method", "ties", "--density", "0.3",
+                   "--weights", "0.6", "0.4", "--dtype", "bfloat16", "--output", tmp_path / "a", "--device", "cpu")
+    assert by_flags.exit_code == 0, by_flags.stderr
+    config = tmp_path / "merge.yaml"
+    config.write_text(f"base: {tiny_llama}\nmodels: [{fts[0]}, {fts[1]}]\nmethod: ties\ndensity: 0.7\n"
+                      f"weights: [0.6, 0.4]\ndtype: float32\ndevice: cpu\noutput: {tmp_path / 'b'}\n")
+    by_file = cli("merge", "--config", config, "--density", "0.3", "--dtype", "bfloat16")
+    assert by_file.exit_code == 0, by_file.stderr
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    record = json.loads((tmp_path / "b" / "paw_merge.json").read_text())
+    assert record["parameters"] == {"density": 0.3} and record["dtype"] == "bfloat16"
+    mergekit = tmp_path / "mk.yml"
+    mergekit.write_text(f"merge_method: task_arithmetic\nbase_model: {tiny_llama}\nmodels:\n"
+                        f"  - model: {fts[0]}\n    parameters: {{weight: 0.5}}\ndtype: float32\n")
+    result = cli("merge", "--config", mergekit, "--output", tmp_path / "c", "--dtype", "bfloat16", "--device", "cpu")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((tmp_path / "c" / "paw_merge.json").read_text())["dtype"] == "bfloat16"
+    refused = cli("merge", "--config", mergekit, "--output", tmp_path / "d", "--density", "0.3")
+    assert refused.exit_code == 2 and "--density does not combine with a mergekit config" in refused.stderr
+    assert set(MERGE_FLAGS) <= _help_flags(cli, "merge")
