@@ -256,3 +256,26 @@ def test_merge_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, tmp_path
     refused = cli("merge", "--config", mergekit, "--output", tmp_path / "d", "--density", "0.3")
     assert refused.exit_code == 2 and "--density does not combine with a mergekit config" in refused.stderr
     assert set(MERGE_FLAGS) <= _help_flags(cli, "merge")
+
+
+TASK_VECTOR_FLAGS = ("--base --models --outdir --device --multi-gpu --top-k --include --exclude --workers --overwrite "
+                     "--allow-nonfinite --spectra --spectra-ranks --spectra-exact --mask-density --config").split()
+
+
+def test_task_vectors_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, tmp_path):
+    from paw import zoo
+
+    ft = tmp_path / "ft"
+    zoo.fine_tune(tiny_llama, ft, seed=1, scale=0.01)
+    config = tmp_path / "tv.yaml"
+    config.write_text(f"base: {tiny_llama}\nmodels: [{ft}]\noutdir: {tmp_path / 'tv'}\ntop-k: 3\ninclude: mlp\n"
+                      "spectra: true\nspectra_ranks: [2, 4]\ndevice: cpu\n")
+    result = cli("task-vectors", "--config", config, "--top-k", "5", "--spectra-ranks", "2,8")
+    assert result.exit_code == 0, result.stderr
+    assert "at rank 2, " in result.stdout and "at rank 8 " in result.stdout   # the typed ranks, not the file's
+    rows = (tmp_path / "tv" / "ft" / "top5_by_l2.csv").read_text().splitlines()
+    assert len(rows) == 1 + 5 and all("mlp" in row for row in rows[1:])       # --top-k 5 typed, include: from the file
+    config.write_text(f"base: {tiny_llama}\nmodels: [{ft}]\noutdir: {tmp_path / 'x'}\nmask_density: 0.3\n")
+    refused = cli("task-vectors", "--config", config)
+    assert refused.exit_code == 2 and "--mask-density is a --spectra option" in refused.stderr
+    assert set(TASK_VECTOR_FLAGS) <= _help_flags(cli, "task-vectors")
