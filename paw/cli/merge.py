@@ -99,17 +99,17 @@ def _merge_adapters(spec: MergeSpec, adapters: AdapterInputs, out: MergeRun, run
     objects = (spec, adapters, out, run, write)
     values = {name: getattr(next(o for o in objects if hasattr(o, name)), name) for name in given.names() & {*FIELDS}}
     values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-    merged_ = merge_adapters(AdapterMergeOptions(**values), command=command_line())
-    report, ranks = merged_.report, sorted(set(merged_.ranks.values()))
+    result = merge_adapters(AdapterMergeOptions(**values), command=command_line())
+    report, ranks = result.report, sorted(set(result.ranks.values()))
     shown = str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
-    error = "" if merged_.max_relative_error is None else \
-        f", largest relative truncation error {merged_.max_relative_error:.4g}"
+    error = "" if result.max_relative_error is None else \
+        f", largest relative truncation error {result.max_relative_error:.4g}"
     typer.echo(f"merged {len(report['adapters'])} adapter(s) with {report['method']} (weights "
-               f"{', '.join(f'{w:.4g}' for w in report['weights'])}) into {merged_.output}: "
-               f"{len(merged_.ranks)} module(s), rank {shown}, {len(report['partial_modules'])} from some "
+               f"{', '.join(f'{w:.4g}' for w in report['weights'])}) into {result.output}: "
+               f"{len(result.ranks)} module(s), rank {shown}, {len(report['partial_modules'])} from some "
                f"adapters only{error}")
-    track_once(run.track, merged_.output, {"command": command_line(), "method": report["method"]},
-               {"merge": {"weights": report["weights"], "max_relative_error": merged_.max_relative_error}})
+    track_once(run.track, result.output, {"command": command_line(), "method": report["method"]},
+               {"merge": {"weights": report["weights"], "max_relative_error": result.max_relative_error}})
 
 
 def _flags() -> dict[str, str]:
