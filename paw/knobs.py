@@ -7,6 +7,10 @@ A field declared with :func:`knob` carries its default, its help, its range and 
   and named by its key, and :func:`merged` lets the flags typed on the command line win over the file,
 - :func:`flag` names the flag of a field, so a library error can name what the user typed.
 
+A field typed ``tuple[X, ...]`` is a list: on the command line ``--models a b c`` (or ``--models a --models
+b``; with ``cli=str`` one comma list instead: ``--target-modules q,v``), in a file a YAML list (one value
+reads as a list of one), each item checked and named by its index (``weights[1]``).
+
 This is the shape of mergekit's ``MergeOptions`` (one frozen model, its click options generated from its
 fields), PEFT's ``LoraConfig`` (fields carrying their own help) and transformers' ``HfArgumentParser``.
 
@@ -39,17 +43,20 @@ from paw.errors import PawError
 def knob(default: Any, help: str, *, flag: str | None = None, short: str | None = None, min: float | None = None,
          max: float | None = None, choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None,
          cli: type | None = None, parse: Callable[[Any], Any] | None = None,
-         metavar: str | None = None) -> Any:
+         metavar: str | None = None, judge: Callable[[str, Any, Mapping], Any] | None = None) -> Any:
     """A dataclass field that is also a command-line flag.
 
     ``flag``: its name on the command line (default ``--field-name``; ``'--a/--no-a'`` for a switch pair);
     ``min``/``max``: the range the parser enforces (the options' ``check`` may say more); ``choices``: the
     values allowed (or a function giving them, read when the command is built); ``cli``: the type the parser
     reads when the field's own type is a union (``str | Path | None`` is read as ``str``); ``parse``: what
-    turns the parsed value into the field's (``'q_proj, v_proj'`` -> ``('q_proj', 'v_proj')``).
+    turns the parsed value into the field's (``'a, b'`` -> ``('a', 'b')``); ``judge(label, value, mapping)``:
+    what judges a value from a file instead of the field's type, range and choices (for a list, each item),
+    returning it as the field holds it or raising a PawError that starts with ``label`` (merge's knobs use
+    :func:`paw.merge.knobs.check_knob`, so a file's value is refused as the flag's would be).
     """
     meta = {"help": help, "flag": flag, "short": short, "min": min, "max": max, "choices": choices, "cli": cli,
-            "parse": parse, "metavar": metavar}
+            "parse": parse, "metavar": metavar, "judge": judge}
     if isinstance(default, list | dict | set):
         raise TypeError("a knob's default must be immutable (a tuple, not a list)")
     return field(default=default, metadata={"paw": meta})
@@ -77,6 +84,30 @@ class RunOptions:
     device: str = knob("auto", f"Where the arithmetic runs: {DEVICE_HELP}.")
     overwrite: bool = knob(False, "Replace the output if it already exists.")
     track: str = knob("none", "Tracking: none, csv or swanlab (offline), to OUT-tracking/.")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """For a command that writes tensors: whether NaN/Inf may be written (:mod:`paw.io.finite`)."""
+
+    allow_nonfinite: bool = knob(False, "Write the output even if it holds NaN or Inf.")
+
+
+@dataclass(frozen=True)
+class Given:
+    """Which knobs the user set: ``typed`` on the command line, or keys of the ``--config`` file ``config``
+    (``in_file``), by field name. For a command whose defaults depend on another knob (``paw merge
+    --adapters``: method cat, weights 1 each) or that refuses a knob beside another."""
+
+    typed: frozenset[str] = frozenset()
+    in_file: frozenset[str] = frozenset()
+    config: Path | None = None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.typed or name in self.in_file
+
+    def names(self) -> set[str]:
+        return set(self.typed | self.in_file)
 
 
 def require(options, *names: str) -> None:
@@ -110,16 +141,40 @@ def cli_parameters(cls, *, skip: tuple[str, ...] = (), help_prefix: str = "") ->
             continue
         m = f.metadata["paw"]
         kind = _cli_type(hints[f.name], m, f.name)
+        if _item_type(hints[f.name]) is not None and m["cli"] is None:  # several values: --models a b c
+            out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                         default=typer.Option(None, *_decls(f), help=help_prefix + m["help"],
+                                                              metavar=m["metavar"], show_default=False)))
+            continue
         default = _shown(f.default)
         if isinstance(kind, type) and issubclass(kind, enum.Enum) and default not in (None, ...):
             default = kind(default)
-        decls = [m["flag"] or "--" + f.name.replace("_", "-")] + ([m["short"]] if m["short"] else [])
         extra = {k: m[k] for k in ("min", "max") if m[k] is not None and kind in (int, float)}
-        option = typer.Option(default, *decls, help=help_prefix + m["help"], metavar=m["metavar"],
+        option = typer.Option(default, *_decls(f), help=help_prefix + m["help"], metavar=m["metavar"],
                               show_default=f.default is not None, **extra)
         out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                      annotation=kind if f.default is not None else kind | None))
     return out
+
+
+def _decls(f: dataclasses.Field) -> list[str]:
+    m = f.metadata["paw"]
+    return [m["flag"] or "--" + f.name.replace("_", "-")] + ([m["short"]] if m["short"] else [])
+
+
+def list_flags(cls) -> list[str]:
+    """The flags of ``cls`` that take several values (``--models a b c``)."""
+    hints = typing.get_type_hints(cls)
+    return [flag(cls, f.name) for f in knobs(cls) if _item_type(hints[f.name]) is not None
+            and f.metadata["paw"]["cli"] is None]
+
+
+def _item_type(hint: Any) -> Any:
+    """``X`` for a field typed ``tuple[X, ...]`` (or ``tuple[X, ...] | None``), else None."""
+    for a in [hint, *typing.get_args(hint)]:
+        if typing.get_origin(a) is tuple:
+            return typing.get_args(a)[0]
+    return None
 
 
 def _shown(default: Any) -> Any:
@@ -137,6 +192,9 @@ def _cli_type(hint: Any, meta: dict, name: str) -> Any:
         return enum.Enum(name.title().replace("_", ""), {v: v for v in values}, type=str)
     if meta["cli"] is not None:
         return meta["cli"]
+    item = _item_type(hint)
+    if item in (int, float, str, Path):
+        return list[item]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         if len(args) == 1 and args[0] in (int, float, str, bool, Path):
@@ -156,8 +214,12 @@ def from_parsed(cls, values: Mapping[str, Any], **more: Any):
         value = values[f.name]
         if isinstance(value, enum.Enum):
             value = value.value
+        if value is None or value == []:   # nothing typed (a list knob's parser gives None): the field's default
+            continue
+        if isinstance(value, list):
+            value = tuple(v.value if isinstance(v, enum.Enum) else v for v in value)
         parse = f.metadata["paw"]["parse"]
-        kwargs[f.name] = parse(value) if parse is not None and value is not None else value
+        kwargs[f.name] = parse(value) if parse is not None else value
     return cls(**kwargs, **more)
 
 
@@ -199,25 +261,36 @@ def from_mapping(data: Mapping[str, Any], *classes, where: str = "--config") -> 
             known = sorted({f.name for cls in classes for f in knobs(cls)})
             raise PawError(f"{where}: unknown key {key!r}; the keys are {', '.join(known)}")
         cls, f = by_key[key]
-        chosen[cls][f.name] = coerce(value, f, typing.get_type_hints(cls)[f.name], key=f"{where}: {key}")
+        chosen[cls][f.name] = coerce(value, f, typing.get_type_hints(cls)[f.name], key=f"{where}: {key}", data=data)
     made = tuple(cls(**chosen[cls]) for cls in classes)
     return made if len(made) > 1 else made[0]
 
 
-def coerce(value: Any, f: dataclasses.Field, hint: Any, *, key: str) -> Any:
+def coerce(value: Any, f: dataclasses.Field, hint: Any, *, key: str, data: Mapping[str, Any] | None = None) -> Any:
     """``value`` from a YAML or JSON mapping as field ``f`` holds it, or a PawError naming ``key``.
 
     Strings are never numbers here (YAML reads ``1.0e300`` as a string, so a value that looks like a number
     but is a string is refused), booleans are never numbers, numbers must be finite and in the knob's range,
-    and nothing nests deeper than :data:`MAX_DEPTH`.
+    and nothing nests deeper than :data:`MAX_DEPTH`. A knob with a ``judge`` is judged by it instead
+    (``data``, the whole mapping, is what it may consult: merge's ``t`` depends on the file's ``method``).
     """
     _depth(value, key)
     m = f.metadata["paw"]
-    allowed = [a for a in typing.get_args(hint)] or [hint]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    allowed = list(typing.get_args(hint)) if union else [hint]
     if value is None:
         if type(None) in allowed:
             return None
         raise PawError(f"{key}: a value is required")
+    item = _item_type(hint)
+    if item is not None:
+        return _items(value, item, m, key, data or {})
+    return _one(value, allowed, m, key, data or {})
+
+
+def _one(value: Any, allowed: list, m: dict, key: str, data: Mapping[str, Any]) -> Any:
+    if m["judge"] is not None:
+        return m["judge"](key, value, data)
     if m["choices"] is not None:
         values = m["choices"]() if callable(m["choices"]) else m["choices"]
         if str(value) not in values or not isinstance(value, str):
@@ -229,16 +302,27 @@ def coerce(value: Any, f: dataclasses.Field, hint: Any, *, key: str) -> Any:
         return value
     if int in allowed or float in allowed:
         return _number(value, int if int in allowed and float not in allowed else float, m, key)
-    if any(typing.get_origin(a) is tuple for a in allowed):
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
-            raise PawError(f"{key}: expected a list of names, not {value!r}")
-        return tuple(x.strip() for x in items)
     if str in allowed or Path in allowed:
         if not isinstance(value, str | int) or isinstance(value, bool):
             raise PawError(f"{key}: expected text, not {value!r}")
         return str(value)
     raise PawError(f"{key}: cannot read {value!r}")
+
+
+def _items(value: Any, item: type, m: dict, key: str, data: Mapping[str, Any]) -> tuple:
+    """A list knob's value: a YAML list, one value (a list of one), or, for a knob typed as one comma list
+    (``cli=str``), that text as the flag takes it (``'q_proj, v_proj'``, ``'8,16,64'``)."""
+    comma = isinstance(value, str) and m["cli"] is str
+    items = value.split(",") if comma else value if isinstance(value, list) else [value]
+    if item is str:
+        if not all(isinstance(x, str) and x.strip() for x in items):
+            raise PawError(f"{key}: expected a list of names, not {value!r}")
+        return tuple(x.strip() for x in items)
+    if comma:   # numbers written as the flag is typed: each is text
+        if not all(looks_numeric(x) for x in items):
+            raise PawError(f"{key}: expected numbers separated by commas, not {value!r}")
+        items = [float(x) if item is float else int(float(x)) if float(x).is_integer() else float(x) for x in items]
+    return tuple(_one(x, [item], m, f"{key}[{i}]", data) for i, x in enumerate(items))
 
 
 def _number(value: Any, kind: type, m: dict, key: str) -> float | int:

@@ -59,10 +59,10 @@ def test_every_registry_refuses_a_second_entry_under_a_taken_name(module, name, 
 
 
 def test_cli_choices_follow_the_registries(cli):
-    from paw.cli.merge import _Method, _Mode
     from paw.knobs import choices_of
     from paw.merge.adapters import ADAPTER_METHODS
     from paw.merge.methods import METHODS as MERGE_METHODS
+    from paw.merge.options import MergeSpec
     from paw.merge.weights import WEIGHT_MODES
     from paw.transfer.distill import DISTILL
     from paw.transfer.layers import LAYER_MAPS
@@ -72,8 +72,8 @@ def test_cli_choices_follow_the_registries(cli):
     # the data-free maps of the registry, then distill (a training pipeline of its own)
     assert list(choices_of(TransferOptions, "method")) == [*method_names(), DISTILL] and method_names()[0] == "auto"
     assert list(choices_of(TransferOptions, "layer_map")) == LAYER_MAPS.names()
-    assert [m.value for m in _Method] == [*MERGE_METHODS.names(), *ADAPTER_METHODS.names()]  # full-model, then --adapters
-    assert [m.value for m in _Mode] == WEIGHT_MODES.names()
+    assert list(choices_of(MergeSpec, "method")) == [*MERGE_METHODS.names(), *ADAPTER_METHODS.names()]  # then --adapters
+    assert list(choices_of(MergeSpec, "mode")) == WEIGHT_MODES.names()
     help_text = cli("align-vocab", "--help").stdout
     from paw.vocab.align import METHODS as ALIGNERS
 

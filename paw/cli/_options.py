@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import inspect
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -14,11 +13,13 @@ from paw.device import DEVICE_HELP
 from paw.errors import PawError
 from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI modules import it from here)
 from paw.knobs import (
+    Given,
     RunOptions,  # noqa: F401  (re-exported: every command's run options)
+    WriteOptions,  # noqa: F401  (re-exported: a writing command's NaN/Inf switch)
     cli_parameters,
     from_mapping,
     from_parsed,
-    knob,
+    list_flags,
     looks_numeric,
     merged,
     typed_on_command_line,
@@ -200,50 +201,65 @@ _SHORT_CHOICES = 12  # `<auto|none>` stays beside the flag; a longer list moves 
 
 # ------------------------------------------------------------------------------------ options-first commands
 
-@dataclass(frozen=True)
-class WriteOptions:
-    """For a command that writes tensors: whether NaN/Inf may be written (:mod:`paw.io.finite`)."""
-
-    allow_nonfinite: bool = knob(False, "Write the output even if it holds NaN or Inf.")
-
-
 CONFIG_HELP = "YAML of option values (keys: flags without '--'); typed flags win."
 
 
-def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=None):
+def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=None, given: bool = False,
+                    foreign=None, config_help: str = CONFIG_HELP):
     """Register command ``name`` whose options are the knobs of ``groups`` (``(options class, help prefix)``, or
     ``(class, prefix, fields to leave out)`` where a field means nothing to this command: extract-lora has no
     ``--track``) and ``--config FILE.yaml``; ``body(*objects)`` gets one object per class, in order, each with
-    the values of the config file overridden by the flags the user typed (:func:`paw.knobs.merged`)."""
+    the values of the config file overridden by the flags the user typed (:func:`paw.knobs.merged`).
+
+    A list knob takes several values after its flag (``--models a b c``). ``given=True``: the body also gets
+    ``given=`` :class:`paw.knobs.Given`, the knobs the user set by flag or file. ``foreign(mapping)``: whether
+    a config file is another tool's schema (merge: mergekit's YAML); such a file is not read as knobs, and the
+    body gets ``foreign=(path, mapping)`` (else None) to translate, with the objects from the flags alone.
+    """
     classes = [g[0] for g in groups]
     params = [inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
-                                default=typer.Option(None, "--config", help=CONFIG_HELP))]
+                                default=typer.Option(None, "--config", help=config_help))]
     for c, prefix, *skip in groups:
         params += cli_parameters(c, help_prefix=prefix, skip=tuple(skip[0]) if skip else ())
     shown = {p.name for p in params}
+    several = [f for c in classes for f in list_flags(c)]
 
     def callback(**values):
         config = values.pop("config")
         objects = [from_parsed(c, values) for c in classes]
+        typed = typed_on_command_line(list(values))
+        extra = {"foreign": None} if foreign is not None else {}
+        in_file: set[str] = set()
         if config is not None:
             from paw.io.yaml_file import read_yaml_mapping
 
             data = read_yaml_mapping(config)
-            hidden = [k for k in data if isinstance(k, str) and k.replace("-", "_") not in shown]
-            if hidden:   # a knob of a shared class that this command has no flag for
-                raise PawError(f"--config {config}: unknown key {hidden[0]!r} for paw {name}")
-            from_file = from_mapping(data, *classes, where=f"--config {config}")
-            from_file = from_file if isinstance(from_file, tuple) else (from_file,)
-            typed = typed_on_command_line(list(values))
-            objects = [merged(f, o, typed) for f, o in zip(from_file, objects, strict=True)]
+            if foreign is not None and foreign(data):
+                extra["foreign"] = (config, data)
+            else:
+                objects, in_file = _with_file(name, config, data, classes, objects, shown, typed)
+        if given:
+            extra["given"] = Given(frozenset(typed), frozenset(in_file - typed), config)
         from paw.io.finite import nonfinite_policy
 
         allow = any(getattr(o, "allow_nonfinite", False) for o in objects)   # from the file too
         with nonfinite_policy(allow):
-            return body(*objects)
+            return body(*objects, **extra)
 
     callback.__signature__ = inspect.Signature(params)
     callback.__annotations__ = {p.name: p.annotation for p in params}
     callback.__doc__ = doc
     callback.__name__ = name.replace("-", "_")
-    return app.command(name, cls=cls)(callback)
+    return app.command(name, cls=cls or (multi_value_command(*several) if several else None))(callback)
+
+
+def _with_file(name: str, config: Path, data: dict, classes: list, objects: list, shown: set[str],
+               typed: set[str]) -> tuple[list, set[str]]:
+    """The objects from ``--config`` with the typed flags laid over, and the knobs the file set."""
+    hidden = [k for k in data if isinstance(k, str) and k.replace("-", "_") not in shown]
+    if hidden:   # a knob of a shared class that this command has no flag for
+        raise PawError(f"--config {config}: unknown key {hidden[0]!r} for paw {name}")
+    from_file = from_mapping(data, *classes, where=f"--config {config}")
+    from_file = from_file if isinstance(from_file, tuple) else (from_file,)
+    merged_objects = [merged(f, o, typed) for f, o in zip(from_file, objects, strict=True)]
+    return merged_objects, {k.replace("-", "_") for k in data}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,10 @@ from paw.errors import PawError
 from paw.io.adapter import LoraAdapter, LoraModule, adapter_key, lora_config_dict, read_adapter, write_adapter
 from paw.io.atomic import check_output
 from paw.io.manifest import describe_input, records_call
+from paw.knobs import RunOptions, WriteOptions
 from paw.merge.adapters import ADAPTER_METHODS, AdapterMethod, concat_factors, lora_norm, svd_factors
 from paw.merge.methods import METHODS, tensor_seed
+from paw.merge.options import MergeRun, MergeSpec
 from paw.merge.weights import WEIGHT_MODES, weights_from_norms
 from paw.validate import ALLOW_HINT, FLOAT32_MAX, NonFinite, finite, finite_all, nonfinite
 
@@ -37,23 +38,23 @@ MANIFEST = "paw_merge.json"
 
 @dataclass
 class AdapterMergeOptions:
-    """What ``paw merge --adapters`` does; field names are the CLI flags."""
+    """What ``paw merge --adapters`` does; field names are the CLI flags, the shared defaults :class:`MergeSpec`'s."""
 
     adapters: list[str] = field(default_factory=list)  # PEFT LoRA folders (or cached IDs) of one base
     output: str | None = None            # folder to write (refused if it exists unless overwrite)
     method: str = "cat"                  # a name in paw.merge.adapters.ADAPTER_METHODS
     weights: list[float] | None = None   # one per adapter; None: from mode, or 1 each without one
     mode: str | None = None              # weights from the adapters' L2 norms (normalised); None: all 1
-    beta: float = 1.0                    # exp mode sharpness
-    alpha: float = 1.5                   # power mode exponent
-    scale: float = 1.0                   # the merged update is scale x the combination
+    beta: float = MergeSpec.beta         # exp mode sharpness
+    alpha: float = MergeSpec.alpha       # power mode exponent
+    scale: float = MergeSpec.scale       # the merged update is scale x the combination
     rank: int | None = None              # svd methods: output rank (None: the largest input rank)
-    density: float = 0.2                 # ties-svd, magnitude-prune-svd: fraction of entries kept
-    drop_rate: float = 0.9               # dare-*-svd: probability of dropping an entry
-    seed: int = 0                        # dare-*-svd: same seed, same output
-    device: str = "auto"                 # where the SVDs run: auto, cpu, cuda, cuda:N
-    overwrite: bool = False              # replace an existing output folder
-    allow_nonfinite: bool = False        # write NaN/Inf factors instead of refusing
+    density: float = MergeSpec.density   # ties-svd, magnitude-prune-svd: fraction of entries kept
+    drop_rate: float = MergeSpec.drop_rate  # dare-*-svd: probability of dropping an entry
+    seed: int = MergeRun.seed            # dare-*-svd: same seed, same output
+    device: str = RunOptions.device      # where the SVDs run: auto, cpu, cuda, cuda:N
+    overwrite: bool = RunOptions.overwrite  # replace an existing output folder
+    allow_nonfinite: bool = WriteOptions.allow_nonfinite  # write NaN/Inf factors instead of refusing
 
     def check(self) -> None:
         """Judge everything the options alone decide, before any file is read; each message names its flag."""
@@ -85,46 +86,7 @@ class AdapterMergeOptions:
         check_device(self.device)
 
 
-_ADAPTER_FIELDS = {f.name: f for f in fields(AdapterMergeOptions)}
-_ADAPTER_KIND = {"weights": list, "adapters": list, "mode": str, "rank": int, "output": str}
-
-
-def adapter_options_from_mapping(data: Mapping[str, Any], *, source: str = "config") -> dict[str, Any]:
-    """Check a PAW config holding ``adapters:`` (an adapter-space merge): known keys only, typed values.
-
-    The keys are :class:`AdapterMergeOptions`' fields (``drop_rate`` or ``drop-rate``). Returns
-    ``{field: value}`` for the command-line flags to lay over. Raises :class:`PawError` naming the key.
-    """
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = str(key).replace("-", "_")
-        if name not in _ADAPTER_FIELDS:
-            raise PawError(f"unknown key {key!r} for an adapter merge (adapters: is set); valid keys: "
-                           f"{', '.join(_ADAPTER_FIELDS)}", path=source)
-        if value is None:
-            out[name] = None
-            continue
-        kind = _ADAPTER_KIND.get(name) or type(_ADAPTER_FIELDS[name].default)
-        if kind is list:
-            value = [value] if isinstance(value, (str, int, float)) else value
-            if not isinstance(value, list):
-                raise PawError(f"{key!r} must be a list", path=source)
-            try:
-                value = [str(v) for v in value] if name == "adapters" else [float(v) for v in value]
-            except (TypeError, ValueError):
-                raise PawError(f"{key!r} must be a list of numbers, got {value!r}", path=source) from None
-        elif kind is bool:
-            if not isinstance(value, bool):
-                raise PawError(f"{key!r} must be true or false, got {value!r}", path=source)
-        else:
-            try:
-                if kind is int and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer())):
-                    raise ValueError
-                value = kind(value)
-            except (TypeError, ValueError):
-                raise PawError(f"{key!r} must be a {kind.__name__}, got {value!r}", path=source) from None
-        out[name] = value
-    return out
+FIELDS = tuple(f.name for f in fields(AdapterMergeOptions))  # the knobs an adapter merge reads
 
 
 @dataclass(frozen=True)

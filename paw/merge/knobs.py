@@ -60,6 +60,7 @@ RANGES: dict[str, Range] = {
     "l2_norm": Range(low=0.0),         # an L2 norm is never negative
     "eps": Range(low=0.0),
     "max_iter": Range(kind=int, low=1, high=2**31 - 1),
+    "seed": Range(kind=int, low=-(2**63), high=2**63 - 1),
     **{k: _BOOL for k in ("normalize", "rescale", "int8_mask", "filter_wise", "row_wise", "flatten",
                           "nuslerp_row_wise", "nuslerp_flatten", "normalize_weights")},
 }
@@ -86,7 +87,8 @@ def check_knob(label: str, knob: str, value: Any, *, method: str | None = None) 
             raise PawError(f"{label} must be true or false, got {shown}")
         return value
     if isinstance(value, bool):
-        raise PawError(f"{label} {shown} is not a number (true and false are not read as 1 and 0)")
+        kind = "an integer" if allowed.kind is int else "a number"
+        raise PawError(f"{label} {shown} is not {kind} (true and false are not read as 1 and 0)")
     if isinstance(value, str):
         value = _number_from_text(label, value)
         shown = f"{shown} (text in YAML, read as {value!r})"

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from paw.errors import PawError
-from paw.merge.options import MergeOptions
+from paw.merge.options import MergeOptions, MergeSpec
 from paw.merge.rules import (
     REQUIRED,
     MergekitRules,
@@ -50,29 +50,31 @@ GTA_GLOBAL = {"int8_mask": False, "lambda": 1.0}
 
 
 def _gta(paw: str, normalize: bool, rescale: bool, **extra: Any) -> MethodSpec:
+    # density 1 (keep every entry) is mergekit's default for these methods, not PAW's --density
     return MethodSpec(paw, {**GTA_GLOBAL, "normalize": normalize, "rescale": rescale},
                       {"weight": REQUIRED, "density": 1.0, **extra})
 
 
+# mergekit's defaults; where they are PAW's own (gamma, epsilon, ...), read from MergeSpec, the one place
 MERGEKIT_METHODS: dict[str, MethodSpec] = {
     "linear": MethodSpec("linear", {"normalize": True}, {"weight": REQUIRED}, base="member"),
     "task_arithmetic": _gta("task-arithmetic", False, False),
     "ties": _gta("ties", True, False),
     "dare_ties": _gta("dare-ties", False, True),
     "dare_linear": _gta("dare-linear", False, True),
-    "breadcrumbs": _gta("breadcrumbs", False, False, gamma=0.01),
-    "breadcrumbs_ties": _gta("breadcrumbs-ties", False, False, gamma=0.01),
-    "della": _gta("della", True, True, epsilon=0.15),
-    "della_linear": _gta("della-linear", False, True, epsilon=0.15),
+    "breadcrumbs": _gta("breadcrumbs", False, False, gamma=MergeSpec.gamma),
+    "breadcrumbs_ties": _gta("breadcrumbs-ties", False, False, gamma=MergeSpec.gamma),
+    "della": _gta("della", True, True, epsilon=MergeSpec.epsilon),
+    "della_linear": _gta("della-linear", False, True, epsilon=MergeSpec.epsilon),
     "slerp": MethodSpec("slerp", {"t": REQUIRED}, {}),
-    "nuslerp": MethodSpec("nuslerp", {"nuslerp_row_wise": False, "nuslerp_flatten": True}, {"weight": REQUIRED},
-                          base="optional"),
+    "nuslerp": MethodSpec("nuslerp", {"nuslerp_row_wise": MergeSpec.row_wise,
+                                      "nuslerp_flatten": MergeSpec.flatten}, {"weight": REQUIRED}, base="optional"),
     "multislerp": MethodSpec("multislerp", {"normalize_weights": True, "eps": 1e-8}, {"weight": REQUIRED},
                              base="optional"),
-    "karcher": MethodSpec("karcher", {"max_iter": 10, "tol": 1e-5}, {}, base="member"),
-    "model_stock": MethodSpec("model-stock", {"filter_wise": False}, {}),
+    "karcher": MethodSpec("karcher", {"max_iter": MergeSpec.max_iter, "tol": MergeSpec.tol}, {}, base="member"),
+    "model_stock": MethodSpec("model-stock", {"filter_wise": MergeSpec.filter_wise}, {}),
     "nearswap": MethodSpec("nearswap", {"t": REQUIRED}, {}),
-    "sce": MethodSpec("sce", {"int8_mask": False, "select_topk": 1.0}, {}),
+    "sce": MethodSpec("sce", {"int8_mask": False, "select_topk": MergeSpec.select_topk}, {}),
     "passthrough": MethodSpec("passthrough", {}, {"scale": None}, base="none"),
 }
 NOT_IN_PAW = ("arcee_fusion", "ram", "ramplus_tl")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ def prepare(options: MergeOptions) -> MergeJob:
     if options.tokenizer_from is not None:
         what = "tokenizer_source" if options.rules is not None else "--tokenizer-from"
         try:
-            options.tokenizer_from = str(tokenizer_source(options.tokenizer_from, what=what))
+            options = replace(options, tokenizer_from=str(tokenizer_source(options.tokenizer_from, what=what)))
         except PawError as err:  # a mergekit config's key: name the file too
             where = options.rules.path if options.rules is not None else None
             raise PawError(str(err), path=where) from None
