@@ -39,17 +39,19 @@ from paw.errors import PawError
 def knob(default: Any, help: str, *, flag: str | None = None, short: str | None = None, min: float | None = None,
          max: float | None = None, choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None,
          cli: type | None = None, parse: Callable[[Any], Any] | None = None,
-         metavar: str | None = None) -> Any:
+         metavar: str | None = None, verbatim: bool = False) -> Any:
     """A dataclass field that is also a command-line flag.
 
     ``flag``: its name on the command line (default ``--field-name``; ``'--a/--no-a'`` for a switch pair);
     ``min``/``max``: the range the parser enforces (the options' ``check`` may say more); ``choices``: the
     values allowed (or a function giving them, read when the command is built); ``cli``: the type the parser
     reads when the field's own type is a union (``str | Path | None`` is read as ``str``); ``parse``: what
-    turns the parsed value into the field's (``'q_proj, v_proj'`` -> ``('q_proj', 'v_proj')``).
+    turns the parsed value into the field's (``'q_proj, v_proj'`` -> ``('q_proj', 'v_proj')``); ``verbatim``: a
+    tuple of strings whose items a config file gives as written (tokens: ``' zebra'`` keeps its space, ``'a,b'``
+    is one item), never split at commas or stripped.
     """
     meta = {"help": help, "flag": flag, "short": short, "min": min, "max": max, "choices": choices, "cli": cli,
-            "parse": parse, "metavar": metavar}
+            "parse": parse, "metavar": metavar, "verbatim": verbatim}
     if isinstance(default, list | dict | set):
         raise TypeError("a knob's default must be immutable (a tuple, not a list)")
     return field(default=default, metadata={"paw": meta})
@@ -229,6 +231,8 @@ def coerce(value: Any, f: dataclasses.Field, hint: Any, *, key: str) -> Any:
         return value
     if int in allowed or float in allowed:
         return _number(value, int if int in allowed and float not in allowed else float, m, key)
+    if m.get("verbatim") and any(typing.get_origin(a) is tuple for a in allowed):
+        return _verbatim(value, key)
     if any(typing.get_origin(a) is tuple for a in allowed):
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() for x in items):
@@ -239,6 +243,14 @@ def coerce(value: Any, f: dataclasses.Field, hint: Any, *, key: str) -> Any:
             raise PawError(f"{key}: expected text, not {value!r}")
         return str(value)
     raise PawError(f"{key}: cannot read {value!r}")
+
+
+def _verbatim(value: Any, key: str) -> tuple[str, ...]:
+    """A list of strings as written (one string: a list of one)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
+        raise PawError(f"{key}: expected a list of strings, not {value!r}")
+    return tuple(items)
 
 
 def _number(value: Any, kind: type, m: dict, key: str) -> float | int:

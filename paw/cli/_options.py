@@ -210,20 +210,25 @@ class WriteOptions:
 CONFIG_HELP = "YAML of option values (keys: flags without '--'); typed flags win."
 
 
-def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=None):
+def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=None,
+                    arguments: tuple[inspect.Parameter, ...] = ()):
     """Register command ``name`` whose options are the knobs of ``groups`` (``(options class, help prefix)``, or
     ``(class, prefix, fields to leave out)`` where a field means nothing to this command: extract-lora has no
     ``--track``) and ``--config FILE.yaml``; ``body(*objects)`` gets one object per class, in order, each with
-    the values of the config file overridden by the flags the user typed (:func:`paw.knobs.merged`)."""
+    the values of the config file overridden by the flags the user typed (:func:`paw.knobs.merged`).
+
+    ``arguments``: hand-written parameters no option can express (the positional ``FILES...`` of ``paw bpe
+    train``, made with :func:`argument`), passed to ``body`` by name after the objects."""
     classes = [g[0] for g in groups]
-    params = [inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
-                                default=typer.Option(None, "--config", help=CONFIG_HELP))]
+    params = [*arguments, inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                                            default=typer.Option(None, "--config", help=CONFIG_HELP))]
     for c, prefix, *skip in groups:
         params += cli_parameters(c, help_prefix=prefix, skip=tuple(skip[0]) if skip else ())
     shown = {p.name for p in params}
 
     def callback(**values):
         config = values.pop("config")
+        given = {p.name: values.pop(p.name) for p in arguments}
         objects = [from_parsed(c, values) for c in classes]
         if config is not None:
             from paw.io.yaml_file import read_yaml_mapping
@@ -240,10 +245,16 @@ def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=
 
         allow = any(getattr(o, "allow_nonfinite", False) for o in objects)   # from the file too
         with nonfinite_policy(allow):
-            return body(*objects)
+            return body(*objects, **given)
 
     callback.__signature__ = inspect.Signature(params)
     callback.__annotations__ = {p.name: p.annotation for p in params}
     callback.__doc__ = doc
     callback.__name__ = name.replace("-", "_")
     return app.command(name, cls=cls)(callback)
+
+
+def argument(name: str, annotation, default, help: str) -> inspect.Parameter:
+    """A positional command-line argument (``typer.Argument``) for :func:`options_command`'s ``arguments``."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Argument(default, help=help))
