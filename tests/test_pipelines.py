@@ -28,12 +28,14 @@ def _same_folders(a: Path, b: Path) -> None:
 
 
 def test_transplant_tokenizer_matches_the_cli(cli, tiny_llama, tiny_qwen, tmp_path):
+    from paw.vocab.options import TransplantOptions
     from paw.vocab.pipelines import transplant_tokenizer
 
     res = cli("transplant-tokenizer", "--model", tiny_llama, "--tokenizer", tiny_qwen, "-o", tmp_path / "cli", "--no-check",
               "--device", "cpu")
     assert res.exit_code == 0, res.stderr
-    result = transplant_tokenizer(tiny_llama, tiny_qwen, tmp_path / "lib", check=False)
+    result = transplant_tokenizer(TransplantOptions(model=tiny_llama, tokenizer=tiny_qwen, output=tmp_path / "lib",
+                                                    check=False))
     _same_folders(tmp_path / "cli", tmp_path / "lib")
     assert result.output == tmp_path / "lib" and result.semantic_check is None
     assert sum(result.coverage.values()) == result.target_size == result.record["rows"]["after"]
