@@ -2,8 +2,9 @@
 its ``--config`` keys (:mod:`paw.knobs`).
 
 ``analyze-tokenizers`` -> :class:`AnalyzeOptions`, ``align-vocab`` -> :class:`AlignOptions`,
-``transplant-tokenizer`` -> :class:`TransplantOptions` and ``heal-transplant`` -> :class:`HealOptions`. Each
-pipeline of :mod:`paw.vocab.pipelines` and :mod:`paw.vocab.heal_pipeline` takes its object and the run's
+``transplant-tokenizer`` -> :class:`TransplantOptions`, ``heal-transplant`` -> :class:`HealOptions` and
+``extend-tokenizer`` -> :class:`ExtendOptions`. Each pipeline of :mod:`paw.vocab.pipelines`,
+:mod:`paw.vocab.heal_pipeline` and :mod:`paw.vocab.extend_pipeline` takes its object and the run's
 :class:`~paw.knobs.RunOptions`::
 
     transplant_tokenizer(TransplantOptions(model="tiny/base", tokenizer="other-tok", output="moved", check=False))
@@ -21,6 +22,7 @@ from paw.knobs import knob, require
 from paw.vocab.align import methods_help  # light: the alignment registry, no torch or numpy
 from paw.vocab.embed import FALLBACKS
 from paw.vocab.omp import DEFAULT_BATCH, DEFAULT_K
+from paw.vocab.resize import INITS
 from paw.vocab.transplant import HEAD_POLICIES
 
 
@@ -165,3 +167,30 @@ class HealOptions:
         every = self.eval_every or max(1, self.steps // 5)
         return HealPlan(steps=self.steps, lr=self.lr, batch=self.batch, seq_len=self.seq_len, eval_every=every,
                         warmup=self.warmup, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class ExtendOptions:
+    """Tokens added to a model's tokenizer, its embeddings grown to match (``paw extend-tokenizer``)."""
+
+    model: str | Path | None = knob(None, "Model folder with tokenizer.json.", cli=Path)
+    output: str | Path | None = knob(None, "Folder to write (model + tokenizer).", cli=Path)
+    tokens: tuple[str, ...] | None = knob(None, "Tokens to add: --tokens A B C (or repeat the option).",
+                                          cli=list[str], parse=items, verbatim=True)
+    tokens_file: str | Path | None = knob(None, "Text file, one token per line (kept verbatim, spaces included).",
+                                          cli=Path)
+    from_tokenizer: str | Path | None = knob(None, "Add every token of this tokenizer that the model lacks (HF "
+                                                   "tokenizer.json / folder, or a `paw bpe train` .model).", cli=Path)
+    skip_numbers: bool = knob(True, "With --from-tokenizer: leave out its number strings ('2024', ' 12'). Most "
+                                    "pre-tokenizers split digit runs, so they could only be added tokens, which would "
+                                    "change how every number in old text tokenizes.",
+                              flag="--skip-numbers/--keep-numbers")
+    special: bool = knob(False, "Add them as special (added, unsplittable) tokens.")
+    init: str = knob("interpolate", "How new rows start.", choices=INITS)
+    pad_to_multiple: int = knob(0, "Pad the row count to a multiple of N (0: no padding; 64 or 128 are usual).",
+                                min=0, max=65536)
+    max_intermediates: int = knob(-1, "A token whose merge chain needs more new intermediate tokens than this is "
+                                      "added as an added token instead (-1: no limit).")
+
+    def check(self) -> None:
+        require(self, "model", "output")
