@@ -56,6 +56,7 @@ def test_extend_tokenizer_matches_the_cli(cli, tiny_llama, tmp_path):
 
 
 def test_resize_base_matches_the_cli(cli, tiny_llama, tmp_path):
+    from paw.adaptercheck.options import ResizeOptions
     from paw.adaptercheck.pipeline import check_adapter, resize_base
     from paw.vocab.extend_pipeline import extend_tokenizer
     from paw.vocab.options import ExtendOptions
@@ -69,7 +70,7 @@ def test_resize_base_matches_the_cli(cli, tiny_llama, tmp_path):
     res = cli("adapter", "resize-base", "--adapter", adapter, "--base", tiny_llama, "--output", tmp_path / "cli",
               "--device", "cpu")
     assert res.exit_code == 0, res.stderr
-    result = resize_base(adapter, tiny_llama, tmp_path / "lib")
+    result = resize_base(ResizeOptions(adapter=adapter, base=tiny_llama, output=tmp_path / "lib"))
     _same_folders(tmp_path / "cli", tmp_path / "lib")
     assert (result.old_rows, result.rows) == (ext.old_rows, ext.rows)
     assert set(result.rows_from_adapter) == {"model.embed_tokens.weight", "lm_head.weight"}
