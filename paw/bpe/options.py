@@ -16,8 +16,8 @@ TOKENIZER_HELP = "A PAW .model, a tiktoken rank file (base64 token + rank per li
 PATTERN_HELP = "Pre-tokenization: gpt2, gpt4 (cl100k), llama3, qwen2, o200k, none, or a regex."
 
 
-def _items(values) -> tuple | None:
-    return tuple(values) or None
+def _items(values) -> tuple[str, ...] | None:
+    return tuple(map(str, values)) or None
 
 
 def _tokenizer():
@@ -74,8 +74,8 @@ class CompareOptions:
     """Several tokenizers on the same texts (``paw bpe compare``)."""
 
     files: tuple[str | Path, ...] = ()    # UTF-8 text files to tokenize (the command's arguments)
-    tokenizers: tuple[str | Path, ...] | None = knob(None, "A tokenizer file (repeat the option).", cli=list[Path],
-                                                     parse=_items)
+    tokenizers: tuple[str, ...] | None = knob(None, "A tokenizer file (repeat the option).", cli=list[Path],
+                                              parse=_items)
     plot: str | Path | None = knob(Path("bpe_compare.png"), "Bar chart of bytes per token.", cli=Path)
     pattern: str | None = knob(None, "Pattern for rank files that lack one.")
 

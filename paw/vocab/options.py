@@ -26,9 +26,10 @@ from paw.vocab.resize import INITS
 from paw.vocab.transplant import HEAD_POLICIES
 
 
-def items(values) -> tuple | None:
-    """What the parser reads for a repeatable flag (``--corpus a b``), as a field holds it: a tuple, or None."""
-    return tuple(values) or None
+def items(values) -> tuple[str, ...] | None:
+    """What the parser reads for a repeatable flag (``--corpus a b``), as a field holds it: a tuple of strings, or
+    None."""
+    return tuple(map(str, values)) or None
 
 
 def _files(help: str, **more):
@@ -56,8 +57,8 @@ class AnalyzeOptions:
                                     ".model or a model .gguf.", short="-s")
     target: str | None = knob(None, "Target tokenizer (same kinds as --source).", short="-t")
     outdir: str | Path | None = knob(None, "Output folder (report.json, encoding.csv, ...).", short="-o", cli=Path)
-    corpus: tuple[str | Path, ...] | None = _files("Text or .jsonl files (one text per line); default: the embedded "
-                                                   "multilingual sample.")
+    corpus: tuple[str, ...] | None = _files("Text or .jsonl files (one text per line); default: the embedded "
+                                            "multilingual sample.")
     plots: bool = knob(True, "Write the PNG figures.", flag="--plots/--no-plots")
     rank_pattern: str | None = _rank_pattern()
 
@@ -74,7 +75,7 @@ class AlignOptions:
     output: str | Path | None = knob(None, "Mapping JSON to write (paw-vocab-map v1).", short="-o", cli=Path)
     method: tuple[str, ...] | None = _methods()
     source_model: str | None = knob(None, "Model whose embeddings 'semantic' uses.")
-    corpus: tuple[str | Path, ...] | None = _files("Text files for 'frequency' token counts.")
+    corpus: tuple[str, ...] | None = _files("Text files for 'frequency' token counts.")
     anchors: int = _anchors()
     rank_pattern: str | None = _rank_pattern()
 
@@ -95,8 +96,8 @@ class TransplantOptions:
     init: str = knob("mean", "Rows no method maps: mean (of the source rows) or zero.", choices=FALLBACKS)
     head: str = knob("mapping", "Untied output-head rows: 'mapping' (same weights as the input rows) or 'first' "
                                 "(first piece of each decomposition).", choices=HEAD_POLICIES)
-    corpus: tuple[str | Path, ...] | None = _files("Texts for 'frequency' and the semantic check (default: the "
-                                                   "embedded multilingual sample).")
+    corpus: tuple[str, ...] | None = _files("Texts for 'frequency' and the semantic check (default: the "
+                                            "embedded multilingual sample).")
     check: bool = knob(True, "Run the hidden-state semantic check.", flag="--check/--no-check")
     check_texts: int = knob(64, "Texts used by the semantic check.", min=1)
     anchors: int = _anchors()
@@ -110,7 +111,7 @@ class TransplantOptions:
                                "it is done) and fit only the rest.")
     heal_steps: int = knob(0, "Then train the non-exact rows this many steps on --heal-corpus (see paw "
                               "heal-transplant).", min=0)
-    heal_corpus: tuple[str | Path, ...] | None = _files("Text or .jsonl files for --heal-steps.")
+    heal_corpus: tuple[str, ...] | None = _files("Text or .jsonl files for --heal-steps.")
     rank_pattern: str | None = _rank_pattern()
 
     def validate(self) -> None:
@@ -133,11 +134,11 @@ class HealOptions:
     names the flag at fault before any model is read."""
 
     model: str | Path | None = knob(None, "A folder written by paw transplant-tokenizer.", cli=Path)
-    corpus: tuple[str | Path, ...] | None = _files("Training text: text or .jsonl files.")
+    corpus: tuple[str, ...] | None = _files("Training text: text or .jsonl files.")
     output: str | Path | None = knob(None, "Output model folder.", short="-o", cli=Path)
     steps: int = knob(100, "Optimizer steps.", min=1)
-    eval_corpus: tuple[str | Path, ...] | None = _files("Held-out text for the bits-per-byte check (default: every "
-                                                        "10th text of --corpus, not trained on).")
+    eval_corpus: tuple[str, ...] | None = _files("Held-out text for the bits-per-byte check (default: every "
+                                                 "10th text of --corpus, not trained on).")
     original: str | Path | None = knob(None, "The model before the transplant: its bits per byte on its own "
                                              "tokenizer is drawn in the curve as the level to reach.", cli=Path)
     lr: float = knob(1e-3, "Adam learning rate of the trained rows.")
