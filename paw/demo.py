@@ -45,10 +45,12 @@ from paw.io.lm import load_lm, save_adapter
 from paw.io.manifest import write_manifest
 from paw.io.mcdata import write_items
 from paw.io.reports import save_figure, write_json
+from paw.knobs import RunOptions
 from paw.merge import MergeOptions, execute, prepare
 from paw.registry import Registry
 from paw.taskvec.pipeline import task_vectors
 from paw.transfer.run import transfer_adapter
+from paw.vocab.options import AnalyzeOptions
 from paw.vocab.pipelines import analyze_tokenizers
 
 R = TypeVar("R")
@@ -224,8 +226,9 @@ def _train_colour(demo: Demo) -> str:
 @step("tokenizers", "Compare two tokenizers", needs=("models",))
 def _tokenizers(demo: Demo) -> str:
     out = demo.path("tokenizers", "reports/tokenizers")
-    result = run_logged(demo, "analyze-tokenizers", analyze_tokenizers, demo.paths["base"], demo.paths["other"], out,
-                        overwrite=True)
+    result = run_logged(demo, "analyze-tokenizers", analyze_tokenizers,
+                        AnalyzeOptions(source=demo.paths["base"], target=demo.paths["other"], outdir=out),
+                        RunOptions(overwrite=True))
     v = result.report["vocabulary"]
     detail = f"vocabulary.jaccard {v['jaccard']:.3g}, vocabulary.overlap_coefficient {v['overlap_coefficient']:.3g}"
     log_lines(demo, "analyze-tokenizers", [detail, f"wrote {out}"])

@@ -43,7 +43,8 @@ from paw.errors import PawError
 def knob(default: Any, help: str, *, flag: str | None = None, short: str | None = None, min: float | None = None,
          max: float | None = None, choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None,
          cli: type | None = None, parse: Callable[[Any], Any] | None = None,
-         metavar: str | None = None, judge: Callable[[str, Any, Mapping], Any] | None = None) -> Any:
+         metavar: str | None = None, judge: Callable[[str, Any, Mapping], Any] | None = None,
+         verbatim: bool = False) -> Any:
     """A dataclass field that is also a command-line flag.
 
     ``flag``: its name on the command line (default ``--field-name``; ``'--a/--no-a'`` for a switch pair);
@@ -53,10 +54,13 @@ def knob(default: Any, help: str, *, flag: str | None = None, short: str | None 
     turns the parsed value into the field's (``'a, b'`` -> ``('a', 'b')``); ``judge(label, value, mapping)``:
     what judges a value from a file instead of the field's type, range and choices (for a list, each item),
     returning it as the field holds it or raising a PawError that starts with ``label`` (merge's knobs use
-    :func:`paw.merge.knobs.check_knob`, so a file's value is refused as the flag's would be).
+    :func:`paw.merge.knobs.check_knob`, so a file's value is refused as the flag's would be); ``verbatim``: a
+    tuple of strings whose items a config file gives as written (tokens: ``' zebra'`` keeps its space, ``'a,b'``
+    is one item), never split at commas or stripped.
     """
     meta = {"help": help, "flag": flag, "short": short, "min": min, "max": max, "choices": choices, "cli": cli,
-            "parse": parse, "metavar": metavar, "judge": judge}
+            "parse": parse, "metavar": metavar, "judge": judge,
+            "verbatim": verbatim}
     if isinstance(default, list | dict | set):
         raise TypeError("a knob's default must be immutable (a tuple, not a list)")
     return field(default=default, metadata={"paw": meta})
@@ -312,6 +316,8 @@ def _one(value: Any, allowed: list, m: dict, key: str, data: Mapping[str, Any]) 
 def _items(value: Any, item: type, m: dict, key: str, data: Mapping[str, Any]) -> tuple:
     """A list knob's value: a YAML list, one value (a list of one), or, for a knob typed as one comma list
     (``cli=str``), that text as the flag takes it (``'q_proj, v_proj'``, ``'8,16,64'``)."""
+    if m.get("verbatim") and item is str:
+        return _verbatim(value, key)
     comma = isinstance(value, str) and m["cli"] is str
     items = value.split(",") if comma else value if isinstance(value, list) else [value]
     if item is str:
@@ -323,6 +329,14 @@ def _items(value: Any, item: type, m: dict, key: str, data: Mapping[str, Any]) -
             raise PawError(f"{key}: expected numbers separated by commas, not {value!r}")
         items = [float(x) if item is float else int(float(x)) if float(x).is_integer() else float(x) for x in items]
     return tuple(_one(x, [item], m, f"{key}[{i}]", data) for i, x in enumerate(items))
+
+
+def _verbatim(value: Any, key: str) -> tuple[str, ...]:
+    """A list of strings as written (one string: a list of one)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
+        raise PawError(f"{key}: expected a list of strings, not {value!r}")
+    return tuple(items)
 
 
 def _number(value: Any, kind: type, m: dict, key: str) -> float | int:

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from paw.errors import PawError
-from paw.io.atomic import atomic_dir
+from paw.io.atomic import atomic_dir, check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
 from paw.io.lm import load_tokenizer, sort_target_modules
 from paw.io.tokenizer_config import make_portable
+from paw.zoo_options import BuildOptions, FineTuneOptions
 
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|unk|>"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -236,3 +237,26 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
     with atomic_dir(folder, overwrite=True) as tmp:
         peft_model.save_pretrained(tmp)
     return Path(folder)
+
+
+def build_zoo(options: BuildOptions, *, say: Callable[[str], None] = lambda line: None) -> Path:
+    """``paw zoo build``: a tiny base in ``OUTPUT/base`` (and, with ``lora``, ``OUTPUT/finetune`` and ``OUTPUT/lora``);
+    ``say`` gets a line as each folder is written. Returns ``OUTPUT/base``."""
+    if options.tokenizer not in TOKENIZER_KINDS:
+        raise PawError(f"--tokenizer {options.tokenizer!r}: choose one of {', '.join(TOKENIZER_KINDS)}")
+    output = Path(options.output)
+    check_output(output, overwrite=False)
+    base = tiny_model(output / "base", options.arch, seed=options.seed, vocab_size=options.vocab_size,
+                      tokenizer_kind=options.tokenizer, hidden_size=options.hidden_size, num_layers=options.num_layers)
+    say(f"base model:  {base}")
+    if options.lora:
+        fine_tune(base, output / "finetune", seed=options.seed + 1)
+        make_lora(base, output / "lora", seed=options.seed + 2)
+        say(f"fine-tune:   {output / 'finetune'}\nLoRA:        {output / 'lora'}")
+    return base
+
+
+def fine_tune_folder(options: FineTuneOptions) -> dict[str, Any]:
+    """``paw zoo fine-tune``: :func:`fine_tune` into a new folder (an existing one is refused); the task vector."""
+    check_output(options.output, overwrite=False)
+    return fine_tune(options.base, options.output, seed=options.seed, scale=options.scale, include=options.include)

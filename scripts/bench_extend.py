@@ -61,8 +61,9 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from paw import zoo
-    from paw.io.hf_tokenizer_edit import read_token_list
+    from paw.knobs import RunOptions
     from paw.vocab.extend_pipeline import extend_tokenizer
+    from paw.vocab.options import ExtendOptions
 
     if not args.base_tokenizer:
         old_domain = _lines(args.data / "arc-easy_train_formatted.jsonl", args.texts)
@@ -89,7 +90,8 @@ def main() -> None:
         zoo.train_tokenizer(train_new, args.new_vocab).save_pretrained(args.work / "t2")
 
     t0 = time.perf_counter()
-    lines = extend_tokenizer(base, args.work / "paw", read_token_list(args.work / "t2"), device="cpu").lines()
+    every = ExtendOptions(model=base, output=args.work / "paw", from_tokenizer=args.work / "t2", skip_numbers=False)
+    lines = extend_tokenizer(every, RunOptions(device="cpu")).lines()
     t_paw = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -28,12 +28,14 @@ def _same_folders(a: Path, b: Path) -> None:
 
 
 def test_transplant_tokenizer_matches_the_cli(cli, tiny_llama, tiny_qwen, tmp_path):
+    from paw.vocab.options import TransplantOptions
     from paw.vocab.pipelines import transplant_tokenizer
 
     res = cli("transplant-tokenizer", "--model", tiny_llama, "--tokenizer", tiny_qwen, "-o", tmp_path / "cli", "--no-check",
               "--device", "cpu")
     assert res.exit_code == 0, res.stderr
-    result = transplant_tokenizer(tiny_llama, tiny_qwen, tmp_path / "lib", check=False)
+    result = transplant_tokenizer(TransplantOptions(model=tiny_llama, tokenizer=tiny_qwen, output=tmp_path / "lib",
+                                                    check=False))
     _same_folders(tmp_path / "cli", tmp_path / "lib")
     assert result.output == tmp_path / "lib" and result.semantic_check is None
     assert sum(result.coverage.values()) == result.target_size == result.record["rows"]["after"]
@@ -41,11 +43,12 @@ def test_transplant_tokenizer_matches_the_cli(cli, tiny_llama, tiny_qwen, tmp_pa
 
 
 def test_extend_tokenizer_matches_the_cli(cli, tiny_llama, tmp_path):
-    from paw.vocab.extend_pipeline import extend_tokenizer, tokens_from
+    from paw.vocab.extend_pipeline import extend_tokenizer
+    from paw.vocab.options import ExtendOptions
 
     res = cli("extend-tokenizer", "--model", tiny_llama, "--output", tmp_path / "cli", "--tokens", " zebra", "PAW")
     assert res.exit_code == 0, res.stderr
-    result = extend_tokenizer(tiny_llama, tmp_path / "lib", tokens_from(tokens=[" zebra", "PAW"]))
+    result = extend_tokenizer(ExtendOptions(model=tiny_llama, output=tmp_path / "lib", tokens=(" zebra", "PAW")))
     _same_folders(tmp_path / "cli", tmp_path / "lib")
     cli_lines = res.stdout.splitlines()
     assert result.lines()[:-1] == cli_lines[:-1] and result.lines()[-1] == f"wrote {tmp_path / 'lib'}"
@@ -53,11 +56,13 @@ def test_extend_tokenizer_matches_the_cli(cli, tiny_llama, tmp_path):
 
 
 def test_resize_base_matches_the_cli(cli, tiny_llama, tmp_path):
+    from paw.adaptercheck.options import ResizeOptions
     from paw.adaptercheck.pipeline import check_adapter, resize_base
     from paw.vocab.extend_pipeline import extend_tokenizer
+    from paw.vocab.options import ExtendOptions
     from tests.extend.conftest import make_adapter
 
-    ext = extend_tokenizer(tiny_llama, tmp_path / "ext", [" zebra", "PAW"])
+    ext = extend_tokenizer(ExtendOptions(model=tiny_llama, output=tmp_path / "ext", tokens=(" zebra", "PAW")))
     new_ids = sorted(i for route in ext.manifest["new_tokens"].values() for i in route.values())
     adapter = make_adapter(ext.output, tmp_path / "adapter", kind="save", new_ids=new_ids, tokenizer=True)
     report = check_adapter(adapter, tiny_llama)
@@ -65,7 +70,7 @@ def test_resize_base_matches_the_cli(cli, tiny_llama, tmp_path):
     res = cli("adapter", "resize-base", "--adapter", adapter, "--base", tiny_llama, "--output", tmp_path / "cli",
               "--device", "cpu")
     assert res.exit_code == 0, res.stderr
-    result = resize_base(adapter, tiny_llama, tmp_path / "lib")
+    result = resize_base(ResizeOptions(adapter=adapter, base=tiny_llama, output=tmp_path / "lib"))
     _same_folders(tmp_path / "cli", tmp_path / "lib")
     assert (result.old_rows, result.rows) == (ext.old_rows, ext.rows)
     assert set(result.rows_from_adapter) == {"model.embed_tokens.weight", "lm_head.weight"}
@@ -75,9 +80,10 @@ def test_resize_base_matches_the_cli(cli, tiny_llama, tmp_path):
 def test_pipelines_refuse_an_existing_output_before_reading(tiny_llama, tmp_path):
     from paw.errors import PawError
     from paw.vocab.extend_pipeline import extend_tokenizer
+    from paw.vocab.options import ExtendOptions
 
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("x")
     with pytest.raises(PawError, match="exists"):
-        extend_tokenizer(tmp_path / "no-such-model", tmp_path / "out", ["PAW"])
+        extend_tokenizer(ExtendOptions(model=tmp_path / "no-such-model", output=tmp_path / "out", tokens=("PAW",)))
     assert (tmp_path / "out" / "keep.txt").read_text() == "x"

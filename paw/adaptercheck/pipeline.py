@@ -3,10 +3,11 @@
 Both read only what they need through :mod:`paw.io` (``check_adapter`` reads file headers, no
 tensor data) and compute with :mod:`paw.adaptercheck.fit` / :mod:`paw.adaptercheck.rebase`::
 
+    from paw.adaptercheck.options import ResizeOptions
     from paw.adaptercheck.pipeline import check_adapter, resize_base
     report = check_adapter("./my-lora", "./llama")
     if report.vocab_mismatch:
-        resize_base("./my-lora", "./llama", "./llama-resized")
+        resize_base(ResizeOptions(adapter="./my-lora", base="./llama", output="./llama-resized"))
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from paw import __version__
 from paw.adaptercheck.fit import check_fit
+from paw.adaptercheck.options import ResizeOptions
 from paw.adaptercheck.rebase import rebase_tensors, vocab_sources
 from paw.device import resolve_device
 from paw.errors import PawError
@@ -26,6 +28,7 @@ from paw.io.checkpoint import open_checkpoint
 from paw.io.hf_tokenizer_edit import TOKENIZER_JSON, open_tokenizer_json
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import TOKENIZER_FILES, write_checkpoint
+from paw.knobs import RunOptions
 from paw.vocab.extend import find_vocab_tensors, with_vocab_size
 
 PathLike = str | Path
@@ -67,11 +70,12 @@ class ResizedBase:
 
 
 @records_call
-def resize_base(adapter: PathLike, base: PathLike, output: PathLike, *, tokenizer: PathLike | None = None,
-                vocab_size: int | None = None, device: str = "cpu", overwrite: bool = False,
-                command: str | None = None) -> ResizedBase:
-    """Write ``base`` grown to the adapter's vocabulary (rows the adapter saved are reused), so that
-    ``PeftModel.from_pretrained(output, adapter)`` loads."""
+def resize_base(options: ResizeOptions, run: RunOptions = RunOptions(), *, command: str | None = None) -> ResizedBase:
+    """Write ``options.base`` grown to the adapter's vocabulary (rows the adapter saved are reused), so that
+    ``PeftModel.from_pretrained(output, adapter)`` loads; ``vocab_size`` 0: the size the adapter's tensors say."""
+    options.check()
+    adapter, base, output, tokenizer = options.adapter, options.base, options.output, options.tokenizer
+    vocab_size, overwrite = options.vocab_size or None, run.overwrite
     check_output(output, overwrite=overwrite)
     header = read_adapter_header(adapter)
     ckpt = open_checkpoint(base)
@@ -92,7 +96,7 @@ def resize_base(adapter: PathLike, base: PathLike, output: PathLike, *, tokenize
                 "old_rows": old, "rows": rows, "tokenizer_from": str(tok_source),
                 "rows_from_adapter": sorted(sources)}
     write_checkpoint(output, rebase_tensors(ckpt, rows=rows, keys=keys, sources=sources,
-                                            device=resolve_device(device)),
+                                            device=resolve_device(run.device)),
                      config=with_vocab_size(ckpt.config, rows), copy_from=ckpt.path, tokenizer_from=tok_source,
                      overwrite=overwrite, extra_files={"paw_resize_base.json": manifest})
     return ResizedBase(Path(output), Path(adapter), keys, old, rows, tuple(sources), Path(tok_source),

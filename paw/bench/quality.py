@@ -56,9 +56,11 @@ from paw.io.checkpoint import open_checkpoint
 from paw.io.json_file import read_json
 from paw.io.manifest import records_call
 from paw.io.vocab_map import read_vocab_map
+from paw.knobs import RunOptions
 from paw.progress import status
 from paw.transfer import method_names, transfer_lora
 from paw.transfer.summary import LayerPairing, TransferSummary
+from paw.vocab.options import TransplantOptions
 from paw.vocab.pipelines import transplant_tokenizer
 from paw.zoo import build_model, sample_texts, save_model, train_tokenizer
 
@@ -84,8 +86,8 @@ def _transplanter(workdir: Path, source_folder: Path, device) -> Callable:
         with atomic_dir(tok_dir, overwrite=True) as tmp:
             new_tokenizer.save_pretrained(tmp)
         command = f"paw transplant-tokenizer --model {source_folder} --tokenizer {tok_dir} --output {out}"
-        result = transplant_tokenizer(source_folder, tok_dir, out, check=False, device=str(device), overwrite=True,
-                                      command=command)
+        result = transplant_tokenizer(TransplantOptions(model=source_folder, tokenizer=tok_dir, output=out, check=False),
+                                      RunOptions(device=str(device), overwrite=True), command=command)
         # the mapping as shipped in the model folder (weights rounded as users get them), not the in-memory one
         return AutoModelForCausalLM.from_pretrained(result.output).float().eval(), {
             "command": command, "vocab_map": read_vocab_map(result.output / "paw_vocab_map.json")}

@@ -54,6 +54,7 @@ from paw.io.lm import load_lm
 from paw.io.manifest import write_json
 from paw.io.tokenizer import open_tokenizer
 from paw.io.writer import write_checkpoint
+from paw.knobs import RunOptions
 from paw.merge.options import MergeOptions
 from paw.merge.pipeline import merge
 from paw.progress import status
@@ -62,6 +63,7 @@ from paw.taskvec.report import summary as task_vector_summary
 from paw.transfer import method_names, transfer_lora
 from paw.transfer.distill import LM, distill_lora
 from paw.transfer.summary import DistillSummary, TransferSummary
+from paw.vocab.options import AlignOptions, AnalyzeOptions
 from paw.vocab.pipelines import align_vocab, analyze_tokenizers
 from paw.zoo import sample_texts
 
@@ -117,8 +119,11 @@ def part_eval(opts: RealOptions, models: dict[str, Path]) -> dict:
 def part_tokenizers(opts: RealOptions, models: dict[str, Path], workdir: Path) -> tuple[dict, Any]:
     """``analyze_tokenizers`` SmolLM2 -> Gemma (its report's headline figures) and the vocabulary map."""
     status("analyze-tokenizers SmolLM2 vs Gemma-3, align-vocab Gemma-3 -> SmolLM2")
-    analysis = analyze_tokenizers(models[SMOL], models[GEMMA], workdir / "tokenizers", plots=False, overwrite=True)
-    alignment = align_vocab(models[SMOL], models[GEMMA], workdir / "vocab_map.json", overwrite=True)
+    again = RunOptions(overwrite=True)
+    analysis = analyze_tokenizers(AnalyzeOptions(source=models[SMOL], target=models[GEMMA],
+                                                 outdir=workdir / "tokenizers", plots=False), again)
+    alignment = align_vocab(AlignOptions(source=models[SMOL], target=models[GEMMA], output=workdir / "vocab_map.json"),
+                            again)
     report = {k: v for k, v in analysis.report.items() if k not in ("paw_version", "command", "inputs")}
     return {"analysis": report, "alignment_coverage": alignment.coverage}, alignment.mapping
 

@@ -1,8 +1,13 @@
 """What ``paw bpe`` runs, from files: train a tokenizer, open one, compare several on texts.
 
+    from paw.bpe.options import CompareOptions, TrainOptions
     from paw.bpe.pipeline import compare_files, train_files
-    bpe = train_files(["corpus.txt"], 8000, "my", pattern="llama3", export_hf="my-hf")
-    table = compare_files(["my.model", "llama3/tokenizer.json"], ["en.txt", "zh.txt"], plot="cmp.png")
+    bpe = train_files(TrainOptions(files=("corpus.txt",), vocab_size=8000, output="my", pattern="llama3",
+                                   export_hf="my-hf"))
+    table = compare_files(CompareOptions(files=("en.txt", "zh.txt"), tokenizers=("my.model", "llama3/tokenizer.json"),
+                                         plot="cmp.png"))
+
+Each takes its command's options (:mod:`paw.bpe.options`); the one that writes, the run's too.
 
 The training and encoding themselves are the pure functions of :mod:`paw.bpe`; reading and writing
 go through :mod:`paw.io.bpe_files`.
@@ -10,10 +15,11 @@ go through :mod:`paw.io.bpe_files`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from paw.bpe import BpeEncoder, compression, resolve_pattern, train_tokenizer
+from paw.bpe.options import CompareOptions, DecodeOptions, EncodeOptions, TrainOptions
 from paw.bpe.plots import compression_chart
 from paw.bpe.tokenizer import check_vocab_size
 from paw.errors import PawError
@@ -22,6 +28,7 @@ from paw.io.bpe_files import read_bpe, read_text_files, save_chart, write_hf_tok
 from paw.io.manifest import describe_input, records_call, write_json, write_manifest
 from paw.io.tokenizer_config import CONFIG_NAME, minimal_config
 from paw.io.tokenizer_json import guess_role
+from paw.knobs import RunOptions
 from paw.progress import status
 
 PathLike = str | Path
@@ -38,16 +45,17 @@ def open_encoder(spec: PathLike, pattern: str | None = None):
 
 
 @records_call
-def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *, pattern: str = "gpt4",
-                special_tokens: Sequence[str] = (), min_frequency: int = 0, export_hf: PathLike | None = None,
-                processes: int = 0, overwrite: bool = False, command: str | None = None,
+def train_files(options: TrainOptions, run: RunOptions = RunOptions(), *, command: str | None = None,
                 track: Callable | None = None):
-    """Learn a byte-level BPE from text files; write ``OUTPUT.model`` / ``OUTPUT.vocab`` (and
+    """Learn a byte-level BPE from ``options.files``; write ``OUTPUT.model`` / ``OUTPUT.vocab`` (and
     ``EXPORT_HF/tokenizer.json``). Returns the :class:`~paw.bpe.TrainedBpe`.
 
     ``track(steps, n)`` wraps the merge loop (a progress bar); ``processes=0`` counts on every core.
     """
-    regex = resolve_pattern(pattern)
+    options.check()
+    files, vocab_size, output, export_hf = list(options.files), options.vocab_size, options.output, options.export_hf
+    special_tokens, overwrite = options.special_tokens or (), run.overwrite
+    regex = resolve_pattern(options.pattern)
     check_vocab_size(vocab_size, list(special_tokens))
     for out in (f"{output}.model", f"{output}.vocab", *([export_hf] if export_hf is not None else [])):
         check_output(out, overwrite=overwrite, inputs=files)
@@ -56,7 +64,7 @@ def train_files(files: Sequence[PathLike], vocab_size: int, output: PathLike, *,
         raise PawError("the corpus is empty (no text to learn from)")
     status(f"counting pre-tokens in {sum(len(t) for t in texts):,} characters")
     bpe = train_tokenizer(texts, vocab_size, pattern=regex, special_tokens=list(special_tokens),
-                          min_frequency=min_frequency, processes=processes or None, track=track)
+                          min_frequency=options.min_frequency, processes=options.processes or None, track=track)
     _write_trained(bpe, Path(output), export_hf, overwrite=overwrite, inputs=files, command=command)
     return bpe
 
@@ -96,14 +104,15 @@ def special_roles(special_tokens: dict[str, int]) -> dict[str, str]:
     return roles
 
 
-def compare_files(tokenizers: Sequence[PathLike], files: Sequence[PathLike], *, plot: PathLike | None = None,
-                  pattern: str | None = None) -> dict:
-    """``{(tokenizer name, file name): Compression}`` for every pair, and a bar chart at ``plot``.
+def compare_files(options: CompareOptions) -> dict:
+    """``{(tokenizer name, file name): Compression}`` for every pair, and a bar chart at ``options.plot``.
 
     Arguments in ``files`` that name tokenizer files (``*.model``, ``*.tiktoken``, ``tokenizer.json``,
     a folder with one) join the tokenizers, so ``--tokenizers T1 T2 FILES...`` reads naturally.
     """
-    specs, texts_files = split_specs([Path(t) for t in tokenizers], [Path(f) for f in files])
+    options.check()
+    plot, pattern = options.plot, options.pattern
+    specs, texts_files = split_specs([Path(t) for t in options.tokenizers], [Path(f) for f in options.files])
     texts = dict(zip([f.name for f in texts_files], read_text_files(texts_files), strict=True))
     names = short_names(specs)
     table = {}
@@ -116,6 +125,35 @@ def compare_files(tokenizers: Sequence[PathLike], files: Sequence[PathLike], *, 
         save_chart(plot, compression_chart(chart, ylabel="bytes per token (higher = better compression)",
                                            title="Compression by tokenizer and file"))
     return table
+
+
+def encode_text(options: EncodeOptions) -> list[int]:
+    """The token ids of ``options.text`` (or of the file ``options.input_file``); special tokens in the text are
+    refused unless ``allowed_special`` names them (``('all',)``: every one; ``None`` or ``('none',)``: none)."""
+    o = options
+    o.check()
+    if (o.text is None) == (o.input_file is None):
+        raise PawError("give exactly one of --text and --input")
+    content = o.text if o.text is not None else read_text_files([o.input_file])[0]
+    given = list(o.allowed_special or ("none",))
+    allowed = "all" if given == ["all"] else [] if given == ["none"] else given
+    encoder = open_encoder(o.tokenizer, o.pattern)
+    unknown = [t for t in ([] if allowed == "all" else allowed) if t not in encoder.special_tokens]
+    if unknown:
+        raise PawError(f"--allowed-special {unknown[0]!r} is not a special token of this tokenizer "
+                       f"(it has {len(encoder.special_tokens)})", path=o.tokenizer)
+    return encoder.encode_large(content, allowed_special=allowed)
+
+
+def decode_ids(options: DecodeOptions) -> str:
+    """The text of ``options.ids`` (``'9906 1917'`` or ``'9906,1917'``)."""
+    options.check()
+    words = options.ids.replace(",", " ").split()
+    try:
+        values = [int(w) for w in words]
+    except ValueError:
+        raise PawError(f"--ids must be integers, got {' '.join(words)!r}") from None
+    return open_encoder(options.tokenizer).decode(values)
 
 
 def split_specs(tokenizers: list[Path], args: list[Path]) -> tuple[list[Path], list[Path]]:

@@ -205,7 +205,7 @@ CONFIG_HELP = "YAML of option values (keys: flags without '--'); typed flags win
 
 
 def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=None, given: bool = False,
-                    foreign=None, config_help: str = CONFIG_HELP):
+                    foreign=None, config_help: str = CONFIG_HELP, arguments: tuple[inspect.Parameter, ...] = ()):
     """Register command ``name`` whose options are the knobs of ``groups`` (``(options class, help prefix)``, or
     ``(class, prefix, fields to leave out)`` where a field means nothing to this command: extract-lora has no
     ``--track``) and ``--config FILE.yaml``; ``body(*objects)`` gets one object per class, in order, each with
@@ -215,10 +215,12 @@ def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=
     ``given=`` :class:`paw.knobs.Given`, the knobs the user set by flag or file. ``foreign(mapping)``: whether
     a config file is another tool's schema (merge: mergekit's YAML); such a file is not read as knobs, and the
     body gets ``foreign=(path, mapping)`` (else None) to translate, with the objects from the flags alone.
+    ``arguments``: hand-written parameters no option can express (the positional ``FILES...`` of ``paw bpe
+    train``, made with :func:`argument`), passed to ``body`` by name after the objects.
     """
     classes = [g[0] for g in groups]
-    params = [inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
-                                default=typer.Option(None, "--config", help=config_help))]
+    params = [*arguments, inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                                            default=typer.Option(None, "--config", help=config_help))]
     for c, prefix, *skip in groups:
         params += cli_parameters(c, help_prefix=prefix, skip=tuple(skip[0]) if skip else ())
     shown = {p.name for p in params}
@@ -226,6 +228,7 @@ def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=
 
     def callback(**values):
         config = values.pop("config")
+        positional = {p.name: values.pop(p.name) for p in arguments}
         objects = [from_parsed(c, values) for c in classes]
         typed = typed_on_command_line(list(values))
         extra = {"foreign": None} if foreign is not None else {}
@@ -244,7 +247,7 @@ def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=
 
         allow = any(getattr(o, "allow_nonfinite", False) for o in objects)   # from the file too
         with nonfinite_policy(allow):
-            return body(*objects, **extra)
+            return body(*objects, **extra, **positional)
 
     callback.__signature__ = inspect.Signature(params)
     callback.__annotations__ = {p.name: p.annotation for p in params}
@@ -263,3 +266,9 @@ def _with_file(name: str, config: Path, data: dict, classes: list, objects: list
     from_file = from_file if isinstance(from_file, tuple) else (from_file,)
     merged_objects = [merged(f, o, typed) for f, o in zip(from_file, objects, strict=True)]
     return merged_objects, {k.replace("-", "_") for k in data}
+
+
+def argument(name: str, annotation, default, help: str) -> inspect.Parameter:
+    """A positional command-line argument (``typer.Argument``) for :func:`options_command`'s ``arguments``."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Argument(default, help=help))

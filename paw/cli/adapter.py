@@ -6,67 +6,57 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import ALLOW_NONFINITE, DEVICE, OVERWRITE, command_line
+from paw.adaptercheck.options import CheckOptions, ResizeOptions
+from paw.cli._options import RunOptions, WriteOptions, command_line, options_command
 
 
 def register(app: typer.Typer) -> None:
     adapter_app = typer.Typer(help="Check that a PEFT adapter fits a base; fix a vocabulary mismatch.",
                               no_args_is_help=True)
     app.add_typer(adapter_app, name="adapter")
+    options_command(adapter_app, "check", [(CheckOptions, "")], check, doc=check.__doc__)
+    options_command(adapter_app, "resize-base", [(ResizeOptions, ""), (RunOptions, "", ("track",)), (WriteOptions, "")],
+                    resize_base, doc=resize_base.__doc__)
 
-    @adapter_app.command("check")
-    def check(
-        adapter: Path = typer.Option(..., "--adapter", help="PEFT adapter folder."),
-        base: Path = typer.Option(..., "--base", help="Base model folder (or cached model ID)."),
-    ):
-        """Tell from file headers alone whether ADAPTER loads on BASE (exit 0) or not (exit 2).
 
-        Checks target modules, every LoRA shape, modules_to_save copies and trainable-token rows
-        against the base's vocabulary; on a mismatch, prints the size the adapter expects and the fix.
+def check(options: CheckOptions) -> None:
+    """Tell from file headers alone whether ADAPTER loads on BASE (exit 0) or not (exit 2).
 
-        Example: paw adapter check --adapter ./my-lora --base meta-llama/Llama-3.2-3B
-        """
-        import sys
+    Checks target modules, every LoRA shape, modules_to_save copies and trainable-token rows
+    against the base's vocabulary; on a mismatch, prints the size the adapter expects and the fix.
 
-        from paw.adaptercheck.fit import table
-        from paw.adaptercheck.pipeline import check_adapter
+    Example: paw adapter check --adapter ./my-lora --base meta-llama/Llama-3.2-3B
+    """
+    import sys
 
-        report = check_adapter(adapter, base)
-        for line in table(report):
-            typer.echo(line)
-        if report.ok:
-            typer.echo(f"fits: {adapter} loads on {base} (vocabulary {report.base_vocab})")
-            return
-        for line in _advice(report, adapter, base):
-            typer.echo(line)
-        typer.echo(f"error: {_summary(report)}", err=True)
-        sys.exit(2)
+    from paw.adaptercheck.fit import table
+    from paw.adaptercheck.pipeline import check_adapter
 
-    @adapter_app.command("resize-base")
-    def resize_base(
-        adapter: Path = typer.Option(..., "--adapter", help="PEFT adapter folder."),
-        base: Path = typer.Option(..., "--base", help="Base model folder at the old vocabulary size."),
-        output: Path = typer.Option(..., "--output", help="Folder to write the resized base to."),
-        tokenizer: Path = typer.Option(None, "--tokenizer",
-                                       help="Tokenizer folder to ship with it (default: the adapter's "
-                                       "folder if it holds one, else the base's)."),
-        vocab_size: int = typer.Option(0, "--vocab-size", min=0,
-                                       help="Rows to grow to (default: what the adapter's tensors say)."),
-        device: str = DEVICE,
-        overwrite: bool = OVERWRITE,
-        allow_nonfinite: bool = ALLOW_NONFINITE,  # honoured by the writer (paw.io.finite, opened in _options)
-    ):
-        """Write BASE resized to ADAPTER's vocabulary, using the rows the adapter saved, so that
-        PeftModel.from_pretrained(OUTPUT, ADAPTER) loads.
+    options.check()
+    adapter, base = options.adapter, options.base
+    report = check_adapter(adapter, base)
+    for line in table(report):
+        typer.echo(line)
+    if report.ok:
+        typer.echo(f"fits: {adapter} loads on {base} (vocabulary {report.base_vocab})")
+        return
+    for line in _advice(report, adapter, base):
+        typer.echo(line)
+    typer.echo(f"error: {_summary(report)}", err=True)
+    sys.exit(2)
 
-        Example: paw adapter resize-base --adapter ./my-lora --base ./llama --output ./llama-resized
-        """
-        from paw.adaptercheck.pipeline import resize_base
 
-        result = resize_base(adapter, base, output, tokenizer=tokenizer, vocab_size=vocab_size or None,
-                             device=device, overwrite=overwrite, command=command_line())
-        for line in result.lines():
-            typer.echo(line)
+def resize_base(options: ResizeOptions, run: RunOptions, write: WriteOptions) -> None:
+    """Write BASE resized to ADAPTER's vocabulary, using the rows the adapter saved, so that
+    PeftModel.from_pretrained(OUTPUT, ADAPTER) loads.
+
+    Example: paw adapter resize-base --adapter ./my-lora --base ./llama --output ./llama-resized
+    """
+    from paw.adaptercheck.pipeline import resize_base
+
+    result = resize_base(options, run, command=command_line())
+    for line in result.lines():
+        typer.echo(line)
 
 
 def _summary(report) -> str:

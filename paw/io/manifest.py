@@ -51,7 +51,8 @@ def command_line() -> str:
 
 
 def call_text(func, arguments: dict[str, Any]) -> str:
-    """``'paw.bpe.pipeline.train_files(files=['a.txt'], vocab_size=300, ...)'``: a call, readable and stable.
+    """``'paw.bpe.pipeline.train_files(options=TrainOptions(files=['a.txt'], vocab_size=300, ...), ...)'``: a call,
+    readable and stable.
 
     Paths show as strings, enums as their value, dataclasses field by field, other objects by
     their type only (``<Tokenizer>``), so the text carries no memory address.

@@ -3,7 +3,8 @@
 What ``paw extend-tokenizer`` runs; callable directly::
 
     from paw.vocab.extend_pipeline import extend_tokenizer
-    result = extend_tokenizer("./tiny/base", "./tiny-ext", [" zebra", "PAW"])
+    from paw.vocab.options import ExtendOptions
+    result = extend_tokenizer(ExtendOptions(model="./tiny/base", output="./tiny-ext", tokens=(" zebra", "PAW")))
     result.rows, result.lines()  # 302, ['added 2 token(s) as real byte-bpe vocabulary: ...', ...]
 
 Byte-level BPE tokenizers get the tokens as vocabulary plus appended merges, so encoding produces
@@ -33,7 +34,9 @@ from paw.io.hf_tokenizer_edit import (
 )
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import write_checkpoint
+from paw.knobs import RunOptions
 from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
+from paw.vocab.options import ExtendOptions
 from paw.vocab.resize import INITS
 from paw.vocab.resize import pad_to_multiple as padded
 from paw.vocab.tokenizer_edit import extend_tokenizer_json
@@ -58,6 +61,16 @@ def tokens_from(*, tokens: Sequence[str] | None = None, tokens_file: PathLike | 
         return read_tokens_file(tokens_file)
     found = read_token_list(from_tokenizer)
     return split_numbers(found)[0] if skip_numbers else found
+
+
+def token_list(options: ExtendOptions) -> tuple[list, list]:
+    """``(tokens to add, number strings left out)`` from the one source ``options`` names; the numbers are left
+    out of ``--from-tokenizer``'s tokens unless ``--keep-numbers`` (:func:`split_numbers`)."""
+    tokens = tokens_from(tokens=options.tokens, tokens_file=options.tokens_file,
+                         from_tokenizer=options.from_tokenizer, skip_numbers=False)
+    if options.from_tokenizer and options.skip_numbers:
+        return split_numbers(tokens)
+    return tokens, []
 
 
 _NUMBER = re.compile(r"\s?\d+")  # any script's digits: pre-tokenizers split \p{N} runs alike
@@ -125,14 +138,23 @@ class Extension:
 
 
 @records_call
-def extend_tokenizer(model: PathLike, output: PathLike, tokens: Sequence, *, special: bool = False,
-                     init: str = "interpolate", pad_to_multiple: int = 0, max_intermediates: int | None = None,
-                     device: str = "cpu", overwrite: bool = False, command: str | None = None) -> Extension:
-    """Read model and tokenizer, plan the new tokens, grow the tensors, write ``output`` atomically."""
+def extend_tokenizer(options: ExtendOptions, run: RunOptions = RunOptions(), *, tokens: Sequence | None = None,
+                     command: str | None = None) -> Extension:
+    """Read model and tokenizer, plan the new tokens, grow the tensors, write ``options.output`` atomically.
+
+    ``tokens``: the tokens to add when the caller has read them already (:func:`token_list`); else they are read
+    from the source ``options`` names.
+    """
+    options.check()
+    model, output, init, overwrite = options.model, options.output, options.init, run.overwrite
+    special, pad_to_multiple = options.special, options.pad_to_multiple
+    max_intermediates = None if options.max_intermediates < 0 else options.max_intermediates
     check_output(output, overwrite=overwrite)
     if init not in INITS:
         raise PawError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
-    torch_device = resolve_device(device)
+    if tokens is None:
+        tokens = token_list(options)[0]
+    torch_device = resolve_device(run.device)
     tok = open_tokenizer_json(model)
     ckpt = open_checkpoint(model)
     keys = find_vocab_tensors(list(ckpt))

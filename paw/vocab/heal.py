@@ -84,7 +84,7 @@ def windows(encoded: Sequence[Sequence[int]], seq_len: int) -> list[list[int]]:
 
 @dataclass(frozen=True)
 class HealPlan:
-    """Training knobs, already checked (:class:`paw.vocab.heal_pipeline.HealOptions`)."""
+    """Training knobs, already checked (:class:`paw.vocab.options.HealOptions`)."""
 
     steps: int
     lr: float

@@ -5,16 +5,16 @@ those rows on a corpus with :func:`paw.vocab.heal.heal_rows`, and writes a new f
 those rows differ; every other tensor keeps its bytes. ``paw_heal.json`` holds the curve and the
 bits per byte before and after, ``heal_curve.png`` draws it::
 
-    from paw.vocab.heal_pipeline import HealOptions, heal_transplant
-    result = heal_transplant("./smollm2-gemma-tok", "./healed", HealOptions(steps=100, corpus=["text.txt"]))
+    from paw.vocab.heal_pipeline import heal_transplant
+    from paw.vocab.options import HealOptions
+    result = heal_transplant(HealOptions(model="./smollm2-gemma-tok", corpus=("text.txt",), output="./healed"))
     result.record["bpb"]  # {'before': 1.91, 'after': 1.42, 'original': 1.05}
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,55 +30,14 @@ from paw.io.reports import json_safe, save_figure
 from paw.io.tokenizer import open_tokenizer, read_corpus
 from paw.io.vocab_map import mapping_to_json, read_vocab_map
 from paw.io.writer import write_checkpoint
+from paw.knobs import RunOptions, require
 from paw.progress import track
 from paw.vocab import heal as H
+from paw.vocab.options import HealOptions
 from paw.vocab.roles import role_id
 from paw.vocab.transplant import embedding_names, vocab_rows
 
 PathLike = str | Path
-
-
-@dataclass
-class HealOptions:
-    """Knobs of a heal run; :meth:`check` names the flag at fault before any model is read."""
-
-    steps: int = 100                 # optimizer steps (--heal-steps)
-    corpus: Sequence[PathLike] = field(default_factory=list)  # training texts (--heal-corpus)
-    eval_corpus: Sequence[PathLike] = field(default_factory=list)  # held-out texts; default: every 10th corpus text
-    lr: float = 1e-3                 # Adam learning rate of the healed rows
-    batch: int = 8                   # windows per step
-    seq_len: int = 128               # tokens per training window (and per scoring window)
-    eval_every: int = 0              # steps between two held-out checks; 0: steps / 5
-    eval_texts: int = 200            # held-out texts scored at each check (the first ones)
-    warmup: int = 10                 # linear learning-rate warm-up, steps
-    seed: int = 0                    # window sampling
-    device: str = "cpu"              # cpu, cuda, cuda:N or auto
-    original: PathLike | None = None  # the model before the transplant: its bpb on its own tokenizer, for the plot
-
-    def check(self) -> None:
-        if self.steps < 1:
-            raise PawError(f"--heal-steps must be at least 1, got {self.steps}")
-        if not self.corpus:
-            raise PawError("healing needs a text corpus: pass --heal-corpus FILE (text or .jsonl)")
-        for name in ("lr",):
-            if not getattr(self, name) > 0:
-                raise PawError(f"--heal-{name} must be positive, got {getattr(self, name)}")
-        for name in ("batch", "seq_len", "eval_texts"):
-            if getattr(self, name) < 1:
-                raise PawError(f"--heal-{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-
-    def plan(self) -> H.HealPlan:
-        every = self.eval_every or max(1, self.steps // 5)
-        return H.HealPlan(steps=self.steps, lr=self.lr, batch=self.batch, seq_len=self.seq_len,
-                          eval_every=every, warmup=self.warmup, seed=self.seed)
-
-
-def check_heal_request(steps: int, corpus: Sequence[PathLike] | None) -> None:
-    """The CLI's two heal flags go together: a corpus without steps, or steps without a corpus, is an error."""
-    if steps and not corpus:
-        raise PawError("--heal-steps needs --heal-corpus FILE (the text the rows are trained on)")
-    if corpus and not steps:
-        raise PawError("--heal-corpus is given but --heal-steps is 0: pass --heal-steps N")
 
 
 @dataclass(frozen=True)
@@ -92,16 +51,18 @@ class Healed:
 
 
 @records_call
-def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, overwrite: bool = False,
-                    command: str | None = None, model_input: dict[str, Any] | None = None) -> Healed:
-    """Train the non-exact embedding/head rows of the transplanted ``model``; write ``output``.
+def heal_transplant(options: HealOptions, run: RunOptions = RunOptions(), *, command: str | None = None,
+                    model_input: dict[str, Any] | None = None) -> Healed:
+    """Train the non-exact embedding/head rows of the transplanted ``options.model``; write ``options.output``.
 
     ``model_input``: what ``paw_heal.json`` records as the model input instead of ``model``'s path, for a
     ``model`` in a temporary folder that will be gone (``transplant-tokenizer --heal-steps``).
     """
+    require(options, "model", "corpus", "output")
     options.check()
+    output, overwrite = options.output, run.overwrite
     check_output(output, overwrite=overwrite)
-    model = Path(model)
+    model = Path(options.model)
     ckpt = open_checkpoint(model)
     mapping = read_vocab_map(_map_file(model))
     rows = vocab_rows(ckpt.config or {})
@@ -115,7 +76,7 @@ def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, 
     where = ", ".join(map(str, options.corpus))
     stream = H.token_stream(tok.encode_batch(train), unk_id=tok.unk_id, seq_len=options.seq_len, where=where)
     eval_windows = H.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
-    dev = resolve_device(options.device)
+    dev = resolve_device(run.device)
     lm, _ = load_lm(model, device=dev, dtype="float32")
     width = lambda i: len(tok.token_bytes(i))  # noqa: E731
     bos = bos_prefix(tok)
@@ -128,7 +89,8 @@ def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, 
     original = _original_bpb(options, held, dev) if options.original else None
     record = {"paw_version": __version__, "command": command,
               "inputs": {"model": model_input or describe_input(model), "corpus": [describe_input(c) for c in options.corpus],
-                         "eval_corpus": [describe_input(c) for c in options.eval_corpus] or "every 10th corpus text"},
+                         "eval_corpus": [describe_input(c) for c in options.eval_corpus or ()]
+                         or "every 10th corpus text"},
               "rows_trained": len(heal_ids), "tensors_trained": names, "steps": plan.steps, "lr": plan.lr,
               "batch": plan.batch, "seq_len": plan.seq_len, "warmup": plan.warmup, "seed": plan.seed,
               "device": str(dev), "train_tokens": len(stream), "eval_texts": min(len(held), options.eval_texts),

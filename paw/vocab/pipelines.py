@@ -4,12 +4,15 @@ give a model a new tokenizer.
 These are what ``paw analyze-tokenizers``, ``paw align-vocab`` and ``paw transplant-tokenizer``
 run, and what the demo and the benchmark call directly::
 
+    from paw.vocab.options import TransplantOptions
     from paw.vocab.pipelines import transplant_tokenizer
-    result = transplant_tokenizer("./tiny/base", "./other-tok", "./tiny-t2", check=False)
+    result = transplant_tokenizer(TransplantOptions(model="./tiny/base", tokenizer="./other-tok", output="./tiny-t2",
+                                                    check=False))
     result.coverage  # {'exact': 213, 'decompose': 87, 'fallback': 0}
 
-Each reads through :mod:`paw.io`, computes with the pure functions of :mod:`paw.vocab`, writes one
-output atomically and returns a small typed result; none prints.
+Each takes its command's options (:mod:`paw.vocab.options`) and the run's :class:`~paw.knobs.RunOptions`,
+reads through :mod:`paw.io`, computes with the pure functions of :mod:`paw.vocab`, writes one output
+atomically and returns a small typed result; none prints.
 """
 
 from __future__ import annotations
@@ -34,14 +37,15 @@ from paw.io.tokenizer_config import minimal_config
 from paw.io.train_state import remove_fit_parts, work_dir
 from paw.io.vocab_map import mapping_to_json, read_vocab_map, write_analysis, write_vocab_map
 from paw.io.writer import write_checkpoint
+from paw.knobs import RunOptions
 from paw.vocab import transplant as T
 from paw.vocab.align import DEFAULT_METHODS, AlignContext, align, check_methods
 from paw.vocab.analyze import analyze
 from paw.vocab.compare import token_counts
 from paw.vocab.donor import donor_mappings
 from paw.vocab.embed import FALLBACKS
-from paw.vocab.heal_pipeline import HealOptions, heal_transplant
-from paw.vocab.omp import DEFAULT_BATCH, DEFAULT_K
+from paw.vocab.heal_pipeline import heal_transplant
+from paw.vocab.options import AlignOptions, AnalyzeOptions, HealOptions, TransplantOptions
 from paw.vocab.roles import role_id
 from paw.vocab.transplant import embedding_names, semantic_check, vocab_rows
 
@@ -79,20 +83,20 @@ class TokenizerAnalysis:
 
 
 @records_call
-def analyze_tokenizers(source: PathLike, target: PathLike, outdir: PathLike, *,
-                       corpus: Sequence[PathLike] | None = None, plots: bool = True,
-                       rank_pattern: str | None = None, overwrite: bool = False,
+def analyze_tokenizers(options: AnalyzeOptions, run: RunOptions = RunOptions(), *,
                        command: str | None = None) -> TokenizerAnalysis:
-    """Compare two tokenizers on ``corpus`` and write ``outdir/`` (report.json, encoding.csv, ...)."""
-    check_output(outdir, overwrite=overwrite)
-    src, tgt = open_tokenizer_spec(source, rank_pattern), open_tokenizer_spec(target, rank_pattern)
-    result = analyze(src, tgt, corpus_texts(corpus), plots=plots)
+    """Compare two tokenizers on ``options.corpus`` and write ``options.outdir/`` (report.json, encoding.csv, ...)."""
+    options.check()
+    source, target, outdir, corpus = options.source, options.target, options.outdir, options.corpus
+    check_output(outdir, overwrite=run.overwrite)
+    src, tgt = open_tokenizer_spec(source, options.rank_pattern), open_tokenizer_spec(target, options.rank_pattern)
+    result = analyze(src, tgt, corpus_texts(corpus), plots=options.plots)
     report = {"paw_version": __version__, "command": command,
               "inputs": {"source": describe_input(source), "target": describe_input(target),
                          "corpus": [describe_input(c) for c in corpus or []] or "embedded sample 'multi'"},
               **result.report}
     write_analysis(outdir, report=report, rows=result.rows, source_only=result.source_only,
-                   target_only=result.target_only, figures=result.figures, overwrite=overwrite)
+                   target_only=result.target_only, figures=result.figures, overwrite=run.overwrite)
     return TokenizerAnalysis(Path(outdir), report, bool(result.figures))
 
 
@@ -130,16 +134,18 @@ class Alignment:
         return self.mapping.coverage()
 
 
-def align_vocab(source: PathLike, target: PathLike, output: PathLike, *, methods: Sequence[str] = DEFAULT_METHODS,
-                source_model: PathLike | None = None, corpus: Sequence[PathLike] | None = None, anchors: int = 8,
-                rank_pattern: str | None = None, device: str = "cpu", overwrite: bool = False) -> Alignment:
-    """Map every target token to source tokens with the chained ``methods``; write ``output`` (paw-vocab-map v1)."""
-    check_output(output, overwrite=overwrite)
-    src, tgt = open_tokenizer_spec(source, rank_pattern), open_tokenizer_spec(target, rank_pattern)
-    emb = input_embeddings(source_model, device) if source_model else None
-    mapping = align(align_context(src, tgt, methods, embeddings=emb, corpus=corpus, anchors=anchors), list(methods))
-    write_vocab_map(output, mapping)
-    return Alignment(Path(output), mapping)
+def align_vocab(options: AlignOptions, run: RunOptions = RunOptions()) -> Alignment:
+    """Map every target token to source tokens with the chained ``options.method`` (default: exact, decompose);
+    write ``options.output`` (paw-vocab-map v1)."""
+    o = options
+    o.check()
+    check_output(o.output, overwrite=run.overwrite)
+    src, tgt = open_tokenizer_spec(o.source, o.rank_pattern), open_tokenizer_spec(o.target, o.rank_pattern)
+    emb = input_embeddings(o.source_model, run.device) if o.source_model else None
+    methods = parse_methods(o.method)
+    mapping = align(align_context(src, tgt, methods, embeddings=emb, corpus=o.corpus, anchors=o.anchors), methods)
+    write_vocab_map(o.output, mapping)
+    return Alignment(Path(o.output), mapping)
 
 
 # ------------------------------------------------------------------------------------------ transplant
@@ -170,37 +176,33 @@ class Transplant:
 
 
 @records_call
-def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: PathLike, *,
-                         methods: Sequence[str] = DEFAULT_METHODS, vocab_map: PathLike | None = None,
-                         init: str = "mean", head: str = "mapping", corpus: Sequence[PathLike] | None = None,
-                         check: bool = True, check_texts: int = 64, anchors: int = 8,
-                         donor: PathLike | None = None, omp_k: int = DEFAULT_K, omp_batch: int = DEFAULT_BATCH,
-                         heal: HealOptions | None = None, rank_pattern: str | None = None, device: str = "cpu",
-                         resume: bool = False, omp_work: PathLike | None = None,
-                         overwrite: bool = False, command: str | None = None) -> Transplant:
-    """Give ``model`` the tokenizer ``tokenizer``: remapped embedding/head rows, new config, T's files.
+def transplant_tokenizer(options: TransplantOptions, run: RunOptions = RunOptions(), *,
+                         omp_work: PathLike | None = None, command: str | None = None) -> Transplant:
+    """Give ``options.model`` the tokenizer ``options.tokenizer``: remapped embedding/head rows, new config,
+    T's files.
 
-    Aligns the vocabularies with ``methods`` (or reads ``vocab_map``; or, with ``donor``, the model
+    Aligns the vocabularies with ``method`` (or reads ``vocab_map``; or, with ``donor``, the model
     whose tokenizer T is, fits every non-shared token by donor-aware OMP with ``omp_k`` anchors,
     :mod:`paw.vocab.omp`), writes ``output`` atomically with ``paw_vocab_map.json`` and
     ``paw_transplant.json``, then (``check``) compares hidden states of the old and new model on
     ``check_texts`` texts. ``tokenizer`` may be None when ``donor`` is given (the donor's own).
     With ``donor``, each batch of OMP fits is kept in ``omp_work`` (default ``OUTPUT-work``) as it is
     done and removed once ``output`` is written; ``resume`` takes the batches a stopped run kept there.
-    With ``heal``, the transplant goes to a temporary folder beside ``output`` and
+    With ``heal_steps``, the transplant goes to a temporary folder beside ``output`` and
     :func:`paw.vocab.heal_pipeline.heal_transplant` writes ``output``; ``record['heal']`` is its report.
     """
-    check_output(output, overwrite=overwrite)
+    o = options
+    o.validate()
+    model, tokenizer, output, donor, init, head = o.model, o.tokenizer, o.output, o.donor, o.init, o.head
+    omp_k, omp_batch, corpus = o.omp_k, o.omp_batch, o.corpus
+    check_output(output, overwrite=run.overwrite)
+    heal = o.heal()
     if heal is not None:
         heal.check()
-        return _transplant_then_heal(model, tokenizer, output, heal, overwrite=overwrite, command=command,
-                                     methods=methods, vocab_map=vocab_map, init=init, head=head, corpus=corpus,
-                                     check=check, check_texts=check_texts, anchors=anchors, donor=donor,
-                                     omp_k=omp_k, omp_batch=omp_batch, rank_pattern=rank_pattern, device=device,
-                                     resume=resume, omp_work=omp_work or work_dir(output))
+        return _transplant_then_heal(o, run, heal, omp_work=omp_work or work_dir(output), command=command)
     if tokenizer is None and donor is None:
         raise PawError("--tokenizer is needed (or --donor, whose tokenizer is then taken)")
-    if donor is not None and vocab_map is not None:
+    if donor is not None and o.vocab_map is not None:
         raise PawError("--donor and --vocab-map both say where the rows come from: pass one")
     if omp_k < 1 or omp_batch < 1:
         raise PawError(f"--omp-k and --omp-batch must be at least 1 (got {omp_k}, {omp_batch})")
@@ -209,7 +211,7 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
         raise PawError(f"unknown --init {init!r}; choose from {', '.join(FALLBACKS)}")
     if head not in T.HEAD_POLICIES:
         raise PawError(f"unknown --head {head!r}; choose from {', '.join(T.HEAD_POLICIES)}")
-    dev = resolve_device(device)
+    dev = resolve_device(run.device)
     ckpt = open_checkpoint(model)
     if not ckpt.config:
         raise PawError("model folder has no config.json", path=model)
@@ -217,7 +219,7 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
     names = T.embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
     if not names:
         raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=model)
-    src, tgt = open_tokenizer_spec(model, rank_pattern), open_tokenizer_spec(tokenizer, rank_pattern)
+    src, tgt = open_tokenizer_spec(model, o.rank_pattern), open_tokenizer_spec(tokenizer, o.rank_pattern)
     if src.size > rows:
         raise PawError(f"the model's tokenizer has {src.size} ids but its embedding only {rows} rows", path=model)
     config = T.new_config(ckpt.config, tgt, tgt.size)
@@ -226,10 +228,11 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
     omp_work = Path(omp_work) if omp_work is not None else work_dir(output)
     if donor is not None:
         fit = donor_mappings(donor, src, tgt, tied=tied or not any(arch.is_head(n) for n in names), k=omp_k,
-                             batch=omp_batch, device=dev, work=omp_work, resume=resume)
+                             batch=omp_batch, device=dev, work=omp_work, resume=o.resume)
         mapping, head_mapping, methods, omp = fit.mapping, fit.head_mapping, ["exact", "omp"], fit.record
     else:
-        mapping, methods = _mapping(ckpt, names, src, tgt, rows, list(methods), vocab_map, corpus, anchors, dev)
+        mapping, methods = _mapping(ckpt, names, src, tgt, rows, parse_methods(o.method), o.vocab_map, corpus,
+                                    o.anchors, dev)
     record = {"paw_version": __version__, "command": command,
               "inputs": {"model": describe_input(model), "tokenizer": describe_input(tokenizer)},
               "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names,
@@ -253,12 +256,12 @@ def transplant_tokenizer(model: PathLike, tokenizer: PathLike | None, output: Pa
             extra["generation_config.json"] = _generation_config(gen, config)
         tensors = T.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, head=head, tied=tied,
                                          head_mapping=head_mapping, device=dev)
-        write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=overwrite,
+        write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=run.overwrite,
                          extra_files={**extra, "paw_transplant.json": record})
     if donor is not None:
         remove_fit_parts(omp_work)  # the output is complete: nothing left to resume
-    if check:
-        record["semantic_check"] = _semantic_check(model, output, src, tgt, corpus_texts(corpus)[:check_texts], dev)
+    if o.check:
+        record["semantic_check"] = _semantic_check(model, output, src, tgt, corpus_texts(corpus)[:o.check_texts], dev)
         write_json(Path(output) / "paw_transplant.json", record)
     return Transplant(Path(output), record)
 
@@ -268,15 +271,17 @@ TRANSPLANTED_HERE = {"note": "the transplant of this run (paw_transplant.json), 
                              "that is not kept"}
 
 
-def _transplant_then_heal(model, tokenizer, output, heal: HealOptions, *, overwrite: bool, command, **kw) -> Transplant:
-    output = Path(output)
+def _transplant_then_heal(options: TransplantOptions, run: RunOptions, heal: HealOptions, *, omp_work, command
+                          ) -> Transplant:
+    output = Path(options.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.transplant-") as tmp:
-        first = transplant_tokenizer(model, tokenizer, Path(tmp) / "model", command=command, **kw)
-        if heal.original is None:
-            heal = dataclasses.replace(heal, original=model)
-        healed = heal_transplant(first.output, output, heal, overwrite=overwrite, command=command,
-                                 model_input=TRANSPLANTED_HERE)
+        plain = dataclasses.replace(options, output=Path(tmp) / "model", heal_steps=0, heal_corpus=None)
+        first = transplant_tokenizer(plain, dataclasses.replace(run, overwrite=False), omp_work=omp_work,
+                                     command=command)
+        heal = dataclasses.replace(heal, model=first.output, output=output,
+                                   original=options.model if heal.original is None else heal.original)
+        healed = heal_transplant(heal, run, command=command, model_input=TRANSPLANTED_HERE)
     record = {**first.record, "heal": healed.record}
     write_json(output / "paw_transplant.json", record)
     return Transplant(output, record, healed.seconds)

@@ -11,6 +11,7 @@ import torch
 
 from paw.adaptercheck.fit import check_fit, table
 from paw.vocab.extend_pipeline import extend_tokenizer
+from paw.vocab.options import ExtendOptions
 from tests.extend.conftest import logits, make_adapter
 
 WORDS = [" hello", " zebra", "PAW"]
@@ -22,7 +23,7 @@ def extended(tmp_path_factory, tiny_llama, tiny_qwen):
     root = tmp_path_factory.mktemp("adapter-check")
     out = {}
     for name, base in (("llama", tiny_llama), ("qwen", tiny_qwen)):
-        extend_tokenizer(base, root / f"{name}-ext", WORDS, init="interpolate")
+        extend_tokenizer(ExtendOptions(model=base, output=root / f"{name}-ext", tokens=tuple(WORDS), init="interpolate"))
         manifest = json.loads((root / f"{name}-ext" / "paw_extend.json").read_text())
         out[name] = (base, root / f"{name}-ext", sorted(i for route in manifest["new_tokens"].values() for i in route.values()))
     return root, out

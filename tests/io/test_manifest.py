@@ -11,11 +11,13 @@ from paw.io.manifest import call_text, command_line
 
 
 def _train(tmp_path, name: str) -> dict:
+    from paw.bpe.options import TrainOptions
     from paw.bpe.pipeline import train_files
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("low lower lowest newer newest wider\n" * 20, encoding="utf-8")
-    train_files([corpus], 270, tmp_path / name, pattern="gpt2", export_hf=tmp_path / f"{name}-hf", processes=1)
+    train_files(TrainOptions(files=(corpus,), vocab_size=270, output=tmp_path / name, pattern="gpt2",
+                             export_hf=tmp_path / f"{name}-hf", processes=1))
     return json.loads((tmp_path / f"{name}-hf" / "paw_bpe.json").read_text())
 
 
@@ -24,9 +26,10 @@ def test_library_call_records_function_and_arguments(tmp_path, monkeypatch, host
     monkeypatch.setattr(sys, "argv", host_argv)  # whatever the host process was started with
     recorded = _train(tmp_path, "tok")["command"]
     corpus, out, hf = tmp_path / "corpus.txt", tmp_path / "tok", tmp_path / "tok-hf"
-    assert recorded == (f"paw.bpe.pipeline.train_files(files=[{str(corpus)!r}], vocab_size=270, output={str(out)!r}, "
-                        f"pattern='gpt2', special_tokens=[], min_frequency=0, export_hf={str(hf)!r}, "
-                        "processes=1, overwrite=False, track=None)")
+    assert recorded == (f"paw.bpe.pipeline.train_files(options=TrainOptions(files=[{str(corpus)!r}], vocab_size=270, "
+                        f"output={str(out)!r}, pattern='gpt2', special_tokens=None, min_frequency=0, "
+                        f"export_hf={str(hf)!r}, processes=1), run=RunOptions(device='auto', overwrite=False, "
+                        "track='none'), track=None)")
 
 
 @pytest.mark.parametrize("host_argv", [["pytest"], ["/usr/bin/python", "-m", "pytest", "-q", "-x"]])

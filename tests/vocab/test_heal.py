@@ -39,10 +39,12 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def transplanted(tiny_llama, trained, tmp_path_factory):
     """tiny_llama (untied) moved to the zoo's SentencePiece tokenizer: many decomposed rows to heal."""
+    from paw.vocab.options import TransplantOptions
     from paw.vocab.pipelines import transplant_tokenizer
 
     out = tmp_path_factory.mktemp("heal") / "sp"
-    transplant_tokenizer(tiny_llama, trained["sentencepiece-bpe"], out, check=False)
+    transplant_tokenizer(TransplantOptions(model=tiny_llama, tokenizer=trained["sentencepiece-bpe"], output=out,
+                                           check=False))
     return out
 
 
@@ -109,10 +111,11 @@ def test_heal_bad_input_is_one_line(cli, tiny_llama, trained, transplanted, corp
 
 
 def test_heal_refuses_a_corpus_the_tokenizer_cannot_encode(cli, tiny_llama, trained, tmp_path):
+    from paw.vocab.options import TransplantOptions
     from paw.vocab.pipelines import transplant_tokenizer
 
     wp = tmp_path / "wp"
-    transplant_tokenizer(tiny_llama, trained["wordpiece"], wp, check=False)
+    transplant_tokenizer(TransplantOptions(model=tiny_llama, tokenizer=trained["wordpiece"], output=wp, check=False))
     junk = tmp_path / "junk.txt"
     junk.write_text("\n".join("\ue000\ue001 \ue002\ue003 \ue004" for _ in range(50)), encoding="utf-8")
     res = cli("heal-transplant", "--model", wp, "--corpus", junk, "-o", tmp_path / "out")
