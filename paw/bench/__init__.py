@@ -10,3 +10,8 @@ DISTILL_STEPS_PER_LORA_STEP = 3
 def distill_steps_for(lora_steps: int, distill_steps: int | None) -> int:
     """Steps of a benchmark's distillation: ``distill_steps`` when given, else the rule above."""
     return distill_steps if distill_steps is not None else DISTILL_STEPS_PER_LORA_STEP * lora_steps
+
+
+# The suffix of a distill row's input budget that trains with distill's --target shift (``inputs-shift``):
+# the student learns its own base plus what the adapter changed in the teacher (paw.bench.distill).
+SHIFT = "-shift"

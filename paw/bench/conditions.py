@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from paw.bench import distill_tables
+from paw.bench import SHIFT, distill_tables
 from paw.errors import PawError
 from paw.registry import Registry
 
@@ -67,7 +67,6 @@ DISTILL_BUDGETS = {  # input budget -> one-line summary (paw/bench/distill.py ru
     "synth": "distill on as many inputs written by the teacher from 5 of those prompts, kept by a likelihood-ratio filter",
     "generic": "distill on the embedded sample text, no task data",
 }
-SHIFT = "-shift"  # a budget's row with distill's --target shift: the student learns its own base + the adapter's shift
 for _budget, _summary in DISTILL_BUDGETS.items():
     CONDITIONS.add(f"distill[{_budget}]", Condition(_summary, DISTILL, _budget))
 for _budget, _summary in DISTILL_BUDGETS.items():

@@ -29,8 +29,8 @@ import random
 import time
 from typing import Any
 
+from paw.bench import SHIFT
 from paw.bench.common import TransferStatus, adapter_deltas, applied, without_adapter
-from paw.bench.conditions import SHIFT
 from paw.errors import PawError
 from paw.io.checkpoint import open_checkpoint
 from paw.io.tokenizer import open_tokenizer
