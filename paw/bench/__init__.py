@@ -10,3 +10,8 @@ DISTILL_STEPS_PER_LORA_STEP = 3
 def distill_steps_for(lora_steps: int, distill_steps: int | None) -> int:
     """Steps of a benchmark's distillation: ``distill_steps`` when given, else the rule above."""
     return distill_steps if distill_steps is not None else DISTILL_STEPS_PER_LORA_STEP * lora_steps
+
+
+def comma_names(text: str) -> tuple[str, ...]:
+    """A comma list as a benchmark flag takes it: ``'facts, rule,'`` -> ``('facts', 'rule')``."""
+    return tuple(v.strip() for v in text.split(",") if v.strip())

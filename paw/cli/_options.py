@@ -17,8 +17,10 @@ from paw.knobs import (
     RunOptions,  # noqa: F401  (re-exported: every command's run options)
     WriteOptions,  # noqa: F401  (re-exported: a writing command's NaN/Inf switch)
     cli_parameters,
+    config_keys,
     from_mapping,
     from_parsed,
+    knobs,
     list_flags,
     looks_numeric,
     merged,
@@ -259,13 +261,14 @@ def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=
 def _with_file(name: str, config: Path, data: dict, classes: list, objects: list, shown: set[str],
                typed: set[str]) -> tuple[list, set[str]]:
     """The objects from ``--config`` with the typed flags laid over, and the knobs the file set."""
-    hidden = [k for k in data if isinstance(k, str) and k.replace("-", "_") not in shown]
-    if hidden:   # a knob of a shared class that this command has no flag for
-        raise PawError(f"--config {config}: unknown key {hidden[0]!r} for paw {name}")
+    field_of = {key: f.name for c in classes for f in knobs(c) if f.name in shown for key in config_keys(c, f.name)}
+    unknown = [k for k in data if isinstance(k, str) and k.replace("-", "_") not in shown and k not in field_of]
+    if unknown:   # a knob of a shared class that this command has no flag for
+        raise PawError(f"--config {config}: unknown key {unknown[0]!r} for paw {name}")
     from_file = from_mapping(data, *classes, where=f"--config {config}")
     from_file = from_file if isinstance(from_file, tuple) else (from_file,)
     merged_objects = [merged(f, o, typed) for f, o in zip(from_file, objects, strict=True)]
-    return merged_objects, {k.replace("-", "_") for k in data}
+    return merged_objects, {field_of.get(k, k.replace("-", "_")) for k in data}
 
 
 def argument(name: str, annotation, default, help: str) -> inspect.Parameter:
