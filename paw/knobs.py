@@ -258,13 +258,17 @@ def config_keys(cls, name: str) -> set[str]:
 MAX_DEPTH = 8   # a config is a flat mapping of knobs; nothing PAW reads nests deeper
 
 
-def from_mapping(data: Mapping[str, Any], *classes, where: str = "--config") -> Any:
+def from_mapping(data: Mapping[str, Any], *classes, where: str = "--config",
+                 skip: Mapping[type, tuple[str, ...]] | None = None) -> Any:
     """The options of ``classes`` (one object, or a tuple for several) from a mapping of field names (or flag
     names without ``--``) to values, each checked against its field's type and range and named by its key
-    when refused. Keys no class has are refused, naming the ones it could be."""
+    when refused. Keys no class has are refused, naming the ones it could be. ``skip``: fields of a class
+    the mapping cannot set (a command's own knob of that name takes the key: ``bench transfer``'s ``device``)."""
     by_key: dict[str, tuple[Any, dataclasses.Field]] = {}
     for cls in classes:
         for f in knobs(cls):
+            if f.name in (skip or {}).get(cls, ()):
+                continue
             for key in config_keys(cls, f.name):
                 by_key[key] = (cls, f)
     chosen: dict[Any, dict[str, Any]] = {cls: {} for cls in classes}

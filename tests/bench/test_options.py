@@ -50,6 +50,8 @@ def test_bench_transfer_help_lists_every_flag_and_states_no_default_twice(cli):
 def test_bench_transfer_reads_a_config_file_and_typed_flags_win(cli, recorded, tmp_path):
     """The same options from flags and from --config (comma lists or YAML lists, ``data:`` for --data); a flag typed
     beside the file wins; --quick keeps the lists, the device and the jobs and takes its own sizes."""
+    from dataclasses import replace
+
     from paw.bench.options import BenchOptions, for_run
 
     assert cli("bench", "transfer", "-o", tmp_path / "a", "--seeds", "0,1", "--tasks", "facts, rule", "--targets",
@@ -57,9 +59,11 @@ def test_bench_transfer_reads_a_config_file_and_typed_flags_win(cli, recorded, t
     by_flags, out_a, kw_a = recorded.pop("benchmark_to_folder")
     config = tmp_path / "bench.yaml"
     config.write_text(f"output: {tmp_path / 'b'}\nseeds: [0, 1]\ntasks: facts,rule\ntargets: [pruned]\n"
-                      "distill: none\njobs: 3\nitems: 40\nquick: true\nworkdir: keep\n")
+                      "distill: none\njobs: 3\nitems: 40\nquick: true\nworkdir: keep\ndevice: cuda\n")
     assert cli("bench", "transfer", "--config", config, "--jobs", "2").exit_code == 2
     by_file, out_b, kw_b = recorded.pop("benchmark_to_folder")
+    assert by_file.device == "cuda"   # the benchmark's own --device, not the one it leaves out of RunOptions
+    by_file = replace(by_file, device="cpu")
     assert by_file == by_flags == for_run(BenchOptions(seeds=(0, 1), tasks=("facts", "rule"), targets=("pruned",),
                                                        distill=(), jobs=2), quick=True)
     assert by_file.hidden_size == 32 and by_file.items == 20 and by_file.distill == ()   # --quick's sizes
