@@ -44,7 +44,7 @@ def knob(default: Any, help: str, *, flag: str | None = None, short: str | None 
          max: float | None = None, choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None,
          cli: type | None = None, parse: Callable[[Any], Any] | None = None,
          metavar: str | None = None, judge: Callable[[str, Any, Mapping], Any] | None = None,
-         verbatim: bool = False) -> Any:
+         verbatim: bool = False, shown: str | None = None) -> Any:
     """A dataclass field that is also a command-line flag.
 
     ``flag``: its name on the command line (default ``--field-name``; ``'--a/--no-a'`` for a switch pair);
@@ -56,11 +56,12 @@ def knob(default: Any, help: str, *, flag: str | None = None, short: str | None 
     returning it as the field holds it or raising a PawError that starts with ``label`` (merge's knobs use
     :func:`paw.merge.knobs.check_knob`, so a file's value is refused as the flag's would be); ``verbatim``: a
     tuple of strings whose items a config file gives as written (tokens: ``' zebra'`` keeps its space, ``'a,b'``
-    is one item), never split at commas or stripped.
+    is one item), never split at commas or stripped; ``shown``: what ``--help`` says the default is, where the
+    value itself would only repeat the help (``all`` for a tuple of every registered name).
     """
     meta = {"help": help, "flag": flag, "short": short, "min": min, "max": max, "choices": choices, "cli": cli,
             "parse": parse, "metavar": metavar, "judge": judge,
-            "verbatim": verbatim}
+            "verbatim": verbatim, "shown": shown}
     if isinstance(default, list | dict | set):
         raise TypeError("a knob's default must be immutable (a tuple, not a list)")
     return field(default=default, metadata={"paw": meta})
@@ -155,7 +156,7 @@ def cli_parameters(cls, *, skip: tuple[str, ...] = (), help_prefix: str = "") ->
             default = kind(default)
         extra = {k: m[k] for k in ("min", "max") if m[k] is not None and kind in (int, float)}
         option = typer.Option(default, *_decls(f), help=help_prefix + m["help"], metavar=m["metavar"],
-                              show_default=f.default is not None, **extra)
+                              show_default=m["shown"] or f.default is not None, **extra)
         out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                      annotation=kind if f.default is not None else kind | None))
     return out
@@ -247,18 +248,29 @@ def typed_on_command_line(names: list[str]) -> set[str]:
 
 # ------------------------------------------------------------------------------------ mappings (--config)
 
+def config_keys(cls, name: str) -> set[str]:
+    """The keys a config file may give field ``name`` of ``cls`` by: the field's name and its flag without
+    ``--``, each with ``_`` or ``-`` (``commonsense``, ``data`` for ``--data``)."""
+    spelled = {name, flag(cls, name).removeprefix("--")}
+    return spelled | {k.replace("_", "-") for k in spelled} | {k.replace("-", "_") for k in spelled}
+
+
 MAX_DEPTH = 8   # a config is a flat mapping of knobs; nothing PAW reads nests deeper
 
 
-def from_mapping(data: Mapping[str, Any], *classes, where: str = "--config") -> Any:
+def from_mapping(data: Mapping[str, Any], *classes, where: str = "--config",
+                 skip: Mapping[type, tuple[str, ...]] | None = None) -> Any:
     """The options of ``classes`` (one object, or a tuple for several) from a mapping of field names (or flag
     names without ``--``) to values, each checked against its field's type and range and named by its key
-    when refused. Keys no class has are refused, naming the ones it could be."""
+    when refused. Keys no class has are refused, naming the ones it could be. ``skip``: fields of a class
+    the mapping cannot set (a command's own knob of that name takes the key: ``bench transfer``'s ``device``)."""
     by_key: dict[str, tuple[Any, dataclasses.Field]] = {}
     for cls in classes:
         for f in knobs(cls):
-            by_key[f.name] = (cls, f)
-            by_key[f.name.replace("_", "-")] = (cls, f)
+            if f.name in (skip or {}).get(cls, ()):
+                continue
+            for key in config_keys(cls, f.name):
+                by_key[key] = (cls, f)
     chosen: dict[Any, dict[str, Any]] = {cls: {} for cls in classes}
     for key, value in data.items():
         if not isinstance(key, str) or key not in by_key:

@@ -82,6 +82,16 @@ def test_list_knobs_from_a_mapping():
         assert says in str(err.value), (data, str(err.value))
 
 
+def test_a_config_key_may_be_spelled_as_the_flag():
+    """A knob whose flag is not its field's name (``--input`` for ``input_file``) takes either as a key."""
+    from paw.bpe.options import EncodeOptions
+    from paw.knobs import config_keys
+
+    assert config_keys(EncodeOptions, "input_file") == {"input_file", "input-file", "input"}
+    assert from_mapping({"input": "a.txt"}, EncodeOptions) == from_mapping({"input-file": "a.txt"}, EncodeOptions)
+    assert from_mapping({"input": "a.txt"}, EncodeOptions).input_file == "a.txt"
+
+
 def test_list_knobs_on_the_command_line_with_a_config_file(tmp_path):
     """``--names a b`` and ``--names a --names b`` alike; a list typed beside --config wins whole; the body is told
     what the user set (Given) and may take another tool's schema (foreign) untranslated."""

@@ -15,3 +15,8 @@ def distill_steps_for(lora_steps: int, distill_steps: int | None) -> int:
 # The suffix of a distill row's input budget that trains with distill's --target shift (``inputs-shift``):
 # the student learns its own base plus what the adapter changed in the teacher (paw.bench.distill).
 SHIFT = "-shift"
+
+
+def comma_names(text: str) -> tuple[str, ...]:
+    """A comma list as a benchmark flag takes it: ``'facts, rule,'`` -> ``('facts', 'rule')``."""
+    return tuple(v.strip() for v in text.split(",") if v.strip())

@@ -1,46 +1,58 @@
-"""The knobs of ``paw bench real``, apart from its work: the CLI reads its defaults at start-up."""
+"""The knobs of ``paw bench real``, apart from its work: the source of its flags and ``--config`` keys
+(:mod:`paw.knobs`), read at start-up."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from paw.bench import distill_steps_for
+from paw.bench import DISTILL_STEPS_PER_LORA_STEP, comma_names, distill_steps_for
 from paw.errors import PawError
+from paw.knobs import knob, require
 
 SMOL, GEMMA = "smollm2-135m-instruct", "gemma-3-270m"
 PARTS = ("eval", "tokenizers", "transfer", "merge", "tasks")
 DEFAULT_PARTS = PARTS[:4]   # 'tasks' (real task LoRAs, paw.bench.real_tasks) takes hours on a CPU: asked for by name
+# paw.bench.real_tasks.TASKS, spelled here because that module imports torch and --help must not (a test compares)
+REAL_TASK_NAMES = ("arc-easy", "piqa", "boolq")
 
 
 @dataclass(frozen=True)
 class RealOptions:
     """Knobs of ``paw bench real``; the defaults are the documented run (15.5 min on 2 cores)."""
 
-    models: str                          # folder holding smollm2-135m-instruct/ and gemma-3-270m/
-    data: str | None = None              # commonsense folder with raw/*.jsonl (part 'eval')
-    parts: tuple[str, ...] = DEFAULT_PARTS
-    eval_items: int = 100                # seeded subset per evaluation set
-    task_items: int = 60                 # held-out items of the LoRA tasks
+    models: str | None = knob(None, f"Folder written by scripts/real_models.sh (holds {SMOL}/ and {GEMMA}/).",
+                              cli=Path, parse=str)
+    data: str | None = knob(None, "Commonsense folder with raw/*.jsonl (ARC, OpenBookQA, PIQA, BoolQ, Winogrande).",
+                            cli=Path, parse=str)   # part 'eval' and 'tasks'
+    parts: tuple[str, ...] = knob(DEFAULT_PARTS, f"Parts to run (comma list): {', '.join(DEFAULT_PARTS)}; and tasks "
+                                  "(real task LoRAs moved both ways: hours on a CPU, resumable with --workdir).",
+                                  cli=str, parse=comma_names)
+    eval_items: int = knob(100, "Seeded subset of each evaluation set.")
+    task_items: int = knob(60, "Held-out items of the LoRA tasks.")
     lora_rank: int = 8
     lora_alpha: float = 16.0
-    lora_steps: int = 40
+    lora_steps: int = knob(40, "LoRA training steps.")
     lora_batch: int = 8
     lora_lr: float = 2e-3
-    distill_steps: int | None = None     # None = DISTILL_STEPS_PER_LORA_STEP x lora_steps, as in `paw bench transfer`
-    methods: tuple[str, ...] | None = None   # transfer methods; None = auto and every registered one
+    distill_steps: int | None = knob(None, f"Steps of the distillation. Default: {DISTILL_STEPS_PER_LORA_STEP} x "
+                                           "--lora-steps.")   # the rule of `paw bench transfer`
+    methods: tuple[str, ...] | None = knob(None, "Transfer methods (comma list). Default: auto and every method.",
+                                           cli=str, parse=lambda text: comma_names(text) or None)
     layer_map: str = "relative-depth"    # 30 SmolLM2 layers against 18 Gemma layers
-    seed: int = 0
+    seed: int = knob(0, "Subset, task and LoRA seed.")
     n_boot: int = 1000
     batch_size: int = 16
-    device: str = "cpu"
-    real_tasks: tuple[str, ...] = ("arc-easy", "piqa")   # part 'tasks': paw.bench.real_tasks.TASKS
+    device: str = "cpu"                  # the command gives its --device, resolved
+    real_tasks: tuple[str, ...] = knob(("arc-easy", "piqa"), "Tasks of the part 'tasks' (comma list): "
+                                       f"{', '.join(REAL_TASK_NAMES)}.", cli=str, parse=comma_names)
 
     @property
     def distill_budget(self) -> int:
         return distill_steps_for(self.lora_steps, self.distill_steps)
 
     def check(self) -> None:
+        require(self, "models")
         for name in (SMOL, GEMMA):
             if not (Path(self.models) / name / "config.json").is_file():
                 raise PawError(f"no {name}/ model folder here; run scripts/real_models.sh FOLDER first",
@@ -59,3 +71,14 @@ class RealOptions:
         if any(p in self.parts for p in ("eval", "tasks")) and not (self.data and (Path(self.data) / "raw").is_dir()):
             raise PawError("parts 'eval' and 'tasks' need --data: the commonsense folder with raw/*.jsonl",
                            path=self.data or "")
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """Where ``paw bench real`` writes and keeps its fine-tunes: nothing the results depend on."""
+
+    output: str | Path | None = knob(None, "Folder for results.json, results.md, real.png.", short="-o", cli=Path)
+    workdir: str | Path | None = knob(None, "Where fine-tunes and merges are kept (default: temporary).", cli=Path)
+
+    def check(self) -> None:
+        require(self, "output")

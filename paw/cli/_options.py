@@ -9,7 +9,6 @@ from pathlib import Path
 
 import typer
 
-from paw.device import DEVICE_HELP
 from paw.errors import PawError
 from paw.io.manifest import command_line  # noqa: F401  (re-exported: the CLI modules import it from here)
 from paw.knobs import (
@@ -17,15 +16,16 @@ from paw.knobs import (
     RunOptions,  # noqa: F401  (re-exported: every command's run options)
     WriteOptions,  # noqa: F401  (re-exported: a writing command's NaN/Inf switch)
     cli_parameters,
+    config_keys,
     from_mapping,
     from_parsed,
+    knobs,
     list_flags,
     looks_numeric,
     merged,
     typed_on_command_line,
 )
 
-DEVICE = typer.Option("auto", "--device", help=f"Where the arithmetic runs: {DEVICE_HELP}.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it already exists.")
 ALLOW_NONFINITE = typer.Option(False, "--allow-nonfinite", help="Write the output even if it holds NaN or Inf "
                                "(refused by default, naming the input at fault).")
@@ -240,7 +240,8 @@ def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=
             if foreign is not None and foreign(data):
                 extra["foreign"] = (config, data)
             else:
-                objects, in_file = _with_file(name, config, data, classes, objects, shown, typed)
+                skip = {g[0]: tuple(g[2]) for g in groups if len(g) > 2}
+                objects, in_file = _with_file(name, config, data, classes, objects, shown, typed, skip)
         if given:
             extra["given"] = Given(frozenset(typed), frozenset(in_file - typed), config)
         from paw.io.finite import nonfinite_policy
@@ -257,15 +258,17 @@ def options_command(app, name: str, groups: list[tuple], body, *, doc: str, cls=
 
 
 def _with_file(name: str, config: Path, data: dict, classes: list, objects: list, shown: set[str],
-               typed: set[str]) -> tuple[list, set[str]]:
+               typed: set[str], skip: dict) -> tuple[list, set[str]]:
     """The objects from ``--config`` with the typed flags laid over, and the knobs the file set."""
-    hidden = [k for k in data if isinstance(k, str) and k.replace("-", "_") not in shown]
-    if hidden:   # a knob of a shared class that this command has no flag for
-        raise PawError(f"--config {config}: unknown key {hidden[0]!r} for paw {name}")
-    from_file = from_mapping(data, *classes, where=f"--config {config}")
+    field_of = {key: f.name for c in classes for f in knobs(c) if f.name in shown and f.name not in skip.get(c, ())
+                for key in config_keys(c, f.name)}
+    unknown = [k for k in data if isinstance(k, str) and k.replace("-", "_") not in shown and k not in field_of]
+    if unknown:   # a knob of a shared class that this command has no flag for
+        raise PawError(f"--config {config}: unknown key {unknown[0]!r} for paw {name}")
+    from_file = from_mapping(data, *classes, where=f"--config {config}", skip=skip)
     from_file = from_file if isinstance(from_file, tuple) else (from_file,)
     merged_objects = [merged(f, o, typed) for f, o in zip(from_file, objects, strict=True)]
-    return merged_objects, {k.replace("-", "_") for k in data}
+    return merged_objects, {field_of.get(k, k.replace("-", "_")) for k in data}
 
 
 def argument(name: str, annotation, default, help: str) -> inspect.Parameter:

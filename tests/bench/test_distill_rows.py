@@ -126,13 +126,13 @@ def test_jobs_give_the_results_of_one_process(tmp_path, capsys):
 def test_token_focus_reaches_the_distill_rows_and_is_range_checked():
     from dataclasses import replace
 
-    from paw.bench.options import BenchOptions, options_from
+    from paw.bench.options import BenchOptions, for_run
     from paw.errors import PawError
 
-    opts = options_from(seeds="0", tasks="facts", targets="upgrade", methods="", items=10, hidden_size=8, num_layers=1,
-                        pretrain_steps=1, lora_steps=1, lora_rank=1, data=None, device="cpu", quick=True,
-                        distill_token_focus=0.5)
-    assert opts.distill_token_focus == 0.5
+    opts = for_run(BenchOptions(seeds=(0,), tasks=("facts",), targets=("upgrade",), items=10, hidden_size=8,
+                                num_layers=1, pretrain_steps=1, lora_steps=1, lora_rank=1, distill_token_focus=0.5),
+                   quick=True)
+    assert opts.distill_token_focus == 0.5 and opts.hidden_size == 32   # --quick: its sizes, the knob kept
     with pytest.raises(PawError, match="--distill-token-focus 1.5"):
         replace(BenchOptions(), distill_token_focus=1.5).check()
 
@@ -142,7 +142,7 @@ def test_distill_rows_learn_at_the_lora_rate_unless_given_their_own(monkeypatch,
     from types import SimpleNamespace
 
     import paw.bench.distill as D
-    from paw.bench.options import BenchOptions, options_from
+    from paw.bench.options import BenchOptions, for_run
     from paw.errors import PawError
 
     seen = {}
@@ -164,8 +164,7 @@ def test_distill_rows_learn_at_the_lora_rate_unless_given_their_own(monkeypatch,
           names={"inputs": "distill[inputs]"})
     assert seen["lr"] == expected and out["reasons"]["distill[inputs]"] == "recorded"
     with pytest.raises(PawError, match="--distill-lr 0.0: must be a positive number"):
-        options_from(seeds="0", tasks="facts", targets="upgrade", methods="", items=10, hidden_size=8, num_layers=1,
-                     pretrain_steps=1, lora_steps=1, lora_rank=1, data=None, device="cpu", quick=True, distill_lr=0.0)
+        for_run(BenchOptions(seeds=(0,), tasks=("facts",), targets=("upgrade",), distill_lr=0.0), quick=True)
 
 
 @pytest.mark.slow
