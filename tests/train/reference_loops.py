@@ -1,0 +1,131 @@
+"""Frozen copies of the optimiser loops as they were before ``paw.train`` (issue 52), kept verbatim.
+
+Used only by ``tests/train/test_pinned.py``: each trainer, now on the shared loop, must write the same
+bytes as its old loop did with the old defaults, run in the same process (not stored hashes: another
+CPU or BLAS gives other bits). Do not edit these functions; delete one when its pin is no longer wanted.
+"""
+# ruff: noqa
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from paw import fsdp as F
+from paw.device import guard_cuda_attention
+from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
+from paw.errors import PawError
+from paw.evaluate.encode import Encoded, max_length_of, pad_id_of
+from paw.evaluate.items import MCItem
+from paw.evaluate.train import (_answer_tokens, batch_answer_loss, batches_in_order, encode_answer, evaluate_items,
+                                prefixed, wrap_lora)
+from paw.memory import prepare_student
+from paw.progress import track
+from paw.train_state import Checkpoints
+
+
+# ---------------------------------------------------------------- paw/evaluate/train.py at b84fcb3
+
+def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alpha: float = 32,
+               target_modules: str | Sequence[str] = "all-linear", steps: int = 600, batch_size: int = 6,
+               lr: float = 1.5e-5, seed: int = 0, device=None, eval_items: Sequence[MCItem] | None = None,
+               tracker=None, progress: bool = True, log_every: int = 10,
+               on_step: Callable[[int, object], None] | None = None, checkpoints: Checkpoints | None = None,
+               gradient_checkpointing: bool = False, fsdp: bool = False):
+    """Fine-tune a LoRA on the right answers of ``items``; returns ``(peft_model, metrics)``.
+
+    ``metrics``: ``train_loss_start`` / ``train_loss_end`` (mean of the first / last ``log_every``
+    steps), ``train_losses`` (every step), ``trainable_parameters``, the settings, and with
+    ``eval_items`` the :func:`~paw.evaluate.mc.evaluate` figures before (``base/...``) and after
+    (``test/...``) training. ``tracker.log`` receives ``train/loss`` every ``log_every`` steps;
+    ``on_step(step, peft_model)`` runs after every optimiser step (the CLI saves checkpoints there).
+    PEFT injects the LoRA layers into ``model`` itself: pass ``copy.deepcopy(model)`` to keep the base.
+
+    Under ``torchrun`` each rank trains on its share of every global batch (:mod:`paw.distributed`),
+    so ``batch_size`` and ``lr`` mean the same whatever the number of processes; only rank 0 logs,
+    evaluates and shows progress. ``checkpoints`` (:class:`~paw.train_state.Checkpoints`) writes
+    resumable states every K steps and puts a resumed run back where it stopped;
+    ``gradient_checkpointing`` recomputes the base's activations in the backward pass (less memory).
+    ``fsdp`` (under a launcher) shards the base and the factors over the ranks (:mod:`paw.fsdp`): give
+    ``model`` on the CPU and ``device`` the rank's; every rank then evaluates, and the base figures are
+    taken on the wrapped model (LoRA B starts at zero, so it is the base) once it is sharded.
+    """
+    import torch
+
+    if not items:
+        raise PawError("no training items")
+    if steps < 1 or batch_size < 1:
+        raise PawError(f"steps ({steps}) and batch size ({batch_size}) must be at least 1")
+    if device is not None and not fsdp:
+        model.to(device)
+    guard_cuda_attention(model)
+    ranks, device = setup(next(model.parameters()).device if not fsdp else torch.device(device or "cpu"))
+    F.check(fsdp, save_every=checkpoints and checkpoints.save_every, resume=bool(checkpoints and checkpoints.state),
+            ranks=ranks)
+    evaluating = bool(eval_items) and (ranks.main or fsdp)   # under FSDP a forward pass needs every rank
+    progress = progress and ranks.main
+    checkpoints = checkpoints or Checkpoints()
+    metrics: dict = {"steps": steps, "batch_size": batch_size, "lr": lr, "rank": rank, "alpha": alpha,
+                     "seed": seed, "n_train": len(items)}
+    if evaluating and not fsdp:
+        base = checkpoints.extra("base") or prefixed("base", evaluate_items(model, tokenizer, eval_items, batch_size,
+                                                                         progress))
+        metrics.update(base)
+    peft_model = wrap_lora(model, rank=rank, alpha=alpha, target_modules=target_modules, seed=seed)
+    prepare_student(peft_model, gradient_checkpointing=gradient_checkpointing)
+    if fsdp:
+        metrics["fsdp"] = F.shard_student(peft_model, ranks, device)
+        if evaluating:
+            metrics.update(prefixed("base", evaluate_items(peft_model, tokenizer, eval_items, batch_size, progress)))
+    device = next(peft_model.parameters()).device
+    max_length = max_length_of(model)
+    encoded = [encode_answer(tokenizer, item, max_length) for item in items]
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    metrics["trainable_parameters"] = sum(p.numel() for p in params)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    pad_id = pad_id_of(tokenizer)
+    start = checkpoints.resume(params, optimizer, steps=steps)
+    losses: list[float] = list(checkpoints.extra("losses", []))
+    peft_model.train()
+    order = batches_in_order(len(encoded), batch_size, steps, seed)
+    steps_iter = track(range(start, steps), "training LoRA", total=steps, unit="steps", start=start) if progress else range(start, steps)
+    for step in steps_iter:
+        loss = _step_loss(peft_model, [encoded[i] for i in order[step]], pad_id, device, ranks, fsdp)
+        optimizer.zero_grad(set_to_none=True)
+        if loss is not None:
+            loss.backward()
+        if not fsdp:  # FSDP has summed them in the backward pass
+            sync_gradients(params, ranks)
+        optimizer.step()
+        losses.append(all_sum([float(loss.detach()) if loss is not None else 0.0], ranks)[0])
+        if tracker is not None and ranks.main and ((step + 1) % log_every == 0 or step + 1 == steps):
+            tracker.log({"train/loss": sum(losses[-log_every:]) / len(losses[-log_every:])}, step=step + 1)
+        if ranks.main:
+            checkpoints.after(step + 1, steps, params, optimizer, losses=losses,
+                              base={k: v for k, v in metrics.items() if k.startswith("base/")})
+        if on_step is not None and ranks.main:
+            on_step(step + 1, peft_model)
+    peft_model.eval()
+    window = max(1, min(log_every, steps))
+    metrics.update(train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window,
+                   train_losses=losses)
+    if evaluating:
+        after = prefixed("test", evaluate_items(peft_model, tokenizer, eval_items, batch_size, progress))
+        metrics.update(after)
+        if tracker is not None and ranks.main:
+            tracker.log({k: v for k, v in after.items() if isinstance(v, float)}, step=steps)
+    return peft_model, metrics
+
+
+def _step_loss(peft_model, batch_items: list[Encoded], pad_id: int, device, ranks: Ranks, fsdp: bool = False):
+    """The answer loss of this rank's share of one global batch, weighted by its share of the answer
+    tokens, so that the ranks' losses sum to the loss of the whole batch; None for an empty share
+    (under FSDP an empty share runs a stand-in item at weight 0: every rank must run the forward pass)."""
+    mine = shard(batch_items, ranks) if ranks.parallel else batch_items
+    run = F.stand_in(mine, batch_items, ranks) if fsdp else mine
+    if not run:
+        return None
+    loss = batch_answer_loss(peft_model, run, pad_id, device)
+    if ranks.parallel:
+        loss = loss * share(_answer_tokens(mine), _answer_tokens(batch_items))
+    return loss
+

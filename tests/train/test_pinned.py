@@ -1,0 +1,62 @@
+"""The trainers on the shared loop (:mod:`paw.train`) write the bytes their old loops wrote.
+
+Each test runs a trainer and its frozen old loop (``reference_loops``) in this process on a tiny model
+with the old defaults and a seed, and compares every output tensor with ``torch.equal``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.train import reference_loops as old
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_llama):
+    from paw.io.lm import load_lm
+
+    return load_lm(tiny_llama, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def items():
+    from paw.evaluate.synthetic import fact_task
+
+    return fact_task("colour", n=10, seed=0)
+
+
+def lora_tensors(peft_model) -> dict:
+    return {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" in n}
+
+
+def assert_same(a: dict, b: dict) -> None:
+    import torch
+
+    assert a.keys() == b.keys() and a
+    different = [n for n in a if not torch.equal(a[n], b[n])]
+    assert not different, different[:3]
+
+
+def test_train_lora_writes_the_old_loops_adapter(lm, items):
+    from paw.evaluate.train import train_lora
+
+    model, tok = lm
+    kwargs = dict(rank=4, alpha=8, steps=7, batch_size=3, lr=3e-3, seed=5, progress=False)
+    new_model, new_metrics = train_lora(copy.deepcopy(model), tok, items, **kwargs)
+    old_model, old_metrics = old.train_lora(copy.deepcopy(model), tok, items, **kwargs)
+    assert_same(lora_tensors(new_model), lora_tensors(old_model))
+    assert new_metrics["train_losses"] == old_metrics["train_losses"]
+    assert new_metrics == old_metrics
+
