@@ -8,12 +8,16 @@ CPU or BLAS gives other bits). Do not edit these functions; delete one when its 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
 
 from paw import fsdp as F
-from paw.device import guard_cuda_attention
+from paw.device import guard_cuda_attention, resolve_device
 from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
 from paw.errors import PawError
+from paw.evaluate.finetune import FinetuneOptions
 from paw.evaluate.encode import Encoded, max_length_of, pad_id_of
 from paw.evaluate.items import MCItem
 from paw.evaluate.train import (_answer_tokens, batch_answer_loss, batches_in_order, encode_answer, evaluate_items,
@@ -129,3 +133,76 @@ def _step_loss(peft_model, batch_items: list[Encoded], pad_id: int, device, rank
         loss = loss * share(_answer_tokens(mine), _answer_tokens(batch_items))
     return loss
 
+
+# ---------------------------------------------------------------- paw/evaluate/finetune.py at b84fcb3
+
+def finetune(model, tokenizer, items: Sequence[MCItem], options: FinetuneOptions = FinetuneOptions(), *,
+             eval_items: Sequence[MCItem] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train every weight of ``model`` (in place) on the right answers of ``items``; returns the metrics.
+
+    ``metrics``: the options, ``n_train``, ``trainable_parameters``, ``train_losses`` (every step),
+    ``train_loss_start`` / ``train_loss_end`` (mean of the first / last 10 steps), ``train_seconds``
+    (process CPU time), and with ``eval_items`` the :func:`~paw.evaluate.mc.evaluate` figures before
+    (``base/...``) and after (``test/...``) training.
+    """
+    import time
+
+    import torch
+
+    options.check()
+    if not items:
+        raise PawError("no training items")
+    model.to(resolve_device(options.device))
+    metrics: dict[str, Any] = {**asdict(options), "n_train": len(items)}
+    if eval_items:
+        metrics.update(prefixed("base", evaluate_items(model, tokenizer, eval_items, options.batch_size, progress)))
+    torch.manual_seed(options.seed)
+    params = _trainable(model, options.freeze_embeddings)
+    metrics["trainable_parameters"] = sum(p.numel() for p in params)
+    start = time.process_time()
+    losses = _train(model, tokenizer, items, params, options, progress)
+    window = max(1, min(10, options.steps))
+    metrics.update(train_seconds=time.process_time() - start, train_losses=losses,
+                   train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window)
+    if eval_items:
+        metrics.update(prefixed("test", evaluate_items(model, tokenizer, eval_items, options.batch_size, progress)))
+    return metrics
+
+
+def _trainable(model, freeze_embeddings: bool) -> list:
+    """The parameters AdamW updates: all of them, less the input embedding when asked (a tied head is
+    the same tensor, so it stays fixed too)."""
+    frozen = {id(model.get_input_embeddings().weight)} if freeze_embeddings else set()
+    params = []
+    for p in model.parameters():
+        p.requires_grad_(id(p) not in frozen)
+        if id(p) not in frozen:
+            params.append(p)
+    return params
+
+
+def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: bool) -> list[float]:
+    import torch
+
+    device = next(model.parameters()).device
+    max_length = max_length_of(model)
+    encoded = [encode_answer(tokenizer, item, max_length) for item in items]
+    optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
+    pad_id = pad_id_of(tokenizer)
+    order = batches_in_order(len(encoded), options.batch_size, options.steps, options.seed)
+    losses: list[float] = []
+    model.train()
+    steps = range(options.steps)
+    for step in track(steps, "fine-tuning", total=options.steps) if progress else steps:
+        loss = batch_answer_loss(model, [encoded[i] for i in order[step]], pad_id, device)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if options.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
+        optimizer.step()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise PawError(f"the training loss became {value} at step {step + 1}; lower --lr")
+        losses.append(value)
+    model.eval()
+    return losses

@@ -60,3 +60,19 @@ def test_train_lora_writes_the_old_loops_adapter(lm, items):
     assert new_metrics["train_losses"] == old_metrics["train_losses"]
     assert new_metrics == old_metrics
 
+
+def test_full_fine_tuning_writes_the_old_loops_weights(lm, items):
+    import torch
+
+    from paw.evaluate.finetune import FinetuneOptions, finetune
+
+    model, tok = lm
+    options = FinetuneOptions(steps=5, batch_size=3, lr=1e-3, weight_decay=0.01, seed=2)  # clipped at 1.0 by default
+    new_model, old_model = copy.deepcopy(model), copy.deepcopy(model)
+    new_metrics = finetune(new_model, tok, items, options, progress=False)
+    old_metrics = old.finetune(old_model, tok, items, options, progress=False)
+    new_state, old_state = new_model.state_dict(), old_model.state_dict()
+    assert_same(new_state, old_state)
+    assert not torch.equal(new_state["model.norm.weight"], model.state_dict()["model.norm.weight"])  # it trained
+    assert {k: v for k, v in new_metrics.items() if k != "train_seconds"} == \
+        {k: v for k, v in old_metrics.items() if k != "train_seconds"}
