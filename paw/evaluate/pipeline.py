@@ -23,7 +23,7 @@ from paw.errors import PawError
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
 from paw.evaluate.options import EvalOptions
-from paw.evaluate.train import recipe_changes, train_lora
+from paw.evaluate.train import train_lora
 from paw.io.atomic import atomic_dir, atomic_outputs, check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
@@ -193,7 +193,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
         lm, tokenizer = load_lm(model, device=dev, dtype=dtype)
     sharding = dict(fsdp=True, device=dev) if fsdp else {}
     settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
-                    lr=lr, seed=seed, **recipe_changes(recipe))
+                    lr=lr, seed=seed, **recipe.changes())
     inputs = describe_inputs(model=model, data=data, eval_data=eval_data)
     work = work_dir(output)
     checkpoints = Checkpoints(save_every, save=partial(save_train_state, work) if ranks.main else None,

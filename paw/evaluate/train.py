@@ -142,7 +142,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     progress = progress and ranks.main
     checkpoints = checkpoints or Checkpoints()
     metrics: dict = {"steps": steps, "batch_size": batch_size, "lr": lr, "rank": rank, "alpha": alpha,
-                     "seed": seed, "n_train": len(items), **recipe_changes(recipe)}
+                     "seed": seed, "n_train": len(items), **recipe.changes()}
     if evaluating and not fsdp:
         base = checkpoints.extra("base") or prefixed("base", evaluate_items(model, tokenizer, eval_items, batch_size,
                                                                          progress))
@@ -196,14 +196,6 @@ def _step_loss(peft_model, batch_items: list[Encoded], pad_id: int, device, rank
     if ranks.parallel:
         loss = loss * share(_answer_tokens(mine), _answer_tokens(batch_items))
     return loss
-
-
-def recipe_changes(recipe: Recipe) -> dict:
-    """The recipe knobs a run set away from the plain loop's (constant rate, one micro-batch, no clipping),
-    for its metrics and resume settings: a run with the defaults records what it always did."""
-    plain = Recipe(steps=recipe.steps, lr=recipe.lr, seed=recipe.seed)
-    return {k: getattr(recipe, k) for k in ("schedule", "warmup", "accumulation", "clip")
-            if getattr(recipe, k) != getattr(plain, k)}
 
 
 def _answer_tokens(items: list[Encoded]) -> int:

@@ -63,6 +63,16 @@ class Recipe:
             raise PawError(f"clip must be a finite number above 0 (or none), got {self.clip!r}")
         return self
 
+    def changes(self) -> dict:
+        """The knobs set away from the plain loop's (constant rate, one micro-batch, no clipping), for a run's
+        report and resume settings: a run with the defaults records what it recorded before they existed.
+
+        >>> Recipe(steps=9, lr=0.1, schedule="cosine", clip=1.0).changes()
+        {'schedule': 'cosine', 'clip': 1.0}
+        """
+        return {k: getattr(self, k) for k in ("schedule", "warmup", "accumulation", "clip")
+                if getattr(self, k) != getattr(PLAIN, k)}
+
     def lr_at(self, step: int) -> float:
         """The learning rate of optimiser step ``step`` (0-based); the formulas are the module's."""
         if self.schedule == "constant":
@@ -74,3 +84,6 @@ class Recipe:
         progress = (step - self.warmup) / max(1, self.steps - self.warmup)
         floor = self.min_lr_ratio
         return self.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+PLAIN = Recipe(steps=1, lr=1.0)   # the defaults every trainer had before paw.train

@@ -25,6 +25,9 @@ from paw.evaluate.train import (_answer_tokens, batch_answer_loss, batches_in_or
 from paw.memory import prepare_student
 from paw.progress import track
 from paw.train_state import Checkpoints
+from paw.transfer.distill import scale as S
+from paw.transfer.distill.fit import Stop, probe_score, text_carries
+from paw.transfer.distill.train import CHOICE, LOSSES, PAD_ID, Shift, Vocab, _choice_loss, _sequence_losses
 
 
 # ---------------------------------------------------------------- paw/evaluate/train.py at b84fcb3
@@ -206,3 +209,75 @@ def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: 
         losses.append(value)
     model.eval()
     return losses
+
+
+# ---------------------------------------------------------------- paw/transfer/distill/train.py at b84fcb3
+
+def distill_train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress,
+          scale: S.Scale | None = None, extra: dict | None = None, focus: float = 0.0,
+          stop: Stop | None = None, shift: Shift | None = None) -> dict:
+    """The loss curve of at most ``steps`` AdamW steps; under ``scale`` each rank trains its share of every
+    batch and checkpoints (with ``extra`` beside the curve) let a killed run resume. ``focus`` > 0 keeps
+    that fraction of each batch's continuation tokens, those the adapter changed most (TiTok's token
+    selection); ``stop`` ends training early (the curve's ``probe`` holds its measurements); ``shift`` trains
+    toward the student's base plus the adapter's shift (:class:`Shift`). A loss that is
+    NaN or Inf ends it at once (the curve's ``diverged_at`` holds the step): the factors are lost by then,
+    and :func:`paw.transfer.distill.run` refuses them. The last update can break the factors with no
+    loss left to show it, so they are checked once after the loop too."""
+    import torch
+
+    pad_id = PAD_ID
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    order = batches_in_order(len(examples), batch_size, steps, seed)
+    checkpoints = scale.checkpoints if scale is not None else None
+    start = checkpoints.resume(params, optimizer, steps=steps) if checkpoints else 0
+    curve: dict[str, list[float]] = (checkpoints.extra("curve") if checkpoints else None) or \
+        {"loss": [], **{k: [] for k in LOSSES}}
+    peft_model.train()
+    todo = range(start, steps)
+    done = start
+    for step in (track(todo, "distilling", total=steps, unit="steps", start=start) if progress else todo):
+        chosen = [examples[i] for i in order[step]]
+        if not any(e.sequence is not None or e.choices for e in chosen):
+            continue
+        local = S.mine(chosen, scale)
+        parts = {}
+        with_seq, with_choices = S.work(local, chosen, scale)
+        if with_seq and text_carries(vocab, shift):
+            parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device, focus,
+                                          shift)[0])
+        if with_choices:
+            choice = _choice_loss(peft_model, with_choices, pad_id, device, shift)[0]
+            if choice is not None:
+                parts[CHOICE] = choice
+        parts = S.weigh(parts, local, chosen, scale)
+        loss = sum(parts.values()) if parts else None
+        optimizer.zero_grad(set_to_none=True)
+        if loss is not None:
+            loss.backward()
+        S.sync(params, scale)
+        optimizer.step()
+        done = step + 1
+        values = S.reduce_parts(parts, list(LOSSES), scale)
+        own = 0.0 if loss is None else float(loss.detach())   # None: nothing in the batch to learn (shift 0)
+        curve["loss"].append(own if scale is None or not scale.ranks.parallel else sum(values.values()))
+        for key in LOSSES:
+            curve[key].append(values.get(key, math.nan))
+        if not math.isfinite(curve["loss"][-1]):  # the step just taken made the factors NaN: the rest is waste
+            curve["diverged_at"] = [float(step + 1)]
+            break
+        stopping = False
+        if stop is not None and (step + 1) % stop.every == 0:  # the same weights on every rank: the same decision
+            curve.setdefault("probe", []).append(probe_score(peft_model, teacher_model, stop.probe, vocab, device,
+                                                                shift))
+            stopping = stop.done(curve["probe"])
+        if checkpoints and scale.ranks.main:
+            checkpoints.after(step + 1, steps, params, optimizer, curve=curve, **(extra or {}))
+        if stopping:
+            break
+    if "diverged_at" not in curve and done > start and not S.all_finite(params, scale):
+        curve["diverged_at"] = [float(done)]   # the last update broke the factors
+    peft_model.eval()
+    return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
+

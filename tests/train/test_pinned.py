@@ -76,3 +76,4 @@ def test_full_fine_tuning_writes_the_old_loops_weights(lm, items):
     assert not torch.equal(new_state["model.norm.weight"], model.state_dict()["model.norm.weight"])  # it trained
     assert {k: v for k, v in new_metrics.items() if k != "train_seconds"} == \
         {k: v for k, v in old_metrics.items() if k != "train_seconds"}
+
