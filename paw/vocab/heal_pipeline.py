@@ -52,6 +52,9 @@ class HealOptions:
     eval_texts: int = 200            # held-out texts scored at each check (the first ones)
     warmup: int = 10                 # linear learning-rate warm-up, steps
     seed: int = 0                    # window sampling
+    schedule: str = "warmup"         # learning-rate schedule (paw.train.Recipe): constant, warmup or cosine
+    accumulation: int = 1            # micro-batches of ``batch`` windows per optimiser step
+    clip: float | None = 1.0         # gradient-norm clip (None: off)
     device: str = "cpu"              # cpu, cuda, cuda:N or auto
     original: PathLike | None = None  # the model before the transplant: its bpb on its own tokenizer, for the plot
 
@@ -66,11 +69,19 @@ class HealOptions:
         for name in ("batch", "seq_len", "eval_texts"):
             if getattr(self, name) < 1:
                 raise PawError(f"--heal-{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        self.plan().recipe()   # schedule, warmup, accumulation and clip (library knobs: no flag names them)
 
     def plan(self) -> H.HealPlan:
         every = self.eval_every or max(1, self.steps // 5)
         return H.HealPlan(steps=self.steps, lr=self.lr, batch=self.batch, seq_len=self.seq_len,
-                          eval_every=every, warmup=self.warmup, seed=self.seed)
+                          eval_every=every, warmup=self.warmup, seed=self.seed, schedule=self.schedule,
+                          accumulation=self.accumulation, clip=self.clip)
+
+    def changes(self) -> dict:
+        """The optimiser knobs set away from their defaults, for ``paw_heal.json`` (a default run's record is
+        what it was before they existed)."""
+        return {k: getattr(self, k) for k in ("schedule", "accumulation", "clip")
+                if getattr(self, k) != getattr(HealOptions, k)}
 
 
 def check_heal_request(steps: int, corpus: Sequence[PathLike] | None) -> None:
@@ -131,7 +142,7 @@ def heal_transplant(model: PathLike, output: PathLike, options: HealOptions, *, 
                          "eval_corpus": [describe_input(c) for c in options.eval_corpus] or "every 10th corpus text"},
               "rows_trained": len(heal_ids), "tensors_trained": names, "steps": plan.steps, "lr": plan.lr,
               "batch": plan.batch, "seq_len": plan.seq_len, "warmup": plan.warmup, "seed": plan.seed,
-              "device": str(dev), "train_tokens": len(stream), "eval_texts": min(len(held), options.eval_texts),
+              **options.changes(), "device": str(dev), "train_tokens": len(stream), "eval_texts": min(len(held), options.eval_texts),
               "bpb": {"before": curve[0]["bpb"], "after": curve[-1]["bpb"], "original": original},
               "curve": curve}
     new = _healed_matrices(lm, names)

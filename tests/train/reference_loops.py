@@ -9,7 +9,7 @@ CPU or BLAS gives other bits). Do not edit these functions; delete one when its 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -26,6 +26,8 @@ from paw.memory import prepare_student
 from paw.progress import track
 from paw.train_state import Checkpoints
 from paw.transfer.distill import scale as S
+from paw.vocab.heal import HealPlan, trainable_matrices
+from paw.bench.lm import Schedule
 from paw.transfer.distill.fit import Stop, probe_score, text_carries
 from paw.transfer.distill.train import CHOICE, LOSSES, PAD_ID, Shift, Vocab, _choice_loss, _sequence_losses
 
@@ -281,3 +283,114 @@ def distill_train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, b
     peft_model.eval()
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
 
+
+# ---------------------------------------------------------------- paw/vocab/heal.py at b84fcb3
+
+def heal_rows(model, rows: Sequence[int], stream: Sequence[int], plan: HealPlan, *,
+              evaluate: Callable[[], float], prefix: Sequence[int] = (), device: Any = "cpu",
+              track: Callable[[Iterable[int]], Iterable[int]] = iter) -> list[dict[str, float]]:
+    """Train ``rows`` of the embedding (and untied head) for ``plan.steps`` steps; return the curve.
+
+    Each step draws ``plan.batch`` random windows of ``plan.seq_len`` ids from ``stream``, puts
+    ``prefix`` (the BOS, as at scoring) before each, and minimises next-token cross-entropy; Adam (no weight decay), linear warm-up over
+    ``plan.warmup`` steps, gradient norm clipped to 1. ``evaluate()`` (bits per byte on held-out
+    text) runs at step 0, every ``plan.eval_every`` steps and at the end. The curve is a list of
+    ``{'step', 'train_loss', 'bpb'}`` (``train_loss`` is the mean since the previous point).
+    """
+    import torch
+
+    for p in model.parameters():
+        p.requires_grad_(False)
+    mats = trainable_matrices(model)
+    mask = torch.zeros(mats[0].shape[0], 1, device=device, dtype=mats[0].dtype)
+    mask[torch.tensor(list(rows), dtype=torch.long, device=device)] = 1.0
+    for m in mats:
+        m.requires_grad_(True)
+        m.register_hook(lambda g: g * mask)
+    opt = torch.optim.Adam(mats, lr=plan.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(plan.warmup, 1)))
+    data = torch.tensor(list(stream), dtype=torch.long)
+    head = torch.tensor(list(prefix), dtype=torch.long)
+    gen = torch.Generator().manual_seed(plan.seed)
+    curve = [{"step": 0, "train_loss": float("nan"), "bpb": evaluate()}]
+    losses: list[float] = []
+    model.train()
+    for step in track(range(1, plan.steps + 1)):
+        starts = torch.randint(0, len(data) - plan.seq_len, (plan.batch,), generator=gen)
+        xb = torch.stack([torch.cat([head, data[s:s + plan.seq_len]]) for s in starts.tolist()]).to(device)
+        loss = model(xb, labels=xb).loss  # transformers shifts the labels: position i predicts xb[i + 1]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(mats, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        if step % plan.eval_every == 0 or step == plan.steps:
+            curve.append({"step": step, "train_loss": sum(losses) / len(losses), "bpb": evaluate()})
+            losses = []
+    model.eval()
+    for m in mats:
+        m.requires_grad_(False)
+    return curve
+
+
+# ---------------------------------------------------------------- paw/bench/lm.py at b84fcb3
+
+def _windows(stream: Tensor, schedule: Schedule, seed: int):
+    """Yield ``(steps)`` batches (B, seq_len) of random windows, deterministic in ``seed``."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    high = len(stream) - schedule.seq_len
+    offsets = torch.arange(schedule.seq_len)
+    for _ in range(schedule.steps):
+        starts = torch.randint(0, max(high, 1), (schedule.batch_size,), generator=gen)
+        yield stream[(starts[:, None] + offsets[None, :]).clamp(max=len(stream) - 1)]
+
+
+def _lr_at(step: int, schedule: Schedule) -> float:
+    if step < schedule.warmup:
+        return schedule.lr * (step + 1) / schedule.warmup
+    progress = (step - schedule.warmup) / max(1, schedule.steps - schedule.warmup)
+    return schedule.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def bench_train_lm(model, stream: Tensor, schedule: Schedule, *, seed: int, teacher=None, device=None,
+             description: str = "pretraining", progress: bool = True) -> list[float]:
+    """Train ``model`` in place on windows of ``stream``; with ``teacher``, by distillation. Returns losses.
+
+    ``teacher`` must share the tokenizer (same ids); its logits are computed under ``no_grad``.
+    """
+    import torch
+
+    device = device or next(model.parameters()).device
+    model.to(device).train()
+    if teacher is not None:
+        teacher.to(device).eval()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": schedule.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=schedule.lr, betas=(0.9, 0.95))
+    losses: list[float] = []
+    steps = enumerate(_windows(stream, schedule, seed))
+    if progress:
+        steps = track(steps, description, total=schedule.steps, unit="steps")
+    for step, batch in steps:
+        batch = batch.to(device)
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, schedule)
+        if teacher is None:
+            loss = model(input_ids=batch, labels=batch).loss
+        else:
+            with torch.no_grad():
+                target = torch.log_softmax(teacher(input_ids=batch).logits.float(), -1)
+            student = torch.log_softmax(model(input_ids=batch).logits.float(), -1)
+            loss = torch.nn.functional.kl_div(student.flatten(0, 1), target.flatten(0, 1), log_target=True,
+                                              reduction="batchmean")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses

@@ -77,3 +77,44 @@ def test_full_fine_tuning_writes_the_old_loops_weights(lm, items):
     assert {k: v for k, v in new_metrics.items() if k != "train_seconds"} == \
         {k: v for k, v in old_metrics.items() if k != "train_seconds"}
 
+
+@pytest.fixture(scope="module")
+def stream(lm):
+    import torch
+
+    vocab = lm[0].config.vocab_size
+    return torch.randint(0, vocab, (600,), generator=torch.Generator().manual_seed(4))
+
+
+def test_heal_writes_the_old_loops_rows(lm, stream):
+    import torch
+
+    from paw.vocab.heal import HealPlan, bits_per_byte, heal_rows, trainable_matrices
+
+    model, _ = lm
+    plan = HealPlan(steps=7, lr=1e-2, batch=3, seq_len=12, eval_every=3, warmup=4, seed=6)
+    held = [stream[500:530].tolist(), stream[530:560].tolist()]
+    rows = list(range(5, 60, 3))
+    runs = []
+    for heal in (heal_rows, old.heal_rows):
+        m = copy.deepcopy(model)
+        curve = heal(m, rows, stream[:500].tolist(), plan, prefix=[1],
+                     evaluate=lambda m=m: bits_per_byte(m, held, lambda i: 2, prefix=[1]))
+        runs.append(({str(i): t.detach().clone() for i, t in enumerate(trainable_matrices(m))}, curve))
+    assert_same(runs[0][0], runs[1][0])
+    assert str(runs[0][1]) == str(runs[1][1]) and len(runs[0][1]) == 4   # steps 0, 3, 6, 7 (nan compares as text)
+    assert not torch.equal(runs[0][0]["0"], model.get_input_embeddings().weight)
+
+
+@pytest.mark.parametrize("distilled", [False, True])
+def test_bench_pretraining_writes_the_old_loops_weights(lm, stream, distilled):
+    from paw.bench.lm import Schedule, train_lm
+
+    model, _ = lm
+    schedule = Schedule(steps=6, batch_size=3, seq_len=16, lr=3e-3, warmup=2)
+    teacher = copy.deepcopy(model) if distilled else None
+    new_model, old_model = copy.deepcopy(model), copy.deepcopy(model)
+    new = train_lm(new_model, stream, schedule, seed=9, teacher=teacher, progress=False)
+    before = old.bench_train_lm(old_model, stream, schedule, seed=9, teacher=teacher, progress=False)
+    assert new == before and len(new) == 6
+    assert_same(new_model.state_dict(), old_model.state_dict())
