@@ -104,3 +104,14 @@ def test_a_recipe_no_loop_can_run_is_refused_naming_the_knob():
                       (dict(clip=0.0), "clip"), (dict(lr=float("nan")), "lr"), (dict(warmup=-1), "warmup")):
         with pytest.raises(PawError, match=name):
             Recipe(**{"steps": 3, "lr": 0.1, **bad}).check()
+
+
+def test_one_module_of_paw_makes_optimiser_steps():
+    """Every trainer brings its loss to paw.train.run; none keeps a loop of its own (issue 52)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "paw"
+    stepping = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                      if re.search(r"\b(optimizer|opt|optim)\.step\(", p.read_text(encoding="utf-8")))
+    assert stepping == ["train/loop.py"]
