@@ -1,7 +1,7 @@
 """Small LoRA fine-tuning on the correct answers of a multiple-choice set.
 
-A plain torch loop (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"):
-``W x + (alpha / r) B A x`` with ``A`` (r, in) random and ``B`` (out, r) zero at the start, so the
+LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models") on PAW's one training
+loop, :func:`paw.train.run`: ``W x + (alpha / r) B A x`` with ``A`` (r, in) random and ``B`` (out, r) zero at the start, so the
 adapted model starts exactly at the base. The loss is the mean cross-entropy over the *answer*
 tokens only (the context is masked with -100): the model learns to continue each question with its
 right choice, the same (context, continuation) tokens that :func:`paw.evaluate.mc.evaluate` scores.
