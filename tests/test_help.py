@@ -45,7 +45,7 @@ def test_every_help_fits_80_columns(help_at_80):
 
 def test_transfer_lora_help_is_one_screenful_of_options(help_at_80):
     lines = help_at_80("transfer-lora")
-    assert len(lines) < 100  # 200 with typer's rich table at 80 columns
+    assert len(lines) < 110  # 200 with typer's rich table at 80 columns (104 with the training loop's four flags)
     flags = {line.split()[0]: line for line in lines if line.startswith("  --")}
     assert flags["--force"].split()[1] == "Transfer"  # a flag shows no value
     assert flags["--max-steps"].split()[1] == "<int>"  # `<int range>` widened the flag column

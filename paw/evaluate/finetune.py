@@ -39,7 +39,7 @@ from paw.io.lm import load_lm
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import write_checkpoint
 from paw.knobs import knob, require
-from paw.progress import track
+from paw.train import SCHEDULES, Recipe, run
 from paw.validate import FLOAT32_MAX, finite
 
 PathLike = str | Path
@@ -71,9 +71,13 @@ class FinetuneOptions:
 
     steps: int = knob(300, "Optimiser steps.")
     batch_size: int = knob(8, "Sequences per step.")
-    lr: float = knob(1e-5, "AdamW learning rate (constant).")
+    lr: float = knob(1e-5, "AdamW learning rate (the peak, under --schedule).")
     weight_decay: float = knob(0.0, "AdamW decoupled weight decay.")
     max_grad_norm: float = knob(1.0, "Clip the gradient norm (0: off).")
+    schedule: str = knob("constant", "Learning-rate schedule: constant, warmup (linear, then constant) or cosine.",
+                         choices=SCHEDULES)
+    warmup: int = knob(0, "Linear warm-up steps of the warmup and cosine schedules.", min=0)
+    accumulation: int = knob(1, "Micro-batches of --batch-size per optimiser step (gradient accumulation).", min=1)
     freeze_embeddings: bool = knob(False, "Keep the input embedding (and a tied head) fixed.")
     seed: int = knob(0, "Random seed; same inputs and seed give byte-identical outputs.")
     device: str = "cpu"              # the run's --device (paw.knobs.RunOptions)
@@ -89,7 +93,17 @@ class FinetuneOptions:
             if not ok:
                 raise PawError(f"{flag} must be a finite number {'above' if positive else 'of at least'} 0, got {value!r}")
             finite(flag, value, limit=FLOAT32_MAX)  # 1e39 is inf to float32 AdamW
+        for flag, value in (("--warmup", self.warmup), ("--accumulation", self.accumulation)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (flag == "--accumulation"):
+                raise PawError(f"{flag} must be an integer of at least {int(flag == '--accumulation')}, got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise PawError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         return self
+
+    def recipe(self) -> Recipe:
+        """The optimiser steps these options ask for (:class:`paw.train.Recipe`)."""
+        return Recipe(steps=self.steps, lr=self.lr, schedule=self.schedule, warmup=self.warmup,
+                      accumulation=self.accumulation, clip=self.max_grad_norm or None, seed=self.seed).check()
 
 
 def finetune(model, tokenizer, items: Sequence[MCItem], options: FinetuneOptions = FinetuneOptions(), *,
@@ -99,7 +113,8 @@ def finetune(model, tokenizer, items: Sequence[MCItem], options: FinetuneOptions
     ``metrics``: the options, ``n_train``, ``trainable_parameters``, ``train_losses`` (every step),
     ``train_loss_start`` / ``train_loss_end`` (mean of the first / last 10 steps), ``train_seconds``
     (process CPU time), and with ``eval_items`` the :func:`~paw.evaluate.mc.evaluate` figures before
-    (``base/...``) and after (``test/...``) training.
+    (``base/...``) and after (``test/...``) training. The steps are :func:`paw.train.run`'s
+    (``options.recipe()``): a NaN or infinite loss stops it with :class:`paw.train.NonFiniteLoss`, naming the step.
     """
     import time
 
@@ -145,23 +160,13 @@ def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: 
     encoded = [encode_answer(tokenizer, item, max_length) for item in items]
     optimizer = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
     pad_id = pad_id_of(tokenizer)
-    order = batches_in_order(len(encoded), options.batch_size, options.steps, options.seed)
-    losses: list[float] = []
+    order = batches_in_order(len(encoded), options.batch_size * options.accumulation, options.steps, options.seed)
     model.train()
-    steps = range(options.steps)
-    for step in track(steps, "fine-tuning", total=options.steps) if progress else steps:
-        loss = batch_answer_loss(model, [encoded[i] for i in order[step]], pad_id, device)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if options.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
-        optimizer.step()
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise PawError(f"the training loss became {value} at step {step + 1}; lower --lr")
-        losses.append(value)
+    done = run(options.recipe(), params, optimizer,
+               lambda batch: batch_answer_loss(model, [encoded[i] for i in batch], pad_id, device), order.__getitem__,
+               progress="fine-tuning" if progress else None)
     model.eval()
-    return losses
+    return done.losses
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from paw.errors import PawError
 from paw.evaluate.formats import READERS  # light: the readers are plain functions
 from paw.io.lm import DTYPES  # what load_lm accepts (light: torch is imported inside it)
 from paw.knobs import knob, require
+from paw.train.recipe import SCHEDULES  # light: no torch
 from paw.validate import finite
 
 FORMATS = ("auto", *READERS)
@@ -62,7 +63,7 @@ class TrainLoraOptions:
     target_modules: str = knob("all-linear", "all-linear, or a comma-separated list of module names.")
     steps: int = knob(600, "Optimiser steps.", min=1)
     batch_size: int = knob(6, "Sequences per step.", min=1, max=4096)
-    lr: float = knob(1.5e-5, "AdamW learning rate (constant).")
+    lr: float = knob(1.5e-5, "AdamW learning rate (the peak, under --schedule).")
     seed: int = knob(0, "Random seed; same inputs and seed give byte-identical outputs.")
     eval_data: str | Path | None = knob(None, "Test set: metrics before and after training.", cli=Path)
     format: str = knob("auto", "Data layout: auto (detected from the first line), or one of the readers.",
@@ -79,6 +80,11 @@ class TrainLoraOptions:
                              "FSDP2, for a model that does not fit one device (docs/scale.md).")
     dtype: str = knob("auto", "Model dtype: auto (float32 on CPU, checkpoint dtype on GPU), float32, bfloat16, "
                               "float16.")
+    schedule: str = knob("constant", "Learning-rate schedule: constant, warmup (linear, then constant) or cosine.",
+                         choices=SCHEDULES)
+    warmup: int = knob(0, "Linear warm-up steps of the warmup and cosine schedules.", min=0)
+    accumulation: int = knob(1, "Micro-batches of --batch-size per optimiser step (gradient accumulation).", min=1)
+    clip: float | None = knob(None, "Clip the gradient norm to this value (0: off) [default: off].", min=0)
 
     def check(self) -> None:
         require(self, "model", "data", "output")
@@ -87,4 +93,5 @@ class TrainLoraOptions:
         """The keyword arguments of :func:`paw.evaluate.pipeline.train_lora_adapter` past its three paths."""
         return {k: getattr(self, k) for k in ("rank", "alpha", "target_modules", "steps", "batch_size", "lr", "seed",
                                               "eval_data", "format", "limit", "eval_limit", "save_every", "resume",
-                                              "gradient_checkpointing", "fsdp", "dtype")}
+                                              "gradient_checkpointing", "fsdp", "dtype", "schedule", "warmup",
+                                              "accumulation", "clip")}

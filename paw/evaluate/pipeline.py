@@ -42,6 +42,7 @@ from paw.io.train_state import (
 from paw.knobs import RunOptions
 from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
+from paw.train import Recipe
 from paw.train_state import Checkpoints, every
 from paw.validate import FLOAT32_MAX, finite
 
@@ -159,6 +160,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
                        limit: int | None = None, eval_limit: int | None = None, save_every: int | None = None,
                        resume: bool = False, gradient_checkpointing: bool = False, fsdp: bool = False,
                        device: str = "cpu", dtype: str = "auto", track: str = "none", overwrite: bool = False,
+                       schedule: str = "constant", warmup: int = 0, accumulation: int = 1, clip: float | None = None,
                        command: str | None = None) -> TrainedAdapter:
     """Train a PEFT LoRA on the correct answers of a multiple-choice set (loss on answer tokens only).
 
@@ -166,7 +168,8 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     also writes ``OUTPUT/checkpoint-STEP`` adapters and a resumable ``OUTPUT-work/train-state.pt``
     that ``resume`` continues from. The folder appears atomically. Under ``torchrun`` every rank
     trains on its share of each batch and rank 0 alone writes (:mod:`paw.distributed`); with ``fsdp``
-    the model's weights are also sharded over the ranks (:mod:`paw.fsdp`).
+    the model's weights are also sharded over the ranks (:mod:`paw.fsdp`). ``schedule``, ``warmup``,
+    ``accumulation`` and ``clip`` shape the optimiser steps (:class:`paw.train.Recipe`).
     """
     quiet_transformers()
     F.check(fsdp, save_every=save_every, resume=resume)
@@ -174,6 +177,8 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
     finite("--lr", lr, positive=True, limit=FLOAT32_MAX)  # 1e39 is inf to float32 AdamW
     finite("--alpha", alpha, positive=True)  # LoRA scales by alpha / r: 0 is off, < 0 flips it
+    recipe = Recipe(steps=steps, lr=lr, schedule=schedule, warmup=warmup, accumulation=accumulation,
+                    clip=clip or None, seed=seed).check()
     check_dtype(dtype)
     if save_every or resume:
         check_work_dir(work_dir(output), flag="--save-every" if save_every else "--resume")
@@ -188,7 +193,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
         lm, tokenizer = load_lm(model, device=dev, dtype=dtype)
     sharding = dict(fsdp=True, device=dev) if fsdp else {}
     settings = dict(rank=rank, alpha=alpha, target_modules=target_modules, steps=steps, batch_size=batch_size,
-                    lr=lr, seed=seed)
+                    lr=lr, seed=seed, **recipe.changes())
     inputs = describe_inputs(model=model, data=data, eval_data=eval_data)
     work = work_dir(output)
     checkpoints = Checkpoints(save_every, save=partial(save_train_state, work) if ranks.main else None,

@@ -1,7 +1,7 @@
 """Small LoRA fine-tuning on the correct answers of a multiple-choice set.
 
-A plain torch loop (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"):
-``W x + (alpha / r) B A x`` with ``A`` (r, in) random and ``B`` (out, r) zero at the start, so the
+LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models") on PAW's one training
+loop, :func:`paw.train.run`: ``W x + (alpha / r) B A x`` with ``A`` (r, in) random and ``B`` (out, r) zero at the start, so the
 adapted model starts exactly at the base. The loss is the mean cross-entropy over the *answer*
 tokens only (the context is masked with -100): the model learns to continue each question with its
 right choice, the same (context, continuation) tokens that :func:`paw.evaluate.mc.evaluate` scores.
@@ -23,7 +23,8 @@ from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of,
 from paw.evaluate.items import MCItem
 from paw.evaluate.mc import evaluate, forward_logits
 from paw.memory import prepare_student
-from paw.progress import track
+from paw.train import Recipe, run
+from paw.train.loop import mean_loss
 from paw.train_state import Checkpoints
 from paw.validate import lora_alpha, lora_rank
 
@@ -99,7 +100,8 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
                lr: float = 1.5e-5, seed: int = 0, device=None, eval_items: Sequence[MCItem] | None = None,
                tracker=None, progress: bool = True, log_every: int = 10,
                on_step: Callable[[int, object], None] | None = None, checkpoints: Checkpoints | None = None,
-               gradient_checkpointing: bool = False, fsdp: bool = False):
+               gradient_checkpointing: bool = False, fsdp: bool = False, schedule: str = "constant",
+               warmup: int = 0, accumulation: int = 1, clip: float | None = None):
     """Fine-tune a LoRA on the right answers of ``items``; returns ``(peft_model, metrics)``.
 
     ``metrics``: ``train_loss_start`` / ``train_loss_end`` (mean of the first / last ``log_every``
@@ -117,6 +119,10 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     ``fsdp`` (under a launcher) shards the base and the factors over the ranks (:mod:`paw.fsdp`): give
     ``model`` on the CPU and ``device`` the rank's; every rank then evaluates, and the base figures are
     taken on the wrapped model (LoRA B starts at zero, so it is the base) once it is sharded.
+
+    The optimiser loop is :func:`paw.train.run`: ``schedule`` (constant, warmup, cosine) over ``warmup``
+    steps, ``accumulation`` micro-batches of ``batch_size`` per step, gradient-norm ``clip``, and a stop
+    naming the step when the loss becomes NaN or infinite. The defaults are the plain constant-rate loop.
     """
     import torch
 
@@ -124,6 +130,8 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
         raise PawError("no training items")
     if steps < 1 or batch_size < 1:
         raise PawError(f"steps ({steps}) and batch size ({batch_size}) must be at least 1")
+    recipe = Recipe(steps=steps, lr=lr, schedule=schedule, warmup=warmup, accumulation=accumulation,
+                    clip=clip or None, seed=seed).check()
     if device is not None and not fsdp:
         model.to(device)
     guard_cuda_attention(model)
@@ -134,7 +142,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     progress = progress and ranks.main
     checkpoints = checkpoints or Checkpoints()
     metrics: dict = {"steps": steps, "batch_size": batch_size, "lr": lr, "rank": rank, "alpha": alpha,
-                     "seed": seed, "n_train": len(items)}
+                     "seed": seed, "n_train": len(items), **recipe.changes()}
     if evaluating and not fsdp:
         base = checkpoints.extra("base") or prefixed("base", evaluate_items(model, tokenizer, eval_items, batch_size,
                                                                          progress))
@@ -152,27 +160,18 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     metrics["trainable_parameters"] = sum(p.numel() for p in params)
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     pad_id = pad_id_of(tokenizer)
-    start = checkpoints.resume(params, optimizer, steps=steps)
     losses: list[float] = list(checkpoints.extra("losses", []))
     peft_model.train()
-    order = batches_in_order(len(encoded), batch_size, steps, seed)
-    steps_iter = track(range(start, steps), "training LoRA", total=steps, unit="steps", start=start) if progress else range(start, steps)
-    for step in steps_iter:
-        loss = _step_loss(peft_model, [encoded[i] for i in order[step]], pad_id, device, ranks, fsdp)
-        optimizer.zero_grad(set_to_none=True)
-        if loss is not None:
-            loss.backward()
-        if not fsdp:  # FSDP has summed them in the backward pass
-            sync_gradients(params, ranks)
-        optimizer.step()
-        losses.append(all_sum([float(loss.detach()) if loss is not None else 0.0], ranks)[0])
-        if tracker is not None and ranks.main and ((step + 1) % log_every == 0 or step + 1 == steps):
-            tracker.log({"train/loss": sum(losses[-log_every:]) / len(losses[-log_every:])}, step=step + 1)
-        if ranks.main:
-            checkpoints.after(step + 1, steps, params, optimizer, losses=losses,
-                              base={k: v for k, v in metrics.items() if k.startswith("base/")})
-        if on_step is not None and ranks.main:
-            on_step(step + 1, peft_model)
+    order = batches_in_order(len(encoded), batch_size * accumulation, steps, seed)
+    base = {k: v for k, v in metrics.items() if k.startswith("base/")}
+    run(recipe, params, optimizer, lambda batch: _step_loss(peft_model, [encoded[i] for i in batch], pad_id, device,
+                                                             ranks, fsdp),
+        order.__getitem__, checkpoints=checkpoints, losses=losses, main=ranks.main, tracker=tracker,
+        log_every=log_every, progress="training LoRA" if progress else None,
+        sync=None if fsdp else (lambda ps: sync_gradients(ps, ranks)),  # FSDP sums them in the backward pass
+        record=lambda parts: all_sum([mean_loss(parts)], ranks)[0],
+        after=(lambda step: on_step(step, peft_model)) if on_step is not None and ranks.main else None,
+        extra=lambda: {"losses": losses, "base": base})
     peft_model.eval()
     window = max(1, min(log_every, steps))
     metrics.update(train_loss_start=sum(losses[:window]) / window, train_loss_end=sum(losses[-window:]) / window,

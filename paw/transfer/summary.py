@@ -91,7 +91,7 @@ class DistillSummary:
     agreement_before: dict[str, Any]                # agreement figures with the teacher (top1_agreement, kl ...)
     agreement_after: dict[str, Any]
     measured_on: str                                # which inputs the agreement was measured on
-    budget: dict[str, Any] | None = None            # steps run and why training ended (lora._budget)
+    budget: dict[str, Any] | None = None            # steps run and why training ended (report.budget)
 
     @property
     def stopped_note(self) -> str:

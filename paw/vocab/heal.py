@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paw.errors import PawError
+from paw.train import Recipe, run
 
 KEEP = frozenset({"exact", "special"})  # mapping methods whose rows are the source's own: never trained
 
@@ -93,6 +94,14 @@ class HealPlan:
     eval_every: int
     warmup: int
     seed: int
+    schedule: str = "warmup"         # paw.train.Recipe's: constant, warmup or cosine
+    accumulation: int = 1            # micro-batches of ``batch`` windows per optimiser step
+    clip: float | None = 1.0         # gradient-norm clip (None: off)
+
+    def recipe(self) -> Recipe:
+        """The optimiser steps of this plan for :func:`paw.train.run`."""
+        return Recipe(steps=self.steps, lr=self.lr, schedule=self.schedule, warmup=self.warmup,
+                      accumulation=self.accumulation, clip=self.clip, seed=self.seed).check()
 
 
 def trainable_matrices(model) -> list[Any]:
@@ -110,11 +119,13 @@ def heal_rows(model, rows: Sequence[int], stream: Sequence[int], plan: HealPlan,
               track: Callable[[Iterable[int]], Iterable[int]] = iter) -> list[dict[str, float]]:
     """Train ``rows`` of the embedding (and untied head) for ``plan.steps`` steps; return the curve.
 
-    Each step draws ``plan.batch`` random windows of ``plan.seq_len`` ids from ``stream``, puts
-    ``prefix`` (the BOS, as at scoring) before each, and minimises next-token cross-entropy; Adam (no weight decay), linear warm-up over
-    ``plan.warmup`` steps, gradient norm clipped to 1. ``evaluate()`` (bits per byte on held-out
-    text) runs at step 0, every ``plan.eval_every`` steps and at the end. The curve is a list of
-    ``{'step', 'train_loss', 'bpb'}`` (``train_loss`` is the mean since the previous point).
+    Each step draws ``plan.batch`` random windows of ``plan.seq_len`` ids from ``stream`` (times
+    ``plan.accumulation`` micro-batches), puts ``prefix`` (the BOS, as at scoring) before each, and
+    minimises next-token cross-entropy; Adam (no weight decay) on :func:`paw.train.run`, by default with a
+    linear warm-up over ``plan.warmup`` steps and the gradient norm clipped to 1. ``evaluate()`` (bits per
+    byte on held-out text) runs at step 0, every ``plan.eval_every`` steps and at the end. The curve is a
+    list of ``{'step', 'train_loss', 'bpb'}`` (``train_loss`` is the mean since the previous point). A NaN
+    or infinite loss stops the run naming the step.
     """
     import torch
 
@@ -127,26 +138,25 @@ def heal_rows(model, rows: Sequence[int], stream: Sequence[int], plan: HealPlan,
         m.requires_grad_(True)
         m.register_hook(lambda g: g * mask)
     opt = torch.optim.Adam(mats, lr=plan.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(plan.warmup, 1)))
     data = torch.tensor(list(stream), dtype=torch.long)
     head = torch.tensor(list(prefix), dtype=torch.long)
     gen = torch.Generator().manual_seed(plan.seed)
     curve = [{"step": 0, "train_loss": float("nan"), "bpb": evaluate()}]
     losses: list[float] = []
-    model.train()
-    for step in track(range(1, plan.steps + 1)):
-        starts = torch.randint(0, len(data) - plan.seq_len, (plan.batch,), generator=gen)
-        xb = torch.stack([torch.cat([head, data[s:s + plan.seq_len]]) for s in starts.tolist()]).to(device)
-        loss = model(xb, labels=xb).loss  # transformers shifts the labels: position i predicts xb[i + 1]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(mats, 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+
+    def batch_at(step: int):
+        starts = torch.randint(0, len(data) - plan.seq_len, (plan.batch * plan.accumulation,), generator=gen)
+        return torch.stack([torch.cat([head, data[s:s + plan.seq_len]]) for s in starts.tolist()]).to(device)
+
+    def check(step: int) -> None:
         if step % plan.eval_every == 0 or step == plan.steps:
-            curve.append({"step": step, "train_loss": sum(losses) / len(losses), "bpb": evaluate()})
-            losses = []
+            since = losses[len(losses) - (step - curve[-1]["step"]):]
+            curve.append({"step": step, "train_loss": sum(since) / len(since), "bpb": evaluate()})
+
+    model.train()
+    # transformers shifts the labels: position i predicts xb[i + 1]
+    run(plan.recipe(), mats, opt, lambda xb: model(xb, labels=xb).loss, batch_at, losses=losses, after=check,
+        progress=track, hint="lower --heal-lr")
     model.eval()
     for m in mats:
         m.requires_grad_(False)

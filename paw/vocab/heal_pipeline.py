@@ -93,7 +93,7 @@ def heal_transplant(options: HealOptions, run: RunOptions = RunOptions(), *, com
                          or "every 10th corpus text"},
               "rows_trained": len(heal_ids), "tensors_trained": names, "steps": plan.steps, "lr": plan.lr,
               "batch": plan.batch, "seq_len": plan.seq_len, "warmup": plan.warmup, "seed": plan.seed,
-              "device": str(dev), "train_tokens": len(stream), "eval_texts": min(len(held), options.eval_texts),
+              **options.changes(), "device": str(dev), "train_tokens": len(stream), "eval_texts": min(len(held), options.eval_texts),
               "bpb": {"before": curve[0]["bpb"], "after": curve[-1]["bpb"], "original": original},
               "curve": curve}
     new = _healed_matrices(lm, names)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from paw.errors import PawError
 from paw.knobs import knob, require
+from paw.train.recipe import SCHEDULES  # light: no torch
 from paw.vocab.align import methods_help  # light: the alignment registry, no torch or numpy
 from paw.vocab.embed import FALLBACKS
 from paw.vocab.omp import DEFAULT_BATCH, DEFAULT_K
@@ -148,6 +149,10 @@ class HealOptions:
     eval_texts: int = knob(200, "Held-out texts scored at each check.", min=1)
     seed: int = knob(0, "Window sampling seed.")
     warmup: int = 10                 # linear learning-rate warm-up, steps (no flag)
+    schedule: str = knob("warmup", "Learning-rate schedule: constant, warmup (linear, then constant) or cosine.",
+                         choices=SCHEDULES)
+    accumulation: int = knob(1, "Micro-batches of --batch windows per optimiser step.", min=1)
+    clip: float | None = knob(1.0, "Clip the gradient norm to this value (0: off).", min=0)
 
     def check(self) -> None:
         if self.steps < 1:
@@ -160,6 +165,7 @@ class HealOptions:
         for name in ("batch", "seq_len", "eval_texts"):
             if getattr(self, name) < 1:
                 raise PawError(f"--heal-{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        self.plan().recipe()   # schedule, warmup, accumulation and clip, checked by the loop's recipe
 
     def plan(self):
         """The :class:`~paw.vocab.heal.HealPlan` these knobs make."""
@@ -167,7 +173,14 @@ class HealOptions:
 
         every = self.eval_every or max(1, self.steps // 5)
         return HealPlan(steps=self.steps, lr=self.lr, batch=self.batch, seq_len=self.seq_len, eval_every=every,
-                        warmup=self.warmup, seed=self.seed)
+                        warmup=self.warmup, seed=self.seed, schedule=self.schedule,
+                        accumulation=self.accumulation, clip=self.clip or None)
+
+    def changes(self) -> dict:
+        """The optimiser knobs set away from their defaults, for ``paw_heal.json`` (a default run's record is
+        what it was before they existed)."""
+        return {k: getattr(self, k) for k in ("schedule", "accumulation", "clip")
+                if getattr(self, k) != getattr(HealOptions, k)}
 
 
 @dataclass(frozen=True)

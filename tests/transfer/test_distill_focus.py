@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from paw.evaluate.encode import Encoded
+from paw.transfer.distill import fit
 from paw.transfer.distill import lora as D
+from paw.transfer.distill import report as R
 from paw.transfer.distill import train as T
 from paw.transfer.distill.byte_align import spread
 from paw.transfer.distill.data import Prompt
@@ -52,7 +54,7 @@ def _examples():
 
 def _agreement(wrong):
     model = Memoriser([SEQ], wrong=wrong)
-    return T.agreement(model, None, _examples(), T.Vocab(), "cpu")
+    return fit.agreement(model, None, _examples(), T.Vocab(), "cpu")
 
 
 def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learned():
@@ -66,13 +68,13 @@ def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learne
 
 def test_probe_score_and_stop_rule_use_that_agreement():
     model = Memoriser([SEQ], wrong=[SEQ[:3]])
-    assert T.probe_score(model, None, _examples(), T.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
-    stop = T.Stop([], every=10, patience=2, min_gain=0.01, min_steps=0)
+    assert fit.probe_score(model, None, _examples(), T.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
+    stop = fit.Stop([], every=10, patience=2, min_gain=0.01, min_steps=0)
     assert not stop.done([0.1, 0.5]) and not stop.done([0.1, 0.5, 0.6, 0.6])
     assert stop.done([0.1, 0.5, 0.6, 0.605, 0.6]) and not stop.done([0.1, 0.5, 0.6, 0.605, 0.62])
     flat_start = [0.3, 0.3, 0.3, 0.3, 0.3]                     # a slow start is not a plateau ...
-    assert not T.Stop([], every=10).done(flat_start)          # ... before 100 steps
-    assert T.Stop([], every=10).done(flat_start * 2)
+    assert not fit.Stop([], every=10).done(flat_start)          # ... before 100 steps
+    assert fit.Stop([], every=10).done(flat_start * 2)
 
 
 def test_token_focus_keeps_the_tokens_the_adapter_changed_most():
@@ -116,9 +118,9 @@ def test_automatic_budget_and_probe_interval():
     (None, {}, False),                                  # too few steps to tell
 ])
 def test_still_falling_needs_a_real_fall(fall, budget, falling):
-    assert D.still_falling(fall, budget) is falling
+    assert R.still_falling(fall, budget) is falling
     drop = None if fall is None else fall[0]
-    warned = D._warnings(drop if falling else None, {"train_used": 10, "train": 10})
+    warned = R.warnings(drop if falling else None, {"train_used": 10, "train": 10})
     assert bool(warned) is falling
 
 

@@ -117,7 +117,7 @@ def test_synthesis_template_start():
 
 
 def test_cost_estimate_arithmetic():
-    from paw.transfer.distill.lora import estimate_cost
+    from paw.transfer.distill.report import estimate_cost
 
     # 300 steps x 16 sequences x 80 tokens x (4 + 2) x 7e9, plus 1,000 continuations x 80 tokens x 2 x 7e9
     cost = estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16, prompt_tokens=64)

@@ -6,8 +6,10 @@ The wing of ``paw transfer-lora --method distill`` (``docs/distill.md``), one ro
 - :mod:`~paw.transfer.distill.data`: label-free inputs (prompt files, generic text, synthesis);
 - :mod:`~paw.transfer.distill.loss`: the losses and agreement figures (token, byte-aligned, choice KL; sequence NLL);
 - :mod:`~paw.transfer.distill.byte_align`: the cuts two tokenizations of one text share;
-- :mod:`~paw.transfer.distill.train`: :class:`LM` (one side: model and tokenizer), examples from the teacher, the training loop;
+- :mod:`~paw.transfer.distill.train`: :class:`LM` (one side: model and tokenizer), examples from the teacher, a batch's losses;
+- :mod:`~paw.transfer.distill.fit`: those losses through :func:`paw.train.run`, the automatic stop, the agreement figures;
 - :mod:`~paw.transfer.distill.lora`: :func:`distill_lora`, the in-memory algorithm;
+- :mod:`~paw.transfer.distill.report`: its report (budget, cost estimate, warnings);
 - :mod:`~paw.transfer.distill.run`: folders and files in, an adapter folder out (what
   :func:`paw.transfer.run.transfer_adapter` runs for ``method='distill'``).
 """

@@ -33,13 +33,14 @@ from paw.evaluate.items import MCItem
 from paw.evaluate.train import batches_in_order
 from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.memory import prepare_student
-from paw.progress import format_duration, status
-from paw.transfer.distill import data
-from paw.transfer.distill import loss as L
+from paw.progress import status
+from paw.train import Recipe
+from paw.transfer.distill import data, fit
+from paw.transfer.distill import report as R
 from paw.transfer.distill import scale as S
 from paw.transfer.distill import train as T
 from paw.transfer.distill.data import Prompt
-from paw.transfer.distill.options import DISTILL, GENERIC, DistillOptions
+from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.train import LM
 from paw.transfer.pipeline import transfer_lora
 from paw.validate import lora_rank
@@ -47,10 +48,8 @@ from paw.vocab.align import AlignContext, exact, match_specials
 from paw.zoo import sample_texts
 
 LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
-STILL_FALLING = 0.05        # relative loss fall over the last fifth of the steps above which the report warns ...
-STILL_FALLING_ABS = 0.02    # ... when it is also this many nats (a loss of 0.006 -> 0.005 has levelled off)
 # the automatic budget (no --max-steps): at most AUTO_EPOCHS passes over the inputs, within these bounds,
-# stopped earlier when the agreement on what the adapter changed stops improving (train.Stop)
+# stopped earlier when the agreement on what the adapter changed stops improving (fit.Stop)
 AUTO_MIN_STEPS, AUTO_EPOCHS, AUTO_MAX_STEPS = 200, 30, 3000
 PROBE_INPUTS = 64           # training inputs whose loss decides when to stop
 # the before/after agreement is measured on at most this many inputs (a seeded sample): on 1,000 inputs each
@@ -94,7 +93,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                  eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = False,
                  next_words: int = 0, token_focus: float = 0.0, target: str = "teacher", shift_scale: float = 1.0,
                  seed: int = 0, device="cpu", target_name: str | None = None, progress: bool = True,
-                 scale: S.Scale | None = None) -> tuple[Any, dict]:
+                 scale: S.Scale | None = None, schedule: str = "constant", warmup: int = 0, accumulation: int = 1,
+                 clip: float | None = None) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
     Inputs, all label-free: ``prompts`` (inputs; answers of MC items are dropped) or ``'generic'``
@@ -104,18 +104,20 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     the KL at the cuts both tokenizations share (needs both ``tokenizer_info``), and inputs without
     choices get the teacher's ``next_words`` likeliest next words as choices (0: none). ``steps=None`` (the
     default) sets the budget from the inputs (:func:`auto_steps`) and stops once the student's loss on
-    the tokens the adapter changed levels off (:class:`~paw.transfer.distill.train.Stop`); a number runs
+    the tokens the adapter changed levels off (:class:`~paw.transfer.distill.fit.Stop`); a number runs
     exactly that many steps. ``token_focus`` > 0 trains on that fraction of each batch's continuation
     tokens, those the adapter changed most (TiTok). ``target='shift'`` teaches the student its own base plus
     ``shift_scale`` times what the adapter changed in the teacher (:class:`~paw.transfer.distill.train.Shift`),
     not the teacher itself. Returns ``(LoraAdapter for the
     target, report)``; the student's model is left as it was given. Same seed, same bytes on CPU.
     ``scale`` (:class:`~paw.transfer.distill.scale.Scale`): ranks, cached continuations, checkpoints,
-    teacher offload and gradient checkpointing (docs/scale.md).
+    teacher offload and gradient checkpointing (docs/scale.md). ``schedule``, ``warmup``, ``accumulation``
+    and ``clip`` shape the optimiser steps (:class:`paw.train.Recipe`; the defaults: constant rate, plain steps).
     """
     DistillOptions(prompts=prompts, synthesize=synthesize, seed_examples=seed_examples, init=init, alpha=alpha,
                    max_steps=steps, batch_size=batch_size, lr=lr, max_new_tokens=max_new_tokens, holdout=holdout,
-                   next_words=next_words, token_focus=token_focus, target=target, shift_scale=shift_scale).check()  # the one check of knobs and of which inputs go together
+                   next_words=next_words, token_focus=token_focus, target=target, shift_scale=shift_scale,
+                   schedule=schedule, warmup=warmup, accumulation=accumulation, clip=clip).check()  # the one check of knobs and of which inputs go together
     if rank is not None:  # before the teacher works: at most min(out, in) of the smallest adapted layer
         lora_rank("--rank", rank, student.model, _target_modules(adapter, student.model, target_modules))
     device = resolve_device(device) if isinstance(device, str) else device
@@ -126,8 +128,11 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     inputs, held, info = _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
                                  eval_prompts, seed, device, progress=shown, adapter=adapter, scale=scale)
     auto = steps is None
-    steps = auto_steps(len(inputs), batch_size) if auto else steps
-    inputs = _visited(inputs, steps, batch_size, seed)
+    per_step = batch_size * accumulation   # inputs per optimiser step
+    steps = auto_steps(len(inputs), per_step) if auto else steps
+    recipe = Recipe(steps=steps, lr=lr, schedule=schedule, warmup=warmup, accumulation=accumulation,
+                    clip=clip or None, seed=seed).check()
+    inputs = _visited(inputs, steps, per_step, seed)
     info["train_used"] = len(inputs)
     vocab = _vocabulary(teacher, student, byte_kl)
     if scale is not None and scale.offload_teacher:
@@ -140,8 +145,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     init_adapter, init_note = _init_adapter(adapter, teacher, student, init, vocab.columns if vocab.shared else None,
                                             rank, alpha, target_modules, device)
     sample = inputs[:256]
-    cost = estimate_cost(_n_params(teacher.model), _n_params(student.model), n_inputs=len(inputs) + len(held),
-                         steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens,
+    cost = R.estimate_cost(R.n_params(teacher.model), R.n_params(student.model), n_inputs=len(inputs) + len(held),
+                         steps=steps, batch_size=per_step, max_new_tokens=max_new_tokens,
                          prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
                          choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
                          teacher_per_step=vocab.shared or vocab.aligned,
@@ -162,7 +167,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                        "it with and without the adapter")
     if scale is not None and scale.offload_teacher:
         S.free_teacher(teacher)  # every continuation and choice score is made: training needs no teacher
-    losses_used = _losses(vocab, train, shift)
+    losses_used = R.losses_used(vocab, train, shift)
     if not any(e.sequence is not None or e.choices for e in train):
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
@@ -182,14 +187,14 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         before = scale.checkpoints.extra("before") if scale is not None else None
         if before is not None and before.get("prompts") == len(pool):
             measured = pool   # checkpointed by a run that measured every input: after on the same ones
-        before = before or (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown,
+        before = before or (fit.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown,
                                         shift=shift) if measure else None)
-        stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
-        curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
+        stop = fit.Stop(_probe(train), every=check_every(len(train), per_step)) if auto else None
+        curve = fit.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
                         seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
-                        focus=token_focus, stop=stop, shift=shift)
+                        focus=token_focus, stop=stop, shift=shift, **recipe.changes())
         diverged = curve.pop("diverged_at", None)
-        after = (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
+        after = (fit.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
                  if measure else None)
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
                             F.full_lora_state(peft_model) if sharded else None)
@@ -198,12 +203,12 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
             peft_model.unload()
         for n, p in student.model.named_parameters():
             p.requires_grad_(grads.get(n, p.requires_grad))
-    report = _report(adapter, teacher, student, moved, info, losses_used, _vocabulary_note(vocab, train),
+    report = R.report(adapter, teacher, student, moved, info, losses_used, R.vocabulary_note(vocab, train),
                      init_note, curve, cost,
-                     {"before": before, "after": after, "measured_on": _measured_on(len(measured), len(pool), bool(tests))},
+                     {"before": before, "after": after, "measured_on": R.measured_on(len(measured), len(pool), bool(tests))},
                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
-                     token_focus=token_focus, target=_target_note(shift, vocab, train),
-                     budget=_budget(auto, steps, curve, stop, excess))
+                     token_focus=token_focus, target=R.target_note(shift, vocab, train), **recipe.changes(),
+                     budget=R.budget(auto, steps, curve, stop, excess))
     if diverged:
         report["distill"]["diverged_at_step"] = int(diverged[0])
     if fsdp:
@@ -213,7 +218,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
 
 def auto_steps(n_inputs: int, batch_size: int) -> int:
     """The step cap when none is given: ``AUTO_EPOCHS`` passes over the inputs, within
-    [``AUTO_MIN_STEPS``, ``AUTO_MAX_STEPS``]; training usually stops before it (:class:`train.Stop`).
+    [``AUTO_MIN_STEPS``, ``AUTO_MAX_STEPS``]; training usually stops before it (:class:`fit.Stop`).
 
     >>> auto_steps(16, 8), auto_steps(300, 16), auto_steps(100_000, 8)
     (200, 563, 3000)
@@ -229,23 +234,6 @@ def check_every(n_inputs: int, batch_size: int) -> int:
 def _probe(train: list) -> list:
     """The first ``PROBE_INPUTS`` training examples that carry a loss: the inputs whose agreement decides when to stop."""
     return [e for e in train if e.sequence is not None or e.choices][:PROBE_INPUTS]
-
-
-def _budget(auto: bool, steps: int, curve: dict, stop, excess: bool) -> dict:
-    """The report's ``budget``: how many steps ran and why training ended."""
-    ran = len(curve.get("loss", []))
-    if not auto:
-        why = "--max-steps"
-    elif stop is not None and stop.done(curve.get("probe", [])):
-        why = "levelled off"
-    else:
-        why = "reached the cap"
-    return {"auto": auto, "max_steps": steps, "steps_run": ran, "stopped": why,
-            "probe_every": stop.every if stop is not None else None,
-            "probe_inputs": len(stop.probe) if stop is not None else None,
-            "probe_agreement": [round(x, 6) for x in curve.get("probe", [])],
-            "excess_known": excess}
-
 
 
 # ---------------------------------------------------------------------------------- checks, inputs
@@ -301,11 +289,6 @@ def agreement_inputs(examples: list, seed: int, most: int | None = None) -> list
     return [examples[i] for i in picked]
 
 
-def _measured_on(n: int, pool: int, held_out: bool) -> str:
-    which = "held-out prompts" if held_out else "training prompts (none held out)"
-    return which if n == pool else f"{n} of the {pool} {which}, drawn by the seed"
-
-
 def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int) -> list[Prompt]:
     """The inputs that ``steps`` batches of ``batch_size`` reach, in their order; the teacher works on no other.
 
@@ -337,83 +320,11 @@ def _check_shift(shift: T.Shift, vocab: T.Vocab, inputs: list[Prompt]) -> None:
     if shift.teacher_off is None:
         raise PawError("--target shift needs the teacher with its adapter unmerged (a PEFT model), to compare it "
                        "with and without the adapter")
-    if not T.text_carries(vocab, shift) and not any(p.pairs for p in inputs):
+    if not fit.text_carries(vocab, shift) and not any(p.pairs for p in inputs):
         raise PawError("--target shift cannot be carried on these inputs: they have no answer choices and the "
                        "tokenizers differ, so no next-token shift can be compared; add --byte-kl (the cuts both "
                        "tokenizations share) or --next-words K (the teacher's next words as choices), or use "
                        "--target teacher")
-
-
-def _target_note(shift: T.Shift | None, vocab: T.Vocab, train: list) -> dict:
-    """The report's ``target``: what the student learned, and where the shift was carried."""
-    if shift is None:
-        return {"kind": "teacher"}
-    rows = [e for e in train if e.choices]
-    moved = sum(any(a != b for a, b in zip(e.teacher_choice_ll, e.teacher_base_choice_ll, strict=True))
-                for e in rows)
-    text = ("next-token shift over the shared vocabulary" if vocab.shared else
-            "next-token shift at the cuts both tokenizations share, over the tokens both hold" if vocab.aligned else
-            "not carried: the tokenizers differ and no cuts are compared (--byte-kl)")
-    return {"kind": "shift", "scale": shift.scale, "choice_inputs": len(rows), "choice_inputs_moved": moved,
-            "text": text}
-
-
-def _losses(vocab: T.Vocab, train: list, shift: T.Shift | None = None) -> list[str]:
-    used = [T.TOKEN_KL] if vocab.shared else []
-    if vocab.aligned and any(e.aligned for e in train):
-        used.append(T.ALIGNED_KL)
-    if shift is None:
-        used.append(T.SEQUENCE)
-    if any(e.choices for e in train):
-        used.append(T.CHOICE)
-    return used
-
-
-def _vocabulary_note(vocab: T.Vocab, train: list) -> str:
-    if vocab.shared:
-        return "shared: every target token is a source token (token KL + sequence NLL)"
-    if vocab.aligned:
-        with_cuts = [e for e in train if e.aligned]
-        cuts = sum(len(e.aligned) for e in with_cuts)
-        return (f"different tokenizers: the teacher's continuations are re-tokenised (sequence-level), plus the KL "
-                f"over the {int((vocab.columns >= 0).sum())} tokens both vocabularies hold at the {cuts} cuts both "
-                f"tokenizations share ({len(with_cuts)} of {len(train)} inputs; byte-aligned)")
-    why = vocab.why or "no input's continuation is cut at the same byte by both tokenizers"
-    return f"different tokenizers: the teacher's continuations are re-tokenised (sequence-level only: {why})"
-
-
-def _n_params(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs: int, steps: int, batch_size: int,
-                  max_new_tokens: int, prompt_tokens: float = 64, choices_per_input: float = 0.0,
-                  teacher_per_step: bool = True, agreement_inputs: int = 0) -> dict:
-    """FLOPs of one distillation: ``2N`` per token for a forward pass, ``4N`` for forward and backward
-    through a frozen base (the LoRA factors' own gradients are negligible).
-
-    Per step, ``batch_size`` sequences of ``prompt_tokens + max_new_tokens`` tokens: the student's
-    forward and backward, the teacher's forward when its distributions are matched (token KL), and
-    the student's passes over each input's choices (``choices_per_input`` sequences of about the
-    prompt's length). Once: the teacher writes every continuation. Twice: the agreement, forward passes
-    alone over ``agreement_inputs`` inputs. The throughputs in ``note`` are
-    rough effective rates of a laptop-class CPU and of one data-centre GPU in bf16.
-
-    >>> estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16,
-    ...               prompt_tokens=64)["tflop"]  # doctest: +SKIP
-    17248.0
-    """
-    seq = prompt_tokens + max_new_tokens
-    teacher = 2 * teacher_parameters if teacher_per_step else 0   # its forward pass beside the student's
-    choices = choices_per_input * prompt_tokens * student_parameters
-    train = steps * batch_size * (seq * (4 * student_parameters + teacher) + 4 * choices)
-    generate = n_inputs * seq * 2 * teacher_parameters
-    measure = agreement_inputs * (seq * (2 * student_parameters + teacher) + 2 * choices)   # forward passes alone
-    flop = train + generate + 2 * measure
-    return {"teacher_parameters": int(teacher_parameters), "student_parameters": int(student_parameters),
-            "flop": flop, "tflop": flop / 1e12,
-            "note": f"~{format_duration(flop / 5e10)} on a CPU at 50 GFLOP/s, "
-                    f"~{format_duration(flop / 2e14)} on one GPU at 200 TFLOP/s bf16"}
 
 
 # ---------------------------------------------------------------------------------- student
@@ -497,61 +408,3 @@ def _adapter_of(peft_model, adapter, base_name: str, state_dict: dict | None = N
     return LoraAdapter(config=config, tensors=tensors)
 
 
-def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, init_note, curve, cost, agreement,
-            **settings) -> dict:
-    cfg = moved.config
-    finite = [x for x in curve["loss"] if math.isfinite(x)]
-    window = max(1, min(10, len(finite)))
-    fall = L.tail_fall(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
-    drop = None if fall is None else fall[0]
-    budget = settings.get("budget") or {}
-    falling = still_falling(fall, budget)
-    if budget:
-        settings["budget"] = {**budget, "loss_levelled_off": drop is not None and not falling}
-    return {
-        "format": "paw-transfer-report", "version": 1, "method": DISTILL,
-        "source": teacher.name, "target": student.name,
-        "adapter": {"r": adapter.r, "alpha": adapter.alpha, "modules": len(adapter.modules())},
-        "summary": {"transferred": len(moved.modules()), "not_transferred": 0,
-                    "methods": {DISTILL: len(moved.modules())}},
-        "distill": {
-            "inputs": info, "losses": losses_used,
-            "vocabulary": vocabulary,
-            "init": init_note, "student": {"r": cfg["r"], "alpha": cfg["lora_alpha"],
-                                           "target_modules": cfg["target_modules"], "modules": len(moved.modules())},
-            **settings, "cost": cost,
-            "loss_start": round(sum(finite[:window]) / window, 6) if finite else None,
-            "loss_end": round(sum(finite[-window:]) / window, 6) if finite else None,
-            "curve": {k: [round(x, 6) if math.isfinite(x) else None for x in v] for k, v in curve.items()},
-            "agreement": agreement,
-            "loss_tail_drop": None if drop is None else round(drop, 6),
-        },
-        "warnings": _warnings(drop if falling else None, info),
-    }
-
-
-def still_falling(fall: tuple[float, float] | None, budget: dict) -> bool:
-    """Whether the loss was still falling at the end: over the last fifth of the steps it fell by more
-    than ``STILL_FALLING`` of its level *and* by more than ``STILL_FALLING_ABS`` nats (``fall`` is
-    :func:`loss.tail_fall`'s ``(relative, absolute)``), and the automatic budget did not stop training
-    for the agreement having levelled off.
-
-    >>> still_falling((0.2, 0.4), {}), still_falling((0.2, 0.0012), {}), still_falling((0.2, 0.4), {"stopped": "levelled off"})
-    (True, False, False)
-    """
-    if fall is None or budget.get("stopped") == "levelled off":
-        return False
-    return fall[0] > STILL_FALLING and fall[1] > STILL_FALLING_ABS
-
-
-def _warnings(drop: float | None, info: dict) -> list[str]:
-    """What the user should know about the run: a loss still falling (``drop``, None when not), inputs
-    never reached."""
-    out = []
-    if drop is not None:
-        out.append(f"the distillation loss fell {drop:.0%} over the last fifth of the steps: it had not levelled "
-                   "off, and more --max-steps would likely keep more of the adapter (docs/distill.md#steps)")
-    if info["train_used"] < info["train"]:
-        out.append(f"--max-steps x --batch-size reached {info['train_used']} of the {info['train']} training inputs; "
-                   "the teacher worked on those only, and more steps would use the rest")
-    return out

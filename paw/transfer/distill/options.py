@@ -14,6 +14,7 @@ from pathlib import Path
 from paw import fsdp as F
 from paw.errors import PawError
 from paw.knobs import knob
+from paw.train.recipe import SCHEDULES  # light: no torch
 from paw.validate import finite, lora_alpha, lora_rank
 
 DISTILL = "distill"          # its name among the transfer methods of ``paw transfer-lora --method``
@@ -49,6 +50,11 @@ class DistillOptions:
     max_steps: int | None = knob(None, "Optimiser steps [default: until agreement levels off].", min=1)
     batch_size: int = knob(8, "Inputs per step.", min=1, max=4096)
     lr: float = knob(1e-3, "AdamW learning rate.")
+    # the shared loop's recipe (paw.train.Recipe); one line each: transfer-lora's help is one screenful
+    schedule: str = knob("constant", "Rate schedule.", choices=SCHEDULES)
+    warmup: int = knob(0, "Warm-up steps.", min=0)
+    accumulation: int = knob(1, "Accumulated batches.", min=1)
+    clip: float | None = knob(None, "Clip the gradient norm (0: off).", min=0)
     max_new_tokens: int = knob(16, "Teacher continuation length (it stops at a line break).", min=1)
     byte_kl: bool = knob(False, "Across tokenizers, also match next-token distributions at shared cuts.",
                      flag="--byte-kl/--no-byte-kl")
@@ -105,6 +111,15 @@ class DistillOptions:
             if getattr(self, flag) is not None and getattr(self, flag) < 1:
                 raise PawError(f"{_flag(flag)} {getattr(self, flag)}: must be at least 1")
         finite("--lr", self.lr, positive=True)
+        if self.schedule not in SCHEDULES:
+            raise PawError(f"--schedule {self.schedule!r}: choose one of {', '.join(SCHEDULES)}")
+        for flag, low in (("warmup", 0), ("accumulation", 1)):
+            if getattr(self, flag) < low:
+                raise PawError(f"{_flag(flag)} {getattr(self, flag)}: must be at least {low}")
+        if self.clip is not None:
+            finite("--clip", self.clip)
+            if self.clip < 0:
+                raise PawError(f"--clip {self.clip}: must not be negative (0: off)")
         finite("--holdout", self.holdout)
         if not 0 <= self.holdout < 1:
             raise PawError(f"--holdout {self.holdout}: must be in [0, 1) (the fraction of inputs kept for agreement)")

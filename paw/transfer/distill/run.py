@@ -39,6 +39,7 @@ from paw.io.train_state import (
 )
 from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
+from paw.train import Recipe
 from paw.train_state import Checkpoints
 from paw.transfer.distill.data import MAX_SEEDS
 from paw.transfer.distill.lora import auto_steps, distill_lora
@@ -90,7 +91,8 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
                                  steps=o.max_steps, batch_size=o.batch_size, lr=o.lr, max_new_tokens=o.max_new_tokens,
                                  holdout=o.holdout, eval_prompts=held, byte_kl=o.byte_kl, next_words=o.next_words,
                                  token_focus=o.token_focus, target=o.target, shift_scale=o.shift_scale, seed=o.seed, device=dev, target_name=str(target_base), progress=progress,
-                                 scale=scale)
+                                 scale=scale, schedule=o.schedule, warmup=o.warmup, accumulation=o.accumulation,
+                                 clip=o.clip)
     if not ranks.main:  # rank 0 alone writes
         return report, inputs
     report = {**report, "memory": with_measured(predicted, dev)}
@@ -126,6 +128,8 @@ def _scale(output, o: DistillOptions, ranks, inputs: dict) -> Scale:
     settings = {k: getattr(o, k) for k in ("max_steps", "batch_size", "lr", "seed", "init", "rank", "alpha",
                                            "max_new_tokens", "holdout", "byte_kl", "next_words", "synthesize",
                                            "token_focus", "target", "shift_scale")}
+    settings.update(Recipe(steps=o.max_steps or 1, lr=o.lr, schedule=o.schedule, warmup=o.warmup,
+                           accumulation=o.accumulation, clip=o.clip or None).changes())  # as before, when unset
     settings["inputs"] = {k: v for k, v in inputs.items()}
     checkpoints = Checkpoints(o.save_every, save=partial(save_train_state, work) if ranks.main else None,
                               state=load_train_state(work) if o.resume else None, settings=settings,

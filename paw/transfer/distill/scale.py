@@ -1,7 +1,7 @@
 """Distillation at scale: the teacher's cached continuations, the data-parallel loss split, the teacher freed.
 
 What :func:`paw.transfer.distill.lora.distill_lora` adds to the one-process loop of
-:mod:`paw.transfer.distill.train` when it runs big (docs/scale.md):
+:mod:`paw.transfer.distill.fit` when it runs big (docs/scale.md):
 
 - **Resumable synthesis.** ``--synthesize`` keeps its inputs so far in ``OUT-work/synthesis.json``
   after each round of candidates (:func:`synthesized`), so a killed run loses at most one round.
