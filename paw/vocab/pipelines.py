@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paw import __version__, arch, zoo
+from paw import __version__, arch
 from paw.bpe.patterns import resolve_pattern
+from paw.data import sample_texts
 from paw.device import resolve_device
 from paw.errors import PawError
 from paw.io.atomic import check_output
@@ -68,7 +69,7 @@ def open_tokenizer_spec(spec: PathLike, rank_pattern: str | None = None):
 
 def corpus_texts(corpus: Sequence[PathLike] | None) -> list[str]:
     """The texts of ``corpus`` files, or the embedded multilingual sample when none are given."""
-    return read_corpus(corpus) if corpus else zoo.sample_texts("multi")
+    return read_corpus(corpus) if corpus else sample_texts("multi")
 
 
 # ------------------------------------------------------------------------------------------ analyze

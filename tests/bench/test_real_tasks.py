@@ -15,12 +15,13 @@ def pair(tmp_path_factory):
     """Two tiny models of different families and tokenizers, and a 24-fact task split in halves."""
     from paw import zoo
     from paw.bench.common import Base
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import fact_task, tokenizer_corpus
     from paw.io.lm import load_lm
 
     root = tmp_path_factory.mktemp("real-tasks")
     task = fact_task("colour", n=12, seed=0)
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
+    texts = sample_texts("multi") + tokenizer_corpus(task)
     for name, family, kind, seed in (("a", "llama", "byte-bpe", 0), ("b", "qwen2", "sentencepiece-bpe", 1)):
         tok = zoo.train_tokenizer(texts, 300, kind=kind)
         model = zoo.build_model(family, seed=seed, init_std=0.2, vocab_size=len(tok), hidden_size=32, num_layers=2,
@@ -122,8 +123,8 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert judged["sampled"] == {"synthesized": out["inputs"]["synthesis"]["kept"], "real": len(items) - 3}
     assert len(written["state"]["kept"]) == judged["sampled"]["synthesized"]
     from paw.bench.common import adapter_deltas, applied
+    from paw.data import sample_texts
     from paw.transfer.distill.data import discriminator_passes
-    from paw.zoo import sample_texts
 
     a, lora = sides["a"], R.own_lora(sides["a"], items, cache, recipe=recipe)[0]
     with applied(a.model, adapter_deltas(lora)):
