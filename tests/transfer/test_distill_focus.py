@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from paw.evaluate.encode import Encoded
-from paw.transfer.distill import lora as D
-from paw.transfer.distill import train as T
+from paw.transfer.distill import lora, train
 from paw.transfer.distill.byte_align import spread
 from paw.transfer.distill.data import Prompt
 from paw.transfer.distill.loss import sequence_nll, weighted_mean
@@ -47,12 +46,12 @@ EXCESS = [0.1, 3.0, -0.2]                  # the adapter taught the second conti
 
 
 def _examples():
-    return [T.Example(Prompt("q"), "c", sequence=Encoded(SEQ, 3), excess=list(EXCESS))]
+    return [train.Example(Prompt("q"), "c", sequence=Encoded(SEQ, 3), excess=list(EXCESS))]
 
 
 def _agreement(wrong):
     model = Memoriser([SEQ], wrong=wrong)
-    return T.agreement(model, None, _examples(), T.Vocab(), "cpu")
+    return train.agreement(model, None, _examples(), train.Vocab(), "cpu")
 
 
 def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learned():
@@ -66,23 +65,23 @@ def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learne
 
 def test_probe_score_and_stop_rule_use_that_agreement():
     model = Memoriser([SEQ], wrong=[SEQ[:3]])
-    assert T.probe_score(model, None, _examples(), T.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
-    stop = T.Stop([], every=10, patience=2, min_gain=0.01, min_steps=0)
+    assert train.probe_score(model, None, _examples(), train.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
+    stop = train.Stop([], every=10, patience=2, min_gain=0.01, min_steps=0)
     assert not stop.done([0.1, 0.5]) and not stop.done([0.1, 0.5, 0.6, 0.6])
     assert stop.done([0.1, 0.5, 0.6, 0.605, 0.6]) and not stop.done([0.1, 0.5, 0.6, 0.605, 0.62])
     flat_start = [0.3, 0.3, 0.3, 0.3, 0.3]                     # a slow start is not a plateau ...
-    assert not T.Stop([], every=10).done(flat_start)          # ... before 100 steps
-    assert T.Stop([], every=10).done(flat_start * 2)
+    assert not train.Stop([], every=10).done(flat_start)          # ... before 100 steps
+    assert train.Stop([], every=10).done(flat_start * 2)
 
 
 def test_token_focus_keeps_the_tokens_the_adapter_changed_most():
-    examples = _examples() + [T.Example(Prompt("r"), "d", sequence=Encoded((1, 9, 10), 2), excess=[2.0, 0.5])]
+    examples = _examples() + [train.Example(Prompt("r"), "d", sequence=Encoded((1, 9, 10), 2), excess=[2.0, 0.5])]
     mask = torch.tensor([[True, True, True], [False, True, True]])
-    kept = T._focus_mask(examples, mask, 0.4, "cpu")   # 40% of 5 tokens -> the 2 largest: 3.0 and 2.0
+    kept = train._focus_mask(examples, mask, 0.4, "cpu")   # 40% of 5 tokens -> the 2 largest: 3.0 and 2.0
     assert kept.tolist() == [[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
-    assert T._focus_mask(examples, mask, 1.0, "cpu").sum() == 5
+    assert train._focus_mask(examples, mask, 1.0, "cpu").sum() == 5
     examples[1].excess = None
-    assert T._focus_mask(examples, mask, 0.4, "cpu") is None
+    assert train._focus_mask(examples, mask, 0.4, "cpu") is None
 
 
 def test_weighted_losses_against_hand_values():
@@ -104,8 +103,8 @@ def test_excess_is_shared_out_by_bytes_across_tokenizations():
 
 
 def test_automatic_budget_and_probe_interval():
-    assert (D.auto_steps(16, 8), D.auto_steps(300, 16), D.auto_steps(10**6, 8)) == (200, 563, 3000)
-    assert (D.check_every(16, 8), D.check_every(2000, 8), D.check_every(10**6, 8)) == (10, 100, 100)
+    assert (lora.auto_steps(16, 8), lora.auto_steps(300, 16), lora.auto_steps(10**6, 8)) == (200, 563, 3000)
+    assert (lora.check_every(16, 8), lora.check_every(2000, 8), lora.check_every(10**6, 8)) == (10, 100, 100)
 
 
 @pytest.mark.parametrize(("fall", "budget", "falling"), [
@@ -116,9 +115,9 @@ def test_automatic_budget_and_probe_interval():
     (None, {}, False),                                  # too few steps to tell
 ])
 def test_still_falling_needs_a_real_fall(fall, budget, falling):
-    assert D.still_falling(fall, budget) is falling
+    assert lora.still_falling(fall, budget) is falling
     drop = None if fall is None else fall[0]
-    warned = D._warnings(drop if falling else None, {"train_used": 10, "train": 10})
+    warned = lora._warnings(drop if falling else None, {"train_used": 10, "train": 10})
     assert bool(warned) is falling
 
 

@@ -26,7 +26,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from paw import fsdp as F
+from paw import fsdp
 from paw.data import sample_texts
 from paw.device import guard_cuda_attention, resolve_device
 from paw.errors import PawError
@@ -35,10 +35,8 @@ from paw.evaluate.train import batches_in_order
 from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.memory import prepare_student
 from paw.progress import format_duration, status
-from paw.transfer.distill import data
-from paw.transfer.distill import loss as L
-from paw.transfer.distill import scale as S
-from paw.transfer.distill import train as T
+from paw.transfer.distill import data, loss, train
+from paw.transfer.distill import scale as at_scale
 from paw.transfer.distill.data import Prompt
 from paw.transfer.distill.options import DISTILL, GENERIC, DistillOptions
 from paw.transfer.distill.train import LM
@@ -94,7 +92,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                  eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = False,
                  next_words: int = 0, token_focus: float = 0.0, target: str = "teacher", shift_scale: float = 1.0,
                  seed: int = 0, device="cpu", target_name: str | None = None, progress: bool = True,
-                 scale: S.Scale | None = None) -> tuple[Any, dict]:
+                 scale: at_scale.Scale | None = None) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
     Inputs, all label-free: ``prompts`` (inputs; answers of MC items are dropped) or ``'generic'``
@@ -131,7 +129,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     info["train_used"] = len(inputs)
     vocab = _vocabulary(teacher, student, byte_kl)
     if scale is not None and scale.offload_teacher:
-        S.refuse_offload([T.TOKEN_KL] if vocab.shared else [T.ALIGNED_KL] if vocab.aligned else [])
+        at_scale.refuse_offload([train.TOKEN_KL] if vocab.shared else [train.ALIGNED_KL] if vocab.aligned else [])
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
         inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
         held, n_held = data.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
@@ -148,22 +146,22 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                          agreement_inputs=len(agreement_inputs(held or inputs, seed)))
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
-    shift = T.Shift(shift_scale, teacher_off=T.teacher_off(teacher)) if target == "shift" else None
+    shift = train.Shift(shift_scale, teacher_off=train.teacher_off(teacher)) if target == "shift" else None
     if shift is not None:
         _check_shift(shift, vocab, inputs)
-    key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
-    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown,
-                       shift=shift is not None)
-    tests = (T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown,
-                        shift=shift is not None) if held else [])
-    excess = T.add_excess(train + tests, teacher, student, device, scale, key, progress=shown)  # what the adapter changed, per token
+    key = at_scale.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
+    examples = train.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
+                              progress=shown, shift=shift is not None)
+    tests = (train.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
+                            progress=shown, shift=shift is not None) if held else [])
+    excess = train.add_excess(examples + tests, teacher, student, device, scale, key, progress=shown)  # what the adapter changed, per token
     if token_focus and not excess:
         raise PawError("--token-focus needs the teacher with its adapter unmerged (a PEFT model), to compare "
                        "it with and without the adapter")
     if scale is not None and scale.offload_teacher:
-        S.free_teacher(teacher)  # every continuation and choice score is made: training needs no teacher
-    losses_used = _losses(vocab, train, shift)
-    if not any(e.sequence is not None or e.choices for e in train):
+        at_scale.free_teacher(teacher)  # every continuation and choice score is made: training needs no teacher
+    losses_used = _losses(vocab, examples, shift)
+    if not any(e.sequence is not None or e.choices for e in examples):
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
     grads = {n: p.requires_grad for n, p in student.model.named_parameters()}
@@ -171,43 +169,43 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed,
                           "cpu" if sharded else device)
     prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
-    fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
+    sharding = fsdp.shard_student(peft_model, scale.ranks, device) if sharded else None
     if shift is not None:   # the student's own base: the model with its new adapter off, as trained
-        shift = T.Shift(shift.scale, shift.teacher_off, peft_model.disable_adapter)
-        T.add_student_base(train + tests, peft_model, device, progress=shown)
+        shift = train.Shift(shift.scale, shift.teacher_off, peft_model.disable_adapter)
+        train.add_student_base(examples + tests, peft_model, device, progress=shown)
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
-    pool = tests or train
+    pool = tests or examples
     measured = agreement_inputs(pool, seed)
     try:
         before = scale.checkpoints.extra("before") if scale is not None else None
         if before is not None and before.get("prompts") == len(pool):
             measured = pool   # checkpointed by a run that measured every input: after on the same ones
-        before = before or (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown,
-                                        shift=shift) if measure else None)
-        stop = T.Stop(_probe(train), every=check_every(len(train), batch_size)) if auto else None
-        curve = T.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
-                        seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
-                        focus=token_focus, stop=stop, shift=shift)
+        before = before or (train.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown,
+                                            shift=shift) if measure else None)
+        stop = train.Stop(_probe(examples), every=check_every(len(examples), batch_size)) if auto else None
+        curve = train.train(peft_model, teacher.model, examples, vocab, steps=steps, batch_size=batch_size,
+                            lr=lr, seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
+                            focus=token_focus, stop=stop, shift=shift)
         diverged = curve.pop("diverged_at", None)
-        after = (T.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
+        after = (train.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
                  if measure else None)
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
-                            F.full_lora_state(peft_model) if sharded else None)
+                            fsdp.full_lora_state(peft_model) if sharded else None)
     finally:
         if not sharded:  # a sharded student is left sharded: the caller's model is spent
             peft_model.unload()
         for n, p in student.model.named_parameters():
             p.requires_grad_(grads.get(n, p.requires_grad))
-    report = _report(adapter, teacher, student, moved, info, losses_used, _vocabulary_note(vocab, train),
+    report = _report(adapter, teacher, student, moved, info, losses_used, _vocabulary_note(vocab, examples),
                      init_note, curve, cost,
                      {"before": before, "after": after, "measured_on": _measured_on(len(measured), len(pool), bool(tests))},
                      steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
-                     token_focus=token_focus, target=_target_note(shift, vocab, train),
+                     token_focus=token_focus, target=_target_note(shift, vocab, examples),
                      budget=_budget(auto, steps, curve, stop, excess))
     if diverged:
         report["distill"]["diverged_at_step"] = int(diverged[0])
-    if fsdp:
-        report["distill"]["fsdp"] = fsdp
+    if sharding:
+        report["distill"]["fsdp"] = sharding
     return moved, report
 
 
@@ -251,14 +249,14 @@ def _budget(auto: bool, steps: int, curve: dict, stop, excess: bool) -> dict:
 # ---------------------------------------------------------------------------------- checks, inputs
 
 def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device, *,
-            progress: bool = False, adapter=None, scale: S.Scale | None = None):
+            progress: bool = False, adapter=None, scale: at_scale.Scale | None = None):
     """``(training prompts, held-out prompts, report section)`` from the one source given (checked by
-    :meth:`DistillOptions.check`); a synthesis with a work folder resumes there (:func:`S.synthesized`)."""
+    :meth:`DistillOptions.check`); a synthesis with a work folder resumes there (:func:`~paw.transfer.distill.scale.synthesized`)."""
     if synthesize:
         seeds = data.check_seeds(data.prompts_from(seed_examples or [], what="seed examples"))
         cached = scale is not None and scale.work is not None
-        key = S.synthesis_key(teacher.name, adapter, seeds, synthesize, seed, discriminator) if cached else ""
-        made, stats = S.synthesized(
+        key = at_scale.synthesis_key(teacher.name, adapter, seeds, synthesize, seed, discriminator) if cached else ""
+        made, stats = at_scale.synthesized(
             scale if cached else None, key,
             lambda state, on_round: data.synthesize(
                 teacher.model, teacher.tokenizer, seeds, synthesize, seed=seed,
@@ -316,39 +314,39 @@ def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int) -> li
     return inputs if len(reached) == len(inputs) else [p for i, p in enumerate(inputs) if i in reached]
 
 
-def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> T.Vocab:
+def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> train.Vocab:
     """Shared vocabulary (token KL), shared tokens at shared cuts (byte-aligned KL), or nothing matched."""
     t_info, s_info = teacher.tokenizer_info, student.tokenizer_info
     if t_info is None or s_info is None:
-        return T.Vocab(why="no tokenizer files to align")
+        return train.Vocab(why="no tokenizer files to align")
     columns = token_columns(t_info, s_info, student.model.get_input_embeddings().weight.shape[0])
     if shared_vocabulary(t_info, s_info, columns):
-        return T.Vocab(columns, shared=True)
+        return train.Vocab(columns, shared=True)
     if not byte_kl:
-        return T.Vocab(why="byte-aligned KL not asked for (--byte-kl)")
+        return train.Vocab(why="byte-aligned KL not asked for (--byte-kl)")
     if not bool((columns >= 0).any()):
-        return T.Vocab(why="no target token has a source token of the same bytes")
-    return T.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)
+        return train.Vocab(why="no target token has a source token of the same bytes")
+    return train.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)
 
 
-def _check_shift(shift: T.Shift, vocab: T.Vocab, inputs: list[Prompt]) -> None:
+def _check_shift(shift: train.Shift, vocab: train.Vocab, inputs: list[Prompt]) -> None:
     """Refuse the shift target where it cannot be carried: a teacher with no adapter to switch off, or
     inputs without choices across tokenizers with no shared cuts (the text alone is the teacher's)."""
     if shift.teacher_off is None:
         raise PawError("--target shift needs the teacher with its adapter unmerged (a PEFT model), to compare it "
                        "with and without the adapter")
-    if not T.text_carries(vocab, shift) and not any(p.pairs for p in inputs):
+    if not train.text_carries(vocab, shift) and not any(p.pairs for p in inputs):
         raise PawError("--target shift cannot be carried on these inputs: they have no answer choices and the "
                        "tokenizers differ, so no next-token shift can be compared; add --byte-kl (the cuts both "
                        "tokenizations share) or --next-words K (the teacher's next words as choices), or use "
                        "--target teacher")
 
 
-def _target_note(shift: T.Shift | None, vocab: T.Vocab, train: list) -> dict:
+def _target_note(shift: train.Shift | None, vocab: train.Vocab, examples: list) -> dict:
     """The report's ``target``: what the student learned, and where the shift was carried."""
     if shift is None:
         return {"kind": "teacher"}
-    rows = [e for e in train if e.choices]
+    rows = [e for e in examples if e.choices]
     moved = sum(any(a != b for a, b in zip(e.teacher_choice_ll, e.teacher_base_choice_ll, strict=True))
                 for e in rows)
     text = ("next-token shift over the shared vocabulary" if vocab.shared else
@@ -358,26 +356,26 @@ def _target_note(shift: T.Shift | None, vocab: T.Vocab, train: list) -> dict:
             "text": text}
 
 
-def _losses(vocab: T.Vocab, train: list, shift: T.Shift | None = None) -> list[str]:
-    used = [T.TOKEN_KL] if vocab.shared else []
-    if vocab.aligned and any(e.aligned for e in train):
-        used.append(T.ALIGNED_KL)
+def _losses(vocab: train.Vocab, examples: list, shift: train.Shift | None = None) -> list[str]:
+    used = [train.TOKEN_KL] if vocab.shared else []
+    if vocab.aligned and any(e.aligned for e in examples):
+        used.append(train.ALIGNED_KL)
     if shift is None:
-        used.append(T.SEQUENCE)
-    if any(e.choices for e in train):
-        used.append(T.CHOICE)
+        used.append(train.SEQUENCE)
+    if any(e.choices for e in examples):
+        used.append(train.CHOICE)
     return used
 
 
-def _vocabulary_note(vocab: T.Vocab, train: list) -> str:
+def _vocabulary_note(vocab: train.Vocab, examples: list) -> str:
     if vocab.shared:
         return "shared: every target token is a source token (token KL + sequence NLL)"
     if vocab.aligned:
-        with_cuts = [e for e in train if e.aligned]
+        with_cuts = [e for e in examples if e.aligned]
         cuts = sum(len(e.aligned) for e in with_cuts)
         return (f"different tokenizers: the teacher's continuations are re-tokenised (sequence-level), plus the KL "
                 f"over the {int((vocab.columns >= 0).sum())} tokens both vocabularies hold at the {cuts} cuts both "
-                f"tokenizations share ({len(with_cuts)} of {len(train)} inputs; byte-aligned)")
+                f"tokenizations share ({len(with_cuts)} of {len(examples)} inputs; byte-aligned)")
     why = vocab.why or "no input's continuation is cut at the same byte by both tokenizers"
     return f"different tokenizers: the teacher's continuations are re-tokenised (sequence-level only: {why})"
 
@@ -502,7 +500,7 @@ def _report(adapter, teacher, student, moved, info, losses_used, vocabulary, ini
     cfg = moved.config
     finite = [x for x in curve["loss"] if math.isfinite(x)]
     window = max(1, min(10, len(finite)))
-    fall = L.tail_fall(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
+    fall = loss.tail_fall(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
     drop = None if fall is None else fall[0]
     budget = settings.get("budget") or {}
     falling = still_falling(fall, budget)
