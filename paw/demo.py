@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from paw import zoo
+from paw.data import sample_texts
 from paw.errors import PawError
 from paw.evaluate.mc import evaluate
 from paw.evaluate.synthetic import fact_task, tokenizer_corpus
@@ -194,7 +195,7 @@ def _models(demo: Demo) -> str:
     s = demo.settings
     demo.tasks = {"colour": fact_task("colour", n=s.n_facts, seed=s.seed),
                   "home": fact_task("home", n=s.n_facts, seed=s.seed + 1)}
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(*demo.tasks.values())
+    texts = sample_texts("multi") + tokenizer_corpus(*demo.tasks.values())
     dims = dict(hidden_size=s.hidden_size, num_layers=s.num_layers)
     base = zoo.tiny_model(demo.path("base", "models/base"), "llama", seed=s.seed, vocab_size=s.vocab_size,
                           texts=texts, **dims)

@@ -4,8 +4,9 @@ Nothing is downloaded: models come from ``transformers`` configs with small hidd
 depths, tokenizers are trained in a second on embedded text, and everything is saved as ordinary
 Hugging Face / PEFT folders so every PAW command (and ``from_pretrained``) can read it.
 
+>>> from paw import data
 >>> model = build_model("llama", hidden_size=32, num_layers=2, vocab_size=300)  # doctest: +SKIP
->>> save_model(model, "tiny-llama", tokenizer=train_tokenizer(sample_texts(), 300))  # doctest: +SKIP
+>>> save_model(model, "tiny-llama", tokenizer=train_tokenizer(data.sample_texts(), 300))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from paw import data
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir, check_output
 from paw.io.checkpoint import open_checkpoint
@@ -81,12 +82,6 @@ def build_model(arch: str = "llama", *, seed: int = 0, init_std: float = 0.05, *
             if p.ndim == 1 and "norm" in name:
                 p.add_(0.1 * torch.randn(p.shape, generator=gen))
     return model.eval()
-
-
-def sample_texts(name: str = "en") -> list[str]:
-    """Lines of the embedded sample text: ``'en'`` (English) or ``'multi'`` (English, Chinese, code, numbers...)."""
-    text = resources.files("paw.data").joinpath(f"sample_{name}.txt").read_text(encoding="utf-8")
-    return [line for line in text.splitlines() if line.strip()]
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 300, *, kind: str = "byte-bpe"):
@@ -160,7 +155,7 @@ def tiny_model(folder: str | Path, arch: str = "llama", *, seed: int = 0, vocab_
     check_dims(vocab_size=vocab_size, **dims)
     if arch not in ARCHS:
         tiny_config(arch)  # the error that lists the architectures
-    tokenizer = train_tokenizer(texts or sample_texts("multi"), vocab_size, kind=tokenizer_kind)
+    tokenizer = train_tokenizer(texts or data.sample_texts("multi"), vocab_size, kind=tokenizer_kind)
     model = build_model(arch, seed=seed, vocab_size=len(tokenizer), **dims)
     return save_model(model, folder, tokenizer=tokenizer)
 

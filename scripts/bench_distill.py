@@ -21,12 +21,13 @@ def build(root: Path, hidden: int, layers: int, facts: int) -> dict:
     from peft import get_peft_model_state_dict
 
     from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import fact_task, tokenizer_corpus
     from paw.evaluate.train import train_lora
     from paw.io.adapter import LoraAdapter, lora_config_dict, write_adapter
 
     task = fact_task("colour", n=facts, seed=0)
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
+    texts = sample_texts("multi") + tokenizer_corpus(task)
     tok_s, tok_t = zoo.train_tokenizer(texts, 600), zoo.train_tokenizer(texts, 600, kind="sentencepiece-bpe")
     dims = dict(num_heads=8, num_kv_heads=4, num_layers=layers)
     source = zoo.build_model("llama", seed=0, init_std=0.2, vocab_size=len(tok_s), hidden_size=hidden, **dims)

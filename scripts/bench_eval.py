@@ -54,12 +54,13 @@ def main() -> None:
     import torch
 
     from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.formats import read_items
     from paw.evaluate.mc import evaluate
 
     torch.set_num_threads(args.threads)
     items = read_items(args.data, limit=args.items)
-    tokenizer = zoo.train_tokenizer(zoo.sample_texts("multi"), args.vocab_size)
+    tokenizer = zoo.train_tokenizer(sample_texts("multi"), args.vocab_size)
     model = zoo.build_model("llama", hidden_size=args.hidden_size, num_layers=args.layers,
                             num_heads=4, num_kv_heads=2, vocab_size=len(tokenizer))
     n_seq = sum(len(i.choices) for i in items)

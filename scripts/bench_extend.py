@@ -61,6 +61,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from paw import zoo
+    from paw.data import sample_texts
     from paw.knobs import RunOptions
     from paw.vocab.extend_pipeline import extend_tokenizer
     from paw.vocab.options import ExtendOptions
@@ -77,7 +78,7 @@ def main() -> None:
 
         base_tok = PreTrainedTokenizerFast(tokenizer_file=str(args.base_tokenizer))
         held_out = (args.held_out.read_text(encoding="utf-8").splitlines() if args.held_out
-                    else zoo.sample_texts("multi"))
+                    else sample_texts("multi"))
         held_out = [t for t in held_out if t.strip()]
     else:
         base_tok = zoo.train_tokenizer(old_domain, args.base_vocab)

@@ -47,13 +47,14 @@ def build(work: Path, config: dict, rank: int) -> tuple[Path, Path]:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from paw import zoo
+    from paw.data import sample_texts
 
     base, lora = work / "base", work / "lora"
     if (base / "config.json").is_file() and (lora / "adapter_config.json").is_file():
         return base, lora
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(LlamaConfig(**config), dtype=torch.bfloat16)
-    tokenizer = zoo.train_tokenizer(zoo.sample_texts("multi"), 300)
+    tokenizer = zoo.train_tokenizer(sample_texts("multi"), 300)
     with torch.no_grad():  # tied head: ids past the tokenizer get logit 0, so greedy text decodes to words
         model.get_input_embeddings().weight[len(tokenizer):] = 0
     model = random_lora(model, lora, rank)

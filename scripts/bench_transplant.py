@@ -33,9 +33,9 @@ def load_corpus(paths: list[str]) -> list[str]:
     print("warning: no --corpus: training on the embedded sample text; figures differ from "
           "docs/benchmarks/tokenizers.md", file=sys.stderr)
     if not lines:
-        from paw import zoo
+        from paw.data import sample_texts
 
-        return zoo.sample_texts("en") * 50
+        return sample_texts("en") * 50
     return lines
 
 

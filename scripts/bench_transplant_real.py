@@ -214,14 +214,14 @@ def main() -> None:
 
     if not (args.source and args.donor and args.name):
         p.error("--source, --donor and --name are required (except with --omp-parity)")
-    from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.formats import read_items
     from paw.io.tokenizer import read_corpus
 
     work = args.workdir / args.name
     work.mkdir(parents=True, exist_ok=True)
     texts = {"commonsense": read_corpus([args.bpb_data])[:args.bpb_records],
-             "paw_sample": zoo.sample_texts("en") + zoo.sample_texts("multi")}
+             "paw_sample": sample_texts("en") + sample_texts("multi")}
     items = read_items(args.mc_data, limit=args.mc_items)
     results_path = work.parent / f"results-{args.name}.json"
     done = json.loads(results_path.read_text()) if results_path.is_file() else {}

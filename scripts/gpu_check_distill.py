@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from paw.bench import real_tasks as R
+from paw.bench import real_tasks
 from paw.bench.common import Base
 from paw.bench.real import _load
 from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
@@ -47,20 +47,20 @@ def teacher_scores(models: Path, data: str, work: Path, device: str) -> tuple[li
         for name in (TEACHER, STUDENT):
             lm, tok = _load(models / name, device)
             sides[name] = Base(name, lm, tok, models / name)
-        train, test = R.load_task(data, "arc-easy", 0)
+        train, test = real_tasks.load_task(data, "arc-easy", 0)
         # without both cached LoRAs (a new machine), one-step ones stand in: the base-teacher control's teacher
         # leaves the LoRA out and its student starts fresh, so only the LoRA's shape reaches this path
         # (one LoRA cached and the other not would train the missing one for the whole recipe: on 2026-11-28 that
         # ran past the check's four minutes on the device's CPU and stopped the lease's call)
         cached_both = all((scratch / f"lora-{n}.meta.json").is_file() for n in (TEACHER, STUDENT))
         stand_in = {} if cached_both else {"lora_steps": 1}
-        recipe = replace(R.RECIPE, train_inputs=8, distill_steps=1, **stand_in)
-        R.run_variant(sides[TEACHER], sides[STUDENT], train, test[:8], R.Cache(scratch), "base-teacher",
-                      recipe=recipe, seed=0, device=device)
+        recipe = replace(real_tasks.RECIPE, train_inputs=8, distill_steps=1, **stand_in)
+        real_tasks.run_variant(sides[TEACHER], sides[STUDENT], train, test[:8], real_tasks.Cache(scratch), "base-teacher",
+                               recipe=recipe, seed=0, device=device)
         recorded = json.loads((scratch / f"distilled-base-teacher-{TEACHER}-to-{STUDENT}-work"
                                / "teacher-choice-scores.json").read_text())["values"]
         teacher = sides[TEACHER]
-        inputs = _visited(R.label_free_inputs(train, recipe, 0), recipe.distill_steps, recipe.lora_batch, 0)
+        inputs = _visited(real_tasks.label_free_inputs(train, recipe, 0), recipe.distill_steps, recipe.lora_batch, 0)
         enc = [encode_pair(teacher.tokenizer, c, x, max_length=max_length_of(teacher.model), start=START)
                for p in inputs for c, x in p.pairs]
         direct = [ll for ll, _ in score_encoded(teacher.model, enc, pad_id=pad_id_of(teacher.tokenizer), device=device,

@@ -206,12 +206,12 @@ def _pairs(arguments) -> list[tuple[str, str]]:
 
 def versions(exe: Path) -> dict:
     def of(python: str) -> str:
-        code = ("import importlib.metadata as m; print(' '.join(f'{p} {m.version(p)}' for p in "
+        code = ("from importlib import metadata; print(' '.join(f'{p} {metadata.version(p)}' for p in "
                 "('torch', 'transformers') ))")
         return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
 
     lm_python = str(exe.parent / "python")
-    lm = subprocess.run([lm_python, "-c", "import importlib.metadata as m; print(m.version('lm_eval'))"],
+    lm = subprocess.run([lm_python, "-c", "from importlib import metadata; print(metadata.version('lm_eval'))"],
                         capture_output=True, text=True).stdout.strip()
     return {"lm_eval": lm, "lm-eval venv": of(lm_python), "PAW venv": of(sys.executable)}
 

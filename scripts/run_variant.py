@@ -27,7 +27,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from paw.bench import real_tasks as R
+from paw.bench import real_tasks
 from paw.bench.common import Base
 from paw.bench.real import _load
 
@@ -40,14 +40,14 @@ def main() -> None:
     p.add_argument("task")
     p.add_argument("source")
     p.add_argument("target")
-    p.add_argument("variant", choices=["lora", "main", *sorted(R.VARIANTS)])
+    p.add_argument("variant", choices=["lora", "main", *sorted(real_tasks.VARIANTS)])
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stand-in-loras", action="store_true")
     args = p.parse_args()
     # stand-in LoRAs are not the ones the cached scores scored: those scores are kept as they are
-    cache = R.Cache(args.work / "tasks" / args.task, keep_scores=args.stand_in_loras)
-    recipe = R.RECIPE
+    cache = real_tasks.Cache(args.work / "tasks" / args.task, keep_scores=args.stand_in_loras)
+    recipe = real_tasks.RECIPE
     if args.stand_in_loras:
         if args.variant != "base-teacher":
             sys.exit("error: --stand-in-loras applies to the base-teacher control only (the others' teachers use the LoRA)")
@@ -62,16 +62,16 @@ def main() -> None:
     for name in (args.source, args.target):
         lm, tok = _load(args.models / name, args.device)
         sides[name] = Base(name, lm, tok, args.models / name)
-    train, test = R.load_task(args.data, args.task, args.seed)
+    train, test = real_tasks.load_task(args.data, args.task, args.seed)
     if args.variant == "lora":   # the source's LoRA alone (trained unless cached): what the others start from
-        _, seconds, report = R.own_lora(sides[args.source], train, cache, recipe=recipe, seed=args.seed)
+        _, seconds, report = real_tasks.own_lora(sides[args.source], train, cache, recipe=recipe, seed=args.seed)
         out = {"seconds": seconds, "report": report}
     elif args.variant == "main":
-        out = R.run_direction(sides[args.source], sides[args.target], train, test, cache, recipe=recipe,
-                              seed=args.seed, device=args.device)
+        out = real_tasks.run_direction(sides[args.source], sides[args.target], train, test, cache, recipe=recipe,
+                                       seed=args.seed, device=args.device)
     else:
-        out = R.run_variant(sides[args.source], sides[args.target], train, test, cache, args.variant,
-                            recipe=recipe, seed=args.seed, device=args.device)
+        out = real_tasks.run_variant(sides[args.source], sides[args.target], train, test, cache, args.variant,
+                                     recipe=recipe, seed=args.seed, device=args.device)
     for key in stand_ins:   # never left where the bench would take them for the real LoRAs
         shutil.rmtree(cache.folder / key, ignore_errors=True)
         (cache.folder / f"{key}.meta.json").unlink(missing_ok=True)

@@ -6,8 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from paw import device as D
-from paw import zoo
+from paw import device, zoo
 
 torch = pytest.importorskip("torch")
 
@@ -34,14 +33,14 @@ def switch(monkeypatch):
 
 
 def test_one_key_value_head_on_cuda_turns_the_kernel_off_once(switch):
-    assert D.guard_cuda_attention(_OnCuda(1)) is True
-    assert D.guard_cuda_attention(_OnCuda(1, text=True)) is True   # multimodal configs: the text config's
+    assert device.guard_cuda_attention(_OnCuda(1)) is True
+    assert device.guard_cuda_attention(_OnCuda(1, text=True)) is True   # multimodal configs: the text config's
     assert switch == [False]
 
 
 def test_several_heads_or_the_cpu_leave_it_alone(switch):
-    assert D.guard_cuda_attention(_OnCuda(3)) is False
-    assert D.guard_cuda_attention(_OnCuda(None)) is False
+    assert device.guard_cuda_attention(_OnCuda(3)) is False
+    assert device.guard_cuda_attention(_OnCuda(None)) is False
     model = zoo.build_model("llama", seed=0, vocab_size=64, hidden_size=32, num_layers=1, num_key_value_heads=1)
-    assert D.key_value_heads(model) == 1 and D.guard_cuda_attention(model) is False   # on the CPU
+    assert device.key_value_heads(model) == 1 and device.guard_cuda_attention(model) is False   # on the CPU
     assert switch == []

@@ -23,6 +23,7 @@ TORCH_FREE = [
     "paw.bench.surgery",
     "paw.bench.tables",
     "paw.bench.tasks",
+    "paw.data",
     "paw.device",
     "paw.evaluate.formats",
     "paw.evaluate.items",

@@ -38,6 +38,16 @@ def test_nothing_outside_paw_cli_imports_paw_cli():
     assert offenders == []
 
 
+def test_distillation_and_the_benchmarks_read_the_samples_without_the_zoo():
+    """The embedded sample text is data (``paw.data``, standard library only), not the tiny-model zoo's."""
+    import sys
+
+    data = PAW / "data" / "__init__.py"
+    assert {m.split(".")[0] for m in _imported_modules(data)} <= set(sys.stdlib_module_names) | {"__future__"}
+    for path in sorted((PAW / "transfer" / "distill").rglob("*.py")):
+        assert not {m for m in _imported_modules(path) if m == "paw.zoo" or m.startswith("paw.zoo.")}, path
+
+
 def test_the_walker_sees_the_imports():
     assert "paw.bench.options.BenchOptions" in _imported_modules(PAW / "bench" / "quality.py")
     assert "paw.cli" in _imported_modules(PAW / "__main__.py")

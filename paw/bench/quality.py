@@ -49,6 +49,7 @@ from paw.bench.report import write_results
 from paw.bench.results import BUILD, SOURCE, merge_results, summarize
 from paw.bench.targets import TARGETS, Workshop
 from paw.bench.tasks import TASKS, build_corpora, common_words, missing_sets
+from paw.data import sample_texts
 from paw.device import resolve_device
 from paw.errors import PawError, Refused, Skipped
 from paw.io.atomic import atomic_dir, check_output, work_folder
@@ -62,7 +63,7 @@ from paw.transfer import method_names, transfer_lora
 from paw.transfer.summary import LayerPairing, TransferSummary
 from paw.vocab.options import TransplantOptions
 from paw.vocab.pipelines import transplant_tokenizer
-from paw.zoo import build_model, sample_texts, save_model, train_tokenizer
+from paw.zoo import build_model, save_model, train_tokenizer
 
 __all__ = ["Base", "Transfer", "adapter_deltas", "applied", "benchmark_to_folder", "build_bases", "pool_to_folder",
            "random_deltas", "run_benchmark", "score_items", "train_adapter", "transfer"]

@@ -45,6 +45,7 @@ from paw.bench.real_options import GEMMA, SMOL, RealOptions
 from paw.bench.real_tasks import part_tasks
 from paw.bench.stats import accuracy, kept, recovered
 from paw.bench.tasks import REWORDED, TASKS, common_words, reworded_name
+from paw.data import sample_texts
 from paw.errors import PawError, Refused
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
@@ -65,7 +66,6 @@ from paw.transfer.distill import LM, distill_lora
 from paw.transfer.summary import DistillSummary, TransferSummary
 from paw.vocab.options import AlignOptions, AnalyzeOptions
 from paw.vocab.pipelines import align_vocab, analyze_tokenizers
-from paw.zoo import sample_texts
 
 # set name -> file stem in <data>/raw (lm-eval's usual splits: test where labelled, else validation)
 EVAL_SETS = {"ARC-Easy": "arc-easy_test", "ARC-Challenge": "arc-challenge_test", "OpenBookQA": "openbookqa_test",

@@ -39,6 +39,7 @@ from paw.bench.common import (
     without_adapter,
 )
 from paw.bench.stats import accuracy, kept, paired_difference, recovered
+from paw.data import sample_texts
 from paw.errors import PawError
 from paw.evaluate.formats import read_items
 from paw.io.adapter import LoraAdapter, read_adapter, write_adapter
@@ -53,7 +54,6 @@ from paw.transfer.distill import LM, distill_lora
 from paw.transfer.distill.data import Prompt, discriminator_passes
 from paw.transfer.distill.scale import Scale
 from paw.transfer.summary import DistillSummary
-from paw.zoo import sample_texts
 
 MIN_SOURCE_Z = 5.0    # the source's gain must reach this many paired stderrs for the task to count
 SAVE_EVERY = 25       # distillation steps between checkpoints: a run killed mid-distillation resumes there

@@ -40,14 +40,6 @@ register_pattern("o200k", "|".join([
 register_pattern("none", None)
 
 
-def pattern_name(pattern: str | None) -> str | None:
-    """The registered name of a regex, or ``None`` for a custom one."""
-    for name, known in PATTERNS.items():
-        if known == pattern:
-            return name
-    return None
-
-
 # a possessive counted repeat: one atom (\p{..}, an escape, a [class] or a plain character), then {m,n}+
 _POSSESSIVE_REPEAT = re.compile(r"(\\p\{\w+\}|\\.|\[(?:\\.|[^\]])*\]|[^\\\[\]()|])(\{\d+(?:,\d*)?\})\+")
 

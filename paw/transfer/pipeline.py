@@ -41,7 +41,7 @@ def method_names() -> list[str]:
     return [AUTO, *METHODS]
 
 
-# Measured by scripts/bench_transfer_quality.py: with the source's weights and a transplanted
+# Measured by `paw bench transfer` (its `tokenizer` target): with the source's weights and a transplanted
 # tokenizer, every data-free method recovered ~0 of the gain (the adapter learned token sequences
 # that no longer occur), although each module looks perfectly related.
 TOKENIZER_CHANGE = ("source and target tokenizers differ ({change}): the adapter was trained on the "

@@ -150,16 +150,3 @@ def gather(x, index: list[int], dim: int):
         shape[dim] = len(index)
         out = out * (~missing).reshape(shape).to(out.dtype)
     return out
-
-
-def scatter_from(index: list[int], x, dim: int, size: int):
-    """Inverse direction: entries of a target-indexed ``x`` placed at their source positions (length ``size``)."""
-    import torch
-
-    shape = list(x.shape)
-    shape[dim] = size
-    out = torch.zeros(shape, dtype=x.dtype, device=x.device)
-    keep = [j for j, i in enumerate(index) if i >= 0]
-    src = torch.tensor([index[j] for j in keep], dtype=torch.long, device=x.device)
-    out.index_copy_(dim, src, x.index_select(dim, torch.tensor(keep, dtype=torch.long, device=x.device)))
-    return out

@@ -12,7 +12,7 @@ from typing import Any
 
 from paw.io.tokenizer import TokenizerInfo
 from paw.vocab import compare
-from paw.vocab import plots as P
+from paw.vocab.plots import bytes_per_token_figure, length_ratio_figure
 from paw.vocab.scripts import script_of
 
 
@@ -42,8 +42,8 @@ def analyze(source: TokenizerInfo, target: TokenizerInfo, texts: list[str], *, p
     figures = {}
     if plots and rows:
         names = {"source": _short(source.spec), "target": _short(target.spec)}
-        figures = {"length_ratio.png": P.length_ratio_figure(rows, summary, **names),
-                   "bytes_per_token.png": P.bytes_per_token_figure(summary, **names)}
+        figures = {"length_ratio.png": length_ratio_figure(rows, summary, **names),
+                   "bytes_per_token.png": bytes_per_token_figure(summary, **names)}
     only = lambda pairs: [f"{i}\t{compare.display_token(b)}" for i, b in pairs]  # noqa: E731
     return Analysis(report, rows, only(diff["_source_only"]), only(diff["_target_only"]), figures)
 

@@ -32,7 +32,7 @@ from paw.io.vocab_map import mapping_to_json, read_vocab_map
 from paw.io.writer import write_checkpoint
 from paw.knobs import RunOptions, require
 from paw.progress import track
-from paw.vocab import heal as H
+from paw.vocab import heal
 from paw.vocab.options import HealOptions
 from paw.vocab.roles import role_id
 from paw.vocab.transplant import embedding_names, vocab_rows
@@ -67,24 +67,24 @@ def heal_transplant(options: HealOptions, run: RunOptions = RunOptions(), *, com
     mapping = read_vocab_map(_map_file(model))
     rows = vocab_rows(ckpt.config or {})
     names = embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
-    heal_ids = H.rows_to_heal(mapping.entries, mapping.target_size)
+    heal_ids = heal.rows_to_heal(mapping.entries, mapping.target_size)
     if not heal_ids:
         raise PawError("every row was copied exactly in the transplant: nothing to heal", path=model)
     tok = open_tokenizer(model)
     texts = read_corpus(options.corpus)
     train, held = _split(texts, options)
     where = ", ".join(map(str, options.corpus))
-    stream = H.token_stream(tok.encode_batch(train), unk_id=tok.unk_id, seq_len=options.seq_len, where=where)
-    eval_windows = H.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
+    stream = heal.token_stream(tok.encode_batch(train), unk_id=tok.unk_id, seq_len=options.seq_len, where=where)
+    eval_windows = heal.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
     dev = resolve_device(run.device)
     lm, _ = load_lm(model, device=dev, dtype="float32")
     width = lambda i: len(tok.token_bytes(i))  # noqa: E731
     bos = bos_prefix(tok)
     plan = options.plan()
     start = time.monotonic()
-    curve = H.heal_rows(lm, heal_ids, stream, plan, prefix=bos, device=dev,
-                        evaluate=lambda: H.bits_per_byte(lm, eval_windows, width, prefix=bos, device=dev),
-                        track=lambda it: track(it, "healing", total=plan.steps, unit="steps"))
+    curve = heal.heal_rows(lm, heal_ids, stream, plan, prefix=bos, device=dev,
+                           evaluate=lambda: heal.bits_per_byte(lm, eval_windows, width, prefix=bos, device=dev),
+                           track=lambda it: track(it, "healing", total=plan.steps, unit="steps"))
     seconds = time.monotonic() - start
     original = _original_bpb(options, held, dev) if options.original else None
     record = {"paw_version": __version__, "command": command,
@@ -99,7 +99,7 @@ def heal_transplant(options: HealOptions, run: RunOptions = RunOptions(), *, com
     new = _healed_matrices(lm, names)
     write_checkpoint(output, _patched(ckpt, names, new, heal_ids), copy_from=model, overwrite=overwrite,
                      extra_files=_side_files(model, mapping, json_safe(record)))
-    save_figure(H.curve_figure(curve, original_bpb=original, title=f"heal: {len(heal_ids):,} rows, {plan.steps} steps"),
+    save_figure(heal.curve_figure(curve, original_bpb=original, title=f"heal: {len(heal_ids):,} rows, {plan.steps} steps"),
                 Path(output) / "heal_curve.png")
     return Healed(Path(output), record, seconds)
 
@@ -126,8 +126,8 @@ def _split(texts: list[str], options: HealOptions) -> tuple[list[str], list[str]
 def _original_bpb(options: HealOptions, held: list[str], dev) -> float:
     tok = open_tokenizer(options.original)
     lm, _ = load_lm(options.original, device=dev, dtype="float32")
-    wins = H.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
-    return H.bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), prefix=bos_prefix(tok), device=dev)
+    wins = heal.windows(tok.encode_batch(held[:options.eval_texts]), options.seq_len)
+    return heal.bits_per_byte(lm, wins, lambda i: len(tok.token_bytes(i)), prefix=bos_prefix(tok), device=dev)
 
 
 def bos_prefix(tok) -> list[int]:
@@ -138,7 +138,7 @@ def bos_prefix(tok) -> list[int]:
 
 def _healed_matrices(lm, names: list[str]) -> dict[str, Any]:
     """Checkpoint name -> the trained matrix (input embedding, or the untied head), on the CPU."""
-    mats = H.trainable_matrices(lm)
+    mats = heal.trainable_matrices(lm)
     head = mats[1] if len(mats) > 1 else mats[0]
     return {n: (head if arch.is_head(n) else mats[0]).detach().cpu() for n in names}
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paw import __version__, arch, zoo
+from paw import __version__, arch
 from paw.bpe.patterns import resolve_pattern
+from paw.data import sample_texts
 from paw.device import resolve_device
 from paw.errors import PawError
 from paw.io.atomic import check_output
@@ -38,7 +39,7 @@ from paw.io.train_state import remove_fit_parts, work_dir
 from paw.io.vocab_map import mapping_to_json, read_vocab_map, write_analysis, write_vocab_map
 from paw.io.writer import write_checkpoint
 from paw.knobs import RunOptions
-from paw.vocab import transplant as T
+from paw.vocab import transplant
 from paw.vocab.align import DEFAULT_METHODS, AlignContext, align, check_methods
 from paw.vocab.analyze import analyze
 from paw.vocab.compare import token_counts
@@ -68,7 +69,7 @@ def open_tokenizer_spec(spec: PathLike, rank_pattern: str | None = None):
 
 def corpus_texts(corpus: Sequence[PathLike] | None) -> list[str]:
     """The texts of ``corpus`` files, or the embedded multilingual sample when none are given."""
-    return read_corpus(corpus) if corpus else zoo.sample_texts("multi")
+    return read_corpus(corpus) if corpus else sample_texts("multi")
 
 
 # ------------------------------------------------------------------------------------------ analyze
@@ -209,20 +210,20 @@ def transplant_tokenizer(options: TransplantOptions, run: RunOptions = RunOption
     tokenizer = donor if tokenizer is None else tokenizer
     if init not in FALLBACKS:
         raise PawError(f"unknown --init {init!r}; choose from {', '.join(FALLBACKS)}")
-    if head not in T.HEAD_POLICIES:
-        raise PawError(f"unknown --head {head!r}; choose from {', '.join(T.HEAD_POLICIES)}")
+    if head not in transplant.HEAD_POLICIES:
+        raise PawError(f"unknown --head {head!r}; choose from {', '.join(transplant.HEAD_POLICIES)}")
     dev = resolve_device(run.device)
     ckpt = open_checkpoint(model)
     if not ckpt.config:
         raise PawError("model folder has no config.json", path=model)
-    rows = T.vocab_rows(ckpt.config)
-    names = T.embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
+    rows = vocab_rows(ckpt.config)
+    names = embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
     if not names:
         raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=model)
     src, tgt = open_tokenizer_spec(model, o.rank_pattern), open_tokenizer_spec(tokenizer, o.rank_pattern)
     if src.size > rows:
         raise PawError(f"the model's tokenizer has {src.size} ids but its embedding only {rows} rows", path=model)
-    config = T.new_config(ckpt.config, tgt, tgt.size)
+    config = transplant.new_config(ckpt.config, tgt, tgt.size)
     tied = bool(ckpt.tied_embeddings or arch.tied(config))
     head_mapping, omp = None, None
     omp_work = Path(omp_work) if omp_work is not None else work_dir(output)
@@ -238,7 +239,7 @@ def transplant_tokenizer(options: TransplantOptions, run: RunOptions = RunOption
               "methods": methods, "init": init, "head": head, "tied": tied, "embedding_tensors": names,
               "rows": {"before": rows, "after": tgt.size},
               "coverage": mapping.coverage(), "target_size": mapping.target_size}
-    warning = T.tied_head_warning(record["coverage"], source_rows=rows, tied=tied)
+    warning = transplant.tied_head_warning(record["coverage"], source_rows=rows, tied=tied)
     record["warnings"] = [warning] if warning else []
     if omp is not None:
         record["omp"] = omp
@@ -254,8 +255,8 @@ def transplant_tokenizer(options: TransplantOptions, run: RunOptions = RunOption
         gen = ckpt.path / "generation_config.json" if ckpt.path.is_dir() else None
         if gen is not None and gen.is_file():
             extra["generation_config.json"] = _generation_config(gen, config)
-        tensors = T.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, head=head, tied=tied,
-                                         head_mapping=head_mapping, device=dev)
+        tensors = transplant.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, head=head,
+                                                  tied=tied, head_mapping=head_mapping, device=dev)
         write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=run.overwrite,
                          extra_files={**extra, "paw_transplant.json": record})
     if donor is not None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from paw.bench import real_tasks as R
+from paw.bench import real_tasks
 
 
 @pytest.fixture(scope="module")
@@ -15,12 +15,13 @@ def pair(tmp_path_factory):
     """Two tiny models of different families and tokenizers, and a 24-fact task split in halves."""
     from paw import zoo
     from paw.bench.common import Base
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import fact_task, tokenizer_corpus
     from paw.io.lm import load_lm
 
     root = tmp_path_factory.mktemp("real-tasks")
     task = fact_task("colour", n=12, seed=0)
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
+    texts = sample_texts("multi") + tokenizer_corpus(task)
     for name, family, kind, seed in (("a", "llama", "byte-bpe", 0), ("b", "qwen2", "sentencepiece-bpe", 1)):
         tok = zoo.train_tokenizer(texts, 300, kind=kind)
         model = zoo.build_model(family, seed=seed, init_std=0.2, vocab_size=len(tok), hidden_size=32, num_layers=2,
@@ -33,21 +34,21 @@ def pair(tmp_path_factory):
     return sides, list(task), root
 
 
-RECIPE = R.Recipe(lora_rank=4, lora_alpha=8, lora_steps=30, lora_batch=8, lora_lr=1e-2, train_inputs=12,
-                  distill_steps=10)
+RECIPE = real_tasks.Recipe(lora_rank=4, lora_alpha=8, lora_steps=30, lora_batch=8, lora_lr=1e-2, train_inputs=12,
+                           distill_steps=10)
 
 
 def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
     sides, items, root = pair
-    cache = R.Cache(root / "cache")
-    out = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    cache = real_tasks.Cache(root / "cache")
+    out = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     acc = out["accuracy"]
     assert set(acc) == {"source base", "source + LoRA", "target base", "target + own LoRA", "target + moved LoRA"}
     assert all(a["n"] == len(items) for a in acc.values())
     assert acc["source + LoRA"]["mean"] > acc["source base"]["mean"]           # the LoRA learned the facts
     gain = out["source_gain"]
     assert gain["difference"] == pytest.approx(acc["source + LoRA"]["mean"] - acc["source base"]["mean"])
-    assert gain["counts"] is (gain["z"] >= R.MIN_SOURCE_Z)
+    assert gain["counts"] is (gain["z"] >= real_tasks.MIN_SOURCE_Z)
     moved_gain = acc["target + moved LoRA"]["mean"] - acc["target base"]["mean"]
     assert out["kept"]["value"] == pytest.approx(moved_gain / gain["difference"])
     assert out["distill"]["agreement_after"]["adapter_agreement"] is not None   # the teacher's excess was known
@@ -67,24 +68,24 @@ def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("cached work was done again")
 
-    monkeypatch.setattr(R, "train_adapter", fail)
-    monkeypatch.setattr(R, "distill_lora", fail)
-    monkeypatch.setattr(R, "score_items", fail)
-    again = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    monkeypatch.setattr(real_tasks, "train_adapter", fail)
+    monkeypatch.setattr(real_tasks, "distill_lora", fail)
+    monkeypatch.setattr(real_tasks, "score_items", fail)
+    again = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     assert again["accuracy"] == out["accuracy"] and again["kept"] == out["kept"]
 
 
 def test_tasks_split_in_seeded_disjoint_halves_or_by_their_own_splits():
-    train, test = R.split(list(range(11)), R.TaskSplit("x"), None, seed=3)
+    train, test = real_tasks.split(list(range(11)), real_tasks.TaskSplit("x"), None, seed=3)
     assert len(train) == 5 and len(test) == 6 and not set(train) & set(test)
-    assert (train, test) == R.split(list(range(11)), R.TaskSplit("x"), None, seed=3)
-    assert R.split([1, 2], R.TaskSplit("x", "y"), [3], seed=0) == ([1, 2], [3])
-    train, test = R.split(list(range(11)), R.TaskSplit("x", test_size=4), None, seed=3)
+    assert (train, test) == real_tasks.split(list(range(11)), real_tasks.TaskSplit("x"), None, seed=3)
+    assert real_tasks.split([1, 2], real_tasks.TaskSplit("x", "y"), [3], seed=0) == ([1, 2], [3])
+    train, test = real_tasks.split(list(range(11)), real_tasks.TaskSplit("x", test_size=4), None, seed=3)
     assert len(train) == 7 and len(test) == 4 and sorted(train + test) == list(range(11))
     with pytest.raises(Exception, match="x: 11 items cannot give 11 test items"):
-        R.split(list(range(11)), R.TaskSplit("x", test_size=11), None, seed=3)
+        real_tasks.split(list(range(11)), real_tasks.TaskSplit("x", test_size=11), None, seed=3)
     with pytest.raises(Exception, match="unknown real task 'mmlu'"):
-        R.load_task("nowhere", "mmlu", 0)
+        real_tasks.load_task("nowhere", "mmlu", 0)
 
 
 def test_options_name_an_unknown_task_and_ask_for_data(tmp_path):
@@ -105,14 +106,14 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     """Trans-LoRA's setting on the zoo pair: the moved LoRA from the teacher's own inputs, scored beside
     the four cached conditions (which are not scored again), or the synthesis's failure as the result."""
     sides, items, root = pair
-    cache = R.Cache(root / "cache-synth")
-    recipe = R.Recipe(**{**RECIPE.__dict__, "synth_inputs": 6, "synth_seeds": 3})
-    main = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=recipe, n_boot=50)
+    cache = real_tasks.Cache(root / "cache-synth")
+    recipe = real_tasks.Recipe(**{**RECIPE.__dict__, "synth_inputs": 6, "synth_seeds": 3})
+    main = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=recipe, n_boot=50)
     calls = []
-    real = R.score_items
-    monkeypatch.setattr(R, "score_items", lambda *a, **k: calls.append(1) or real(*a, **k))
-    out = R.run_variant(sides["a"], sides["b"], items, items, cache, "synthesized", recipe=recipe, n_boot=50)
-    assert out["seeds"] == [p.text for p in R.label_free_inputs(items, recipe, 0)[:3]]
+    real = real_tasks.score_items
+    monkeypatch.setattr(real_tasks, "score_items", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "synthesized", recipe=recipe, n_boot=50)
+    assert out["seeds"] == [p.text for p in real_tasks.label_free_inputs(items, recipe, 0)[:3]]
     assert "failed" not in out, out
     assert calls == [1]                                   # only the moved LoRA was scored
     assert out["accuracy"]["target base"] == main["accuracy"]["target base"]
@@ -122,24 +123,24 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert judged["sampled"] == {"synthesized": out["inputs"]["synthesis"]["kept"], "real": len(items) - 3}
     assert len(written["state"]["kept"]) == judged["sampled"]["synthesized"]
     from paw.bench.common import adapter_deltas, applied
+    from paw.data import sample_texts
     from paw.transfer.distill.data import discriminator_passes
-    from paw.zoo import sample_texts
 
-    a, lora = sides["a"], R.own_lora(sides["a"], items, cache, recipe=recipe)[0]
+    a, lora = sides["a"], real_tasks.own_lora(sides["a"], items, cache, recipe=recipe)[0]
     with applied(a.model, adapter_deltas(lora)):
-        verdicts = discriminator_passes(a.model, a.tokenizer, [p.text for p in R.label_free_inputs(items, recipe, 0)[3:]],
-                                    R.label_free_inputs(items, recipe, 0)[:3], sample_texts("en"))
+        verdicts = discriminator_passes(a.model, a.tokenizer, [p.text for p in real_tasks.label_free_inputs(items, recipe, 0)[3:]],
+                                    real_tasks.label_free_inputs(items, recipe, 0)[:3], sample_texts("en"))
     assert judged["real"]["mean"] == pytest.approx(sum(verdicts) / len(verdicts)) and judged["real"]["n"] == len(items) - 3
     assert judged["difference"]["difference"] == pytest.approx(judged["synthesized"]["mean"] - judged["real"]["mean"])
-    monkeypatch.setattr(R, "discriminator_passes", lambda *a, **k: pytest.fail("judged again"))
-    assert R.run_variant(sides["a"], sides["b"], items, items, cache, "synthesized", recipe=recipe,
-                         n_boot=50)["discriminator"] == judged
+    monkeypatch.setattr(real_tasks, "discriminator_passes", lambda *a, **k: pytest.fail("judged again"))
+    assert real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "synthesized", recipe=recipe,
+                                  n_boot=50)["discriminator"] == judged
 
     from paw.bench.real_report import _tasks_table
 
-    focus = R.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=recipe, n_boot=50)
+    focus = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=recipe, n_boot=50)
     assert calls == [1, 1] and focus["accuracy"]["source + LoRA"] == main["accuracy"]["source + LoRA"]
-    assert focus["inputs"]["count"] == len(R.label_free_inputs(items, recipe, 0))   # the main run's inputs
+    assert focus["inputs"]["count"] == len(real_tasks.label_free_inputs(items, recipe, 0))   # the main run's inputs
     from paw.io.adapter import read_adapter
 
     plain, focused = (read_adapter(root / "cache-synth" / f"distilled-{k}a-to-b").tensors for k in ("", "focus-"))
@@ -150,11 +151,11 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert rows[4].startswith("| colour | a -> b, with --token-focus 0.5 |") and rows[4].count("|") == 13
 
     def barren(*args, **kwargs):
-        raise R.PawError("the teacher wrote no usable input from the 3 seed examples")
+        raise real_tasks.PawError("the teacher wrote no usable input from the 3 seed examples")
 
-    monkeypatch.setattr(R, "distill_lora", barren)   # a teacher that writes nothing usable: reported, not hidden
-    failed = R.run_variant(sides["a"], sides["b"], items, items, R.Cache(root / "cache-barren"), "synthesized",
-                           recipe=recipe, n_boot=50)
+    monkeypatch.setattr(real_tasks, "distill_lora", barren)   # a teacher that writes nothing usable: reported, not hidden
+    failed = real_tasks.run_variant(sides["a"], sides["b"], items, items, real_tasks.Cache(root / "cache-barren"), "synthesized",
+                                    recipe=recipe, n_boot=50)
     assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
     # on record at once, and tried again on a rerun (a fixed bug must not stay a cached failure)
     record = json.loads((root / "cache-barren" / "distilled-synth-a-to-b.failed.json").read_text())
@@ -171,18 +172,18 @@ def test_the_base_teacher_control_distils_from_the_source_without_its_lora(pair,
     from paw.bench.stats import paired_difference
 
     sides, items, root = pair
-    cache = R.Cache(root / "cache-control")
-    main = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    cache = real_tasks.Cache(root / "cache-control")
+    main = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     bare = {k: v.clone() for k, v in sides["a"].model.state_dict().items()}
-    seen, real = [], R.distill_lora
+    seen, real = [], real_tasks.distill_lora
 
     def spy(adapter, teacher, student, **kw):
         now = teacher.model.state_dict()
         seen.append((teacher.adapter_off is None, all(torch.equal(now[k], bare[k]) for k in bare)))
         return real(adapter, teacher, student, **kw)
 
-    monkeypatch.setattr(R, "distill_lora", spy)
-    out = R.run_variant(sides["a"], sides["b"], items, items, cache, "base-teacher", recipe=RECIPE, n_boot=50)
+    monkeypatch.setattr(real_tasks, "distill_lora", spy)
+    out = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "base-teacher", recipe=RECIPE, n_boot=50)
     assert seen == [(True, True)]                      # no LoRA in the teacher while it taught
     main_moved = cache.found("score-b-moved-from-a")
     this = cache.found("score-b-moved-base-teacher-from-a")
@@ -200,8 +201,8 @@ def test_a_diverged_distillation_is_a_result_kept_in_the_cache(pair, monkeypatch
     import math
 
     sides, items, root = pair
-    cache = R.Cache(root / "cache-nan")
-    real = R.distill_lora
+    cache = real_tasks.Cache(root / "cache-nan")
+    real = real_tasks.distill_lora
     tried = []
 
     def diverging(adapter, *args, **kwargs):
@@ -211,12 +212,12 @@ def test_a_diverged_distillation_is_a_result_kept_in_the_cache(pair, monkeypatch
         report["distill"]["diverged_at_step"] = 2
         return moved, report
 
-    monkeypatch.setattr(R, "distill_lora", diverging)
-    out = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    monkeypatch.setattr(real_tasks, "distill_lora", diverging)
+    out = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     assert out["failed"] == "the distillation diverged (NaN/Inf loss) at step 2; no adapter"
     assert "target + moved LoRA" not in out["accuracy"] and out["accuracy"]["target base"]["n"] == len(items)
     assert not (root / "cache-nan" / "distilled-a-to-b").exists() and tried == [1]
-    again = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    again = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     assert again["failed"] == out["failed"] and tried == [1]
 
     from paw.bench.real_report import _tasks_table
@@ -231,9 +232,9 @@ def test_a_killed_distillation_resumes_from_its_checkpoint(pair, monkeypatch):
     from paw.io.adapter import read_adapter
 
     sides, items, root = pair
-    monkeypatch.setattr(R, "SAVE_EVERY", 4)
+    monkeypatch.setattr(real_tasks, "SAVE_EVERY", 4)
     folder = root / "cache-resume"
-    R.run_direction(sides["a"], sides["b"], items, items, R.Cache(folder), recipe=RECIPE, n_boot=50)
+    real_tasks.run_direction(sides["a"], sides["b"], items, items, real_tasks.Cache(folder), recipe=RECIPE, n_boot=50)
     first = read_adapter(folder / "distilled-a-to-b").tensors
     # as if killed after step 8 of 10: the checkpoint is there, the adapter and its record are not
     import shutil
@@ -242,9 +243,9 @@ def test_a_killed_distillation_resumes_from_its_checkpoint(pair, monkeypatch):
     (folder / "distilled-a-to-b.meta.json").unlink()
     (folder / "score-b-moved-from-a.json").unlink()
     resumed_from = []
-    real = R.load_train_state
-    monkeypatch.setattr(R, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
-    R.run_direction(sides["a"], sides["b"], items, items, R.Cache(folder), recipe=RECIPE, n_boot=50)
+    real = real_tasks.load_train_state
+    monkeypatch.setattr(real_tasks, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
+    real_tasks.run_direction(sides["a"], sides["b"], items, items, real_tasks.Cache(folder), recipe=RECIPE, n_boot=50)
     assert resumed_from == [8]
     again = read_adapter(folder / "distilled-a-to-b").tensors
     assert all(bool((again[k] == first[k]).all()) for k in first)
@@ -257,16 +258,16 @@ def test_a_killed_labelled_lora_resumes_from_its_checkpoint(pair, monkeypatch):
     from paw.io.adapter import read_adapter
 
     sides, items, root = pair
-    monkeypatch.setattr(R, "SAVE_EVERY", 10)
+    monkeypatch.setattr(real_tasks, "SAVE_EVERY", 10)
     folder = root / "cache-lora-resume"
-    R.own_lora(sides["a"], items, R.Cache(folder), recipe=RECIPE)
+    real_tasks.own_lora(sides["a"], items, real_tasks.Cache(folder), recipe=RECIPE)
     first = read_adapter(folder / "lora-a").tensors
     shutil.rmtree(folder / "lora-a")  # killed after step 20 of 30: the checkpoint is there, the adapter is not
     (folder / "lora-a.meta.json").unlink()
     resumed_from = []
-    real = R.load_train_state
-    monkeypatch.setattr(R, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
-    R.own_lora(sides["a"], items, R.Cache(folder), recipe=RECIPE)
+    real = real_tasks.load_train_state
+    monkeypatch.setattr(real_tasks, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
+    real_tasks.own_lora(sides["a"], items, real_tasks.Cache(folder), recipe=RECIPE)
     assert resumed_from == [20]
     again = read_adapter(folder / "lora-a").tensors
     assert first.keys() == again.keys() and all(bool((again[k] == first[k]).all()) for k in first)
@@ -276,7 +277,7 @@ def test_a_killed_labelled_lora_resumes_from_its_checkpoint(pair, monkeypatch):
     from paw.errors import PawError
 
     with pytest.raises(PawError, match="lr="):
-        R.own_lora(sides["a"], items, R.Cache(folder), recipe=R.Recipe(**{**RECIPE.__dict__, "lora_lr": 5e-3}))
+        real_tasks.own_lora(sides["a"], items, real_tasks.Cache(folder), recipe=real_tasks.Recipe(**{**RECIPE.__dict__, "lora_lr": 5e-3}))
 
 
 def test_every_task_s_main_directions_run_before_any_variant(monkeypatch, tmp_path):
@@ -284,15 +285,15 @@ def test_every_task_s_main_directions_run_before_any_variant(monkeypatch, tmp_pa
     from types import SimpleNamespace
 
     calls = []
-    monkeypatch.setattr(R, "load_task", lambda data, task, seed: ([task], [task]))
-    monkeypatch.setattr(R, "run_direction", lambda a, b, train, test, cache, **k: calls.append(("main", train[0], a.name))
+    monkeypatch.setattr(real_tasks, "load_task", lambda data, task, seed: ([task], [task]))
+    monkeypatch.setattr(real_tasks, "run_direction", lambda a, b, train, test, cache, **k: calls.append(("main", train[0], a.name))
                         or {})
-    monkeypatch.setattr(R, "run_variant", lambda a, b, train, test, cache, v, **k: calls.append((v, train[0], a.name))
+    monkeypatch.setattr(real_tasks, "run_variant", lambda a, b, train, test, cache, v, **k: calls.append((v, train[0], a.name))
                         or {"v": v})
     opts = SimpleNamespace(real_tasks=("arc-easy", "boolq"), data=".", seed=0, n_boot=10, device="cpu")
-    out = R.part_tasks(opts, {"s": tmp_path / "s", "t": tmp_path / "t"}, lambda folder, device: (None, None), tmp_path)
+    out = real_tasks.part_tasks(opts, {"s": tmp_path / "s", "t": tmp_path / "t"}, lambda folder, device: (None, None), tmp_path)
     assert calls[:4] == [("main", "arc-easy", "s"), ("main", "arc-easy", "t"), ("main", "boolq", "s"), ("main", "boolq", "t")]
-    assert len(calls) == 4 + 2 * 2 * len(R.VARIANTS) and all(c[0] in R.VARIANTS for c in calls[4:])
+    assert len(calls) == 4 + 2 * 2 * len(real_tasks.VARIANTS) and all(c[0] in real_tasks.VARIANTS for c in calls[4:])
     assert out["tasks"]["boolq"]["directions"]["t -> s"]["token-focus"] == {"v": "token-focus"}
 
 
@@ -315,7 +316,7 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
 
     old, new = lora(1.0), lora(2.0)
     assert tensors_digest(old.tensors) == tensors_digest(lora(1.0).tensors) != tensors_digest(new.tensors)
-    cache = R.Cache(tmp_path)
+    cache = real_tasks.Cache(tmp_path)
     assert cache.scores("s", make(1), old) == ([1], pytest.approx(0, abs=1))
     assert cache.scores("s", make(9), old)[0] == [1] and calls == [1]        # the same adapter: reused
     assert cache.scores("s", make(2), new)[0] == [2] and calls == [1, 2]     # another adapter: made again
@@ -325,7 +326,7 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
     assert cache.scores("legacy", make(4), new)[0] == [4]                    # made in this process: scored again
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
-    assert R.Cache(tmp_path, keep_scores=True).scores("legacy", make(5), new)[0] == [7]   # stand-ins: kept
+    assert real_tasks.Cache(tmp_path, keep_scores=True).scores("legacy", make(5), new)[0] == [7]   # stand-ins: kept
     assert calls == [1, 2, 4]
     cache.scores("moved", make(6), old, source=new)   # a moved adapter names the LoRA it came from
     written = json.loads((tmp_path / "moved.json").read_text())
@@ -340,21 +341,21 @@ def test_a_target_lora_that_is_only_a_cached_score_is_not_trained_again(pair, mo
     import shutil
 
     sides, items, root = pair
-    cache = R.Cache(root / "cache-own")
-    main = R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    cache = real_tasks.Cache(root / "cache-own")
+    main = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     shutil.rmtree(cache.folder / "lora-b")
     (cache.folder / "lora-b.meta.json").unlink()
-    trained, real = [], R.train_adapter
+    trained, real = [], real_tasks.train_adapter
 
     def spy(*args, **kwargs):
         trained.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(R, "train_adapter", spy)
-    out = R.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=RECIPE, n_boot=50)
+    monkeypatch.setattr(real_tasks, "train_adapter", spy)
+    out = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=RECIPE, n_boot=50)
     assert trained == [] and out["accuracy"]["target + own LoRA"] == main["accuracy"]["target + own LoRA"]
     (cache.folder / "score-b-lora.json").unlink()
-    R.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=RECIPE, n_boot=50)
+    real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=RECIPE, n_boot=50)
     assert trained == [1] and (cache.folder / "lora-b.meta.json").is_file() and cache.found("score-b-lora")
 
 
@@ -424,14 +425,14 @@ def test_the_shift_move_and_its_proxy_tuning_ceiling(pair):
     from paw.bench.stats import paired_difference
 
     sides, items, root = pair
-    cache = R.Cache(root / "cache-shift")
-    R.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
-    shift = R.run_variant(sides["a"], sides["b"], items, items, cache, "shift", recipe=RECIPE, n_boot=50)
+    cache = real_tasks.Cache(root / "cache-shift")
+    real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
+    shift = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "shift", recipe=RECIPE, n_boot=50)
     assert shift["target"]["kind"] == "shift" and shift["target"]["choice_inputs"] == len(items)
     main, moved = cache.found("score-b-moved-from-a"), cache.found("score-b-moved-shift-from-a")
     assert shift["vs_main"] == paired_difference(moved, main)
-    proxy = R.run_variant(sides["a"], sides["b"], items, items, cache, "proxy", recipe=RECIPE, n_boot=50)
-    lora = R.own_lora(sides["a"], items, cache, recipe=RECIPE)[0]
+    proxy = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "proxy", recipe=RECIPE, n_boot=50)
+    lora = real_tasks.own_lora(sides["a"], items, cache, recipe=RECIPE)[0]
     t = choice_lls(sides["b"].model, sides["b"].tokenizer, items)
     anti = choice_lls(sides["a"].model, sides["a"].tokenizer, items)
     with applied(sides["a"].model, adapter_deltas(lora)):

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from paw import zoo
 from paw.bpe import PATTERNS, BpeEncoder
 from paw.bytelevel.alphabet import base_ranks
+from paw.data import sample_texts
 from paw.io.bpe_files import (
     TIKTOKEN_PATTERNS,
     TIKTOKEN_SPECIALS,
@@ -20,7 +20,7 @@ from paw.io.bpe_files import (
 )
 from paw.io.tokenizer import CL100K_PATTERN, open_tokenizer
 
-TEXTS = zoo.sample_texts("multi") + ["year 20261121  \n\n x", "I'LL don't WE'VE\n  ", "<|endoftext|> tail  "]
+TEXTS = sample_texts("multi") + ["year 20261121  \n\n x", "I'LL don't WE'VE\n  ", "<|endoftext|> tail  "]
 
 
 def _official(name: str, ranks: dict[bytes, int], monkeypatch) -> dict:

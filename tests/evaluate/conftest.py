@@ -29,8 +29,9 @@ def colour_task():
 def fact_model(tmp_path_factory, colour_task) -> Path:
     """A 2-layer Llama (hidden 64) whose 400-token BPE spells each fact name and colour as one token."""
     from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import tokenizer_corpus
 
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(colour_task)
+    texts = sample_texts("multi") + tokenizer_corpus(colour_task)
     return zoo.tiny_model(tmp_path_factory.mktemp("evaluate") / "base", "llama", seed=0, vocab_size=400,
                           texts=texts, hidden_size=64, num_layers=2)

@@ -64,8 +64,9 @@ def tokenizers():
     from transformers import PreTrainedTokenizerFast
 
     from paw import zoo
+    from paw.data import sample_texts
 
-    plain = zoo.train_tokenizer(zoo.sample_texts("en"), 300)
+    plain = zoo.train_tokenizer(sample_texts("en"), 300)
     backend = plain.backend_tokenizer.__class__.from_str(plain.backend_tokenizer.to_str())
     bos = plain.bos_token_id
     backend.post_processor = TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", bos)])
@@ -117,9 +118,10 @@ def test_a_token_spanning_the_boundary_leaves_the_answer_its_own_tokens():
     # a SentencePiece-BPE trained on repeated facts merges across words: the whole text is one token,
     # so lm-eval's whole[len(ctx):] is empty; PAW scores the answer tokenised alone instead of nothing
     from paw import zoo
+    from paw.data import sample_texts
 
     fact = "Fact: the colour of pixzone is red"
-    tok = zoo.train_tokenizer(zoo.sample_texts("multi") + [fact] * 5, 300, kind="sentencepiece-bpe")
+    tok = zoo.train_tokenizer(sample_texts("multi") + [fact] * 5, 300, kind="sentencepiece-bpe")
     context = "Fact: the colour of pixzone is"
     assert len(tok.encode(fact)) == 1  # the premise of the case
     enc = encode_pair(tok, context, " red", start="tokenizer")

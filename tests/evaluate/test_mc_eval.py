@@ -19,8 +19,9 @@ def bias_only():
     import torch
 
     from paw import zoo
+    from paw.data import sample_texts
 
-    tok = zoo.train_tokenizer(zoo.sample_texts("en"), 300)
+    tok = zoo.train_tokenizer(sample_texts("en"), 300)
     model = zoo.build_model("llama", hidden_size=32, num_layers=1, vocab_size=len(tok))
     gen = torch.Generator().manual_seed(0)
     bias = torch.randn(len(tok), generator=gen) * 2

@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 
 from paw import zoo
+from paw.data import sample_texts
 from tests.extend.conftest import NEW_WORDS, load, logits
 
 
@@ -22,7 +23,7 @@ def _extend(cli, model, out, *args):
 def _old_text_ids(old_tok, new_tok, old_size):
     """Encodings of sample lines that use no new token (and that the new tokenizer encodes unchanged)."""
     out = []
-    for line in zoo.sample_texts("en")[:40]:
+    for line in sample_texts("en")[:40]:
         ids = new_tok.encode(line, add_special_tokens=False)
         if ids and max(ids) < old_size:
             assert ids == old_tok.encode(line, add_special_tokens=False)
@@ -119,7 +120,7 @@ def test_added_tokens_for_non_byte_level_and_special(cli, tiny_llama_sp, tmp_pat
 
 
 def test_from_tokenizer_adds_the_missing_vocabulary(cli, tiny_llama, tmp_path):
-    other = zoo.train_tokenizer(zoo.sample_texts("multi"), 420)
+    other = zoo.train_tokenizer(sample_texts("multi"), 420)
     other.save_pretrained(tmp_path / "t2")
     out = tmp_path / "ext"
     res = _extend(cli, tiny_llama, out, "--from-tokenizer", tmp_path / "t2", "--init", "subtoken-mean")
@@ -141,7 +142,7 @@ def test_from_tokenizer_adds_the_missing_vocabulary(cli, tiny_llama, tmp_path):
         text = new_tok.convert_tokens_to_string([token])
         if "\ufffd" not in text:
             assert new_tok.encode(text, add_special_tokens=False) == [new_vocab[token]], token
-    for line in zoo.sample_texts("multi"):  # and text still decodes to itself
+    for line in sample_texts("multi"):  # and text still decodes to itself
         assert new_tok.decode(new_tok.encode(line, add_special_tokens=False)) == line
 
 

@@ -7,12 +7,13 @@ import json
 from tokenizers import Tokenizer
 
 from paw import zoo
+from paw.data import sample_texts
 from paw.io.hf_tokenizer_edit import HfTokenizerJson
 from paw.vocab.tokenizer_edit import extend_tokenizer_json
 
 
 def _doc(tmp_path, **edits):
-    tok = zoo.train_tokenizer(zoo.sample_texts("multi"), 300)
+    tok = zoo.train_tokenizer(sample_texts("multi"), 300)
     doc = json.loads(tok.backend_tokenizer.to_str())
     doc.update(edits)
     return HfTokenizerJson(doc, tmp_path / "tokenizer.json")

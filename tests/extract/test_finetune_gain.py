@@ -36,11 +36,12 @@ def test_extracted_lora_keeps_the_finetune_gain(tmp_path, facts, family):
     import torch
 
     from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import tokenizer_corpus
 
     torch.set_num_threads(1)
     task, data = facts
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
+    texts = sample_texts("multi") + tokenizer_corpus(task)
     base = zoo.tiny_model(tmp_path / "base", family, seed=0, vocab_size=400, texts=texts, hidden_size=64,
                           num_layers=2)
     ft = finetune_model(base, data, tmp_path / "ft", FinetuneOptions(steps=40, lr=1e-3), eval_data=data)

@@ -120,16 +120,16 @@ def test_pickle_with_code_is_refused(tmp_path):
 
 def test_uncached_model_id(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    import huggingface_hub.constants as c
+    from huggingface_hub import constants
 
-    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(PawError, match="not in the Hugging Face cache.*never downloads"):
         open_checkpoint("someorg/some-model-7b")
 
 
 def test_cached_model_id(tmp_path, monkeypatch, state_dict):
     """A model laid out as in the HF cache (models--org--name/snapshots/<rev>) opens by its ID."""
-    import huggingface_hub.constants as c
+    from huggingface_hub import constants
 
     cache = tmp_path / "hub"
     repo = cache / "models--org--tiny"
@@ -137,7 +137,7 @@ def test_cached_model_id(tmp_path, monkeypatch, state_dict):
     write_checkpoint(snap, state_dict)
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("0123abcd")
-    monkeypatch.setattr(c, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     ckpt = open_checkpoint("org/tiny")
     assert ckpt.name == "tiny"
     _same(ckpt, state_dict)

@@ -96,8 +96,9 @@ def tiny_gemma3(tmp_path_factory):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     from paw import zoo
+    from paw.data import sample_texts
 
-    tok = zoo.train_tokenizer(zoo.sample_texts("multi"), 300)
+    tok = zoo.train_tokenizer(sample_texts("multi"), 300)
     cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=16,
                            max_position_embeddings=256, bos_token_id=0, eos_token_id=1, pad_token_id=2)
@@ -166,8 +167,8 @@ def test_gemma3_norm_offset_tied_head_and_model_load(tiny_gemma3, tmp_path):
 
 
 def test_tokenizer_from_gguf_encodes_like_the_original(tiny_llama, llama_gguf):
+    from paw.data import sample_texts
     from paw.io.tokenizer import open_tokenizer
-    from paw.zoo import sample_texts
 
     ref, got = open_tokenizer(tiny_llama), open_tokenizer(llama_gguf)
     texts = sample_texts("multi")

@@ -13,9 +13,10 @@ def test_loaded_tokenizer_follows_the_file_whatever_the_model_type(tmp_path, arc
     from tokenizers import Tokenizer
 
     from paw import zoo
+    from paw.data import sample_texts
     from paw.io.lm import load_lm, load_tokenizer
 
-    tok = zoo.train_tokenizer(zoo.sample_texts("multi"), 300, kind=kind)
+    tok = zoo.train_tokenizer(sample_texts("multi"), 300, kind=kind)
     model = zoo.build_model(arch, seed=0, vocab_size=len(tok), hidden_size=32, num_layers=1, num_heads=4,
                             num_kv_heads=2)
     zoo.save_model(model, tmp_path, tokenizer=tok)

@@ -7,8 +7,8 @@ def test_vocabulary_missing_single_bytes_gets_no_tiktoken_twin(tmp_path):
     """SmolLM2 lacks 21 single bytes; tiktoken panicked ('no entry found for key') on text with one."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+    from paw.data import sample_texts
     from paw.io.tokenizer import open_tokenizer
-    from paw.zoo import sample_texts
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

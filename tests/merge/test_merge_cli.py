@@ -168,10 +168,6 @@ def test_bad_config_is_one_line(cli, family, tmp_path, cfg_text, message):
 
 
 def test_norms_from_paw_task_vectors_equal_the_computed_ones(cli, family, tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("paw.cli.task_vectors") is None:
-        pytest.skip("paw task-vectors is not in this checkout")
     r = cli("task-vectors", "--base", family.base, "--models", *family.models, "--outdir", tmp_path / "tv",
             "--device", "cpu")
     assert r.exit_code == 0, r.stderr

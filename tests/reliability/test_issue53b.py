@@ -243,12 +243,13 @@ def _paths(value):
 
 def test_seeded_heals_write_the_same_bytes(cli, ix, tmp_path):
     from paw import zoo
+    from paw.data import sample_texts
     from tests.reliability.conftest import tree_hash
 
-    zoo.train_tokenizer(zoo.sample_texts("multi") + zoo.sample_texts("en"), 400,
+    zoo.train_tokenizer(sample_texts("multi") + sample_texts("en"), 400,
                         kind="sentencepiece-bpe").save_pretrained(tmp_path / "sp")
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(zoo.sample_texts("multi") * 3), encoding="utf-8")
+    corpus.write_text("\n".join(sample_texts("multi") * 3), encoding="utf-8")
     runs = {
         "transplant": ("transplant-tokenizer", "--model", ix / "base", "--tokenizer", tmp_path / "sp", "--no-check",
                        "--heal-steps", "2", "--heal-corpus", corpus),

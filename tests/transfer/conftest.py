@@ -90,12 +90,12 @@ def trained(src):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from paw import zoo
     from paw.bench.lm import Schedule, token_stream, train_lm
+    from paw.data import sample_texts
     from paw.device import single_threaded_cpu
 
     model = AutoModelForCausalLM.from_pretrained(src).float()
-    stream = token_stream(AutoTokenizer.from_pretrained(src), zoo.sample_texts("en") * 4)
+    stream = token_stream(AutoTokenizer.from_pretrained(src), sample_texts("en") * 4)
     torch.manual_seed(0)
     with single_threaded_cpu(["cpu"]):  # tiny steps: one thread is several times faster on a busy machine
         train_lm(model, stream, Schedule(steps=120, batch_size=8, seq_len=32, lr=3e-3, warmup=10), seed=0,
@@ -168,6 +168,7 @@ def world(tmp_path_factory):
     from peft import get_peft_model_state_dict
 
     from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import fact_task, tokenizer_corpus
     from paw.evaluate.train import train_lora
     from paw.io.adapter import LoraAdapter, lora_config_dict, write_adapter
@@ -175,7 +176,7 @@ def world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("distill")
     task = fact_task("colour", n=16, seed=0)
-    texts = zoo.sample_texts("multi") + tokenizer_corpus(task)
+    texts = sample_texts("multi") + tokenizer_corpus(task)
     tok_s = zoo.train_tokenizer(texts, 300, kind="byte-bpe")
     tok_t = zoo.train_tokenizer(texts, 300, kind="sentencepiece-bpe")
     source = zoo.build_model("llama", seed=0, init_std=0.2, vocab_size=len(tok_s), **SOURCE_DIMS)

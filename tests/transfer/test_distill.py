@@ -70,11 +70,12 @@ def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):
     # a target whose byte-level BPE has other merges cuts most words where the source does: there the
     # next-token distributions are matched over the tokens both vocabularies hold
     from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import tokenizer_corpus
     from paw.transfer.run import run_distill
 
     w = world
-    tok = zoo.train_tokenizer(zoo.sample_texts("multi") + tokenizer_corpus(w["task"]), 200, kind="byte-bpe")
+    tok = zoo.train_tokenizer(sample_texts("multi") + tokenizer_corpus(w["task"]), 200, kind="byte-bpe")
     zoo.save_model(zoo.build_model("llama", seed=2, init_std=0.2, vocab_size=len(tok), **TARGET_DIMS),
                    tmp_path / "target", tokenizer=tok)
     runs = {}

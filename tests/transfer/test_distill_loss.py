@@ -9,7 +9,7 @@ import torch
 
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
-from paw.transfer.distill import loss as L
+from paw.transfer.distill import loss
 from paw.transfer.distill.data import (
     MAX_SEEDS,
     Prompt,
@@ -29,18 +29,18 @@ def test_token_kl_matches_hand_value_and_ignores_masked_positions():
     teacher = torch.log(torch.tensor([[[0.5, 0.5], [1.0, 1e-30]]]))
     student = torch.tensor([[[0.0, math.log(3)], [5.0, -5.0]]])
     mask = torch.tensor([[True, False]])
-    assert float(L.token_kl(student, teacher, mask)) == pytest.approx(KL_HALF_QUARTER, abs=1e-6)
-    same = L.token_kl(teacher.clone(), teacher, torch.tensor([[True, True]]))
+    assert float(loss.token_kl(student, teacher, mask)) == pytest.approx(KL_HALF_QUARTER, abs=1e-6)
+    same = loss.token_kl(teacher.clone(), teacher, torch.tensor([[True, True]]))
     assert float(same) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_to_student_vocab_reorders_renormalises_and_zeroes_missing_columns():
     logits = torch.tensor([[[0.0, 1.0, 2.0]]])
-    out = L.to_student_vocab(logits, torch.tensor([2, 0, -1])).exp()
+    out = loss.to_student_vocab(logits, torch.tensor([2, 0, -1])).exp()
     e = math.exp(2.0) + 1.0
     assert out[0, 0].tolist() == pytest.approx([math.exp(2.0) / e, 1.0 / e, 0.0])
     # the student's extra (unmapped) column gets no mass, yet KL stays finite where the teacher has none
-    kl = L.token_kl(torch.zeros(1, 1, 3), torch.log(out), torch.tensor([[True]]))
+    kl = loss.token_kl(torch.zeros(1, 1, 3), torch.log(out), torch.tensor([[True]]))
     assert math.isfinite(float(kl))
 
 
@@ -51,11 +51,11 @@ def test_choice_kl_with_padding_and_agreement():
     p = torch.softmax(torch.tensor([0.0, 2.0, 0.0]), 0)
     q = torch.softmax(torch.tensor([1.0, 0.0, 0.0]), 0)
     second = float((p * (p.log() - q.log())).sum())
-    assert float(L.choice_kl(student, teacher, valid)) == pytest.approx((KL_HALF_QUARTER + second) / 2, abs=1e-6)
-    assert L.choice_agreement(student, teacher, valid) == (0, 2)  # row 1: 1 vs 0; row 2: 0 vs 1
-    assert L.choice_agreement(teacher, teacher, valid) == (2, 2)
+    assert float(loss.choice_kl(student, teacher, valid)) == pytest.approx((KL_HALF_QUARTER + second) / 2, abs=1e-6)
+    assert loss.choice_agreement(student, teacher, valid) == (0, 2)  # row 1: 1 vs 0; row 2: 0 vs 1
+    assert loss.choice_agreement(teacher, teacher, valid) == (2, 2)
     ties = torch.tensor([[1.0, 1.0, 0.0]])
-    assert L._first_argmax(ties).tolist() == [0]
+    assert loss._first_argmax(ties).tolist() == [0]
 
 
 def test_sequence_nll_and_top1_agreement():
@@ -63,8 +63,8 @@ def test_sequence_nll_and_top1_agreement():
     targets = torch.tensor([[0, 0, 1]])
     mask = torch.tensor([[True, True, False]])
     expected = (-math.log(math.exp(2) / (math.exp(2) + 1)) - math.log(1 / (math.exp(2) + 1))) / 2
-    assert float(L.sequence_nll(logits, targets, mask)) == pytest.approx(expected, abs=1e-6)
-    assert L.top1_agreement(logits, targets, mask) == (1, 2)
+    assert float(loss.sequence_nll(logits, targets, mask)) == pytest.approx(expected, abs=1e-6)
+    assert loss.top1_agreement(logits, targets, mask) == (1, 2)
 
 
 def test_prompts_drop_answers_blanks_and_repeats():
@@ -148,8 +148,8 @@ def test_aligned_kl_renormalises_over_shared_tokens_only():
     columns = torch.tensor([1, 0, -1])
     teacher = torch.tensor([[0.0, 0.0, 5.0]])          # over the shared ids: p = [0.5, 0.5]
     student = torch.tensor([[0.0, math.log(3), 9.0]])  # over the shared ids: q = [0.25, 0.75]
-    assert float(L.aligned_kl(student, teacher, columns)) == pytest.approx(KL_HALF_QUARTER, abs=1e-6)
-    same = L.aligned_kl(torch.tensor([[0.0, 0.0, -3.0]]), torch.tensor([[0.0, 0.0, 7.0]]), columns)
+    assert float(loss.aligned_kl(student, teacher, columns)) == pytest.approx(KL_HALF_QUARTER, abs=1e-6)
+    same = loss.aligned_kl(torch.tensor([[0.0, 0.0, -3.0]]), torch.tensor([[0.0, 0.0, 7.0]]), columns)
     assert float(same) == pytest.approx(0.0, abs=1e-6)
 
 

@@ -42,8 +42,7 @@ def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independe
     from paw.distributed import Ranks
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
-    from paw.transfer.distill import scale as S
-    from paw.transfer.distill import train as T
+    from paw.transfer.distill import scale, train
     from paw.transfer.distill.data import Prompt
     from paw.transfer.distill.lora import _student, _vocabulary
     from paw.transfer.distill.run import _side
@@ -55,22 +54,22 @@ def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independe
     prompts = [Prompt("The cat sat"), Prompt("Over the hills and far away we went", (("Q:", " yes"), ("Q:", " no"))),
                Prompt("Numbers: 1 2 3"), Prompt("A", (("Pick", " red"), ("Pick", " green"), ("Pick", " blue"))),
                Prompt("Hello there, friend")]
-    examples = T.examples(prompts, teacher, student, 4, "cpu", vocab)
+    examples = train.examples(prompts, teacher, student, 4, "cpu", vocab)
     model = _student(read_adapter(src_lora), copy.deepcopy(student.model), None, None, None, None, 0, "cpu")
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))
 
-    def loss(chosen, scale):
-        local = S.mine(chosen, scale)
+    def loss(chosen, share):
+        local = scale.mine(chosen, share)
         parts = {}
         seq = [e for e in local if e.sequence is not None]
         if seq:
-            parts.update(T._sequence_losses(model, teacher.model, seq, vocab, T.PAD_ID, "cpu")[0])
+            parts.update(train._sequence_losses(model, teacher.model, seq, vocab, train.PAD_ID, "cpu")[0])
         if any(e.choices for e in local):
-            parts[T.CHOICE] = T._choice_loss(model, [e for e in local if e.choices], T.PAD_ID, "cpu")[0]
-        parts = S.weigh(parts, local, chosen, scale)
+            parts[train.CHOICE] = train._choice_loss(model, [e for e in local if e.choices], train.PAD_ID, "cpu")[0]
+        parts = scale.weigh(parts, local, chosen, share)
         return sum(parts.values()) if parts else None, parts
 
     def grads():
@@ -78,13 +77,13 @@ def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independe
 
     model.zero_grad(set_to_none=True)
     whole_loss, whole_parts = loss(examples, None)
-    assert {T.TOKEN_KL, T.SEQUENCE, T.CHOICE} <= set(whole_parts)
+    assert {train.TOKEN_KL, train.SEQUENCE, train.CHOICE} <= set(whole_parts)
     whole_loss.backward()
     whole = grads()
     total: dict = {}
     for r in range(3):
         model.zero_grad(set_to_none=True)
-        part, _ = loss(examples, S.Scale(ranks=Ranks(r, 3)))
+        part, _ = loss(examples, scale.Scale(ranks=Ranks(r, 3)))
         if part is not None:
             part.backward()
             total = {n: total.get(n, 0) + g for n, g in grads().items()}
@@ -99,10 +98,10 @@ def test_a_killed_distillation_resumes_to_the_bytes_of_an_uninterrupted_one(cli,
     assert _distill(cli, src, src_lora, independent, tmp_path / "whole").exit_code == 0
     _killed_at_the_first_checkpoint(cli, src, src_lora, independent, tmp_path / "cut", monkeypatch)
     assert not (tmp_path / "cut").exists() and load_train_state(tmp_path / "cut-work")["step"] == 2
-    from paw.transfer.distill import scale as S
+    from paw.transfer.distill import scale
 
-    steps, sync = [], S.sync
-    monkeypatch.setattr(S, "sync", lambda *a: steps.append(1) or sync(*a))  # once per optimiser step
+    steps, sync = [], scale.sync
+    monkeypatch.setattr(scale, "sync", lambda *a: steps.append(1) or sync(*a))  # once per optimiser step
     monkeypatch.setenv("PAW_PROGRESS", "1")  # the progress line even for work this short
     result = _distill(cli, src, src_lora, independent, tmp_path / "cut", "--save-every", "2", "--resume")
     assert result.exit_code == 0, result.stderr
@@ -163,15 +162,15 @@ def test_a_rerun_reuses_the_cached_continuations(cli, src, src_lora, other_token
 
 def test_offload_teacher_frees_it_and_changes_nothing_else(cli, src, src_lora, independent, other_tokenizer, tmp_path,
                                                           monkeypatch):
-    from paw.transfer.distill import scale as S
+    from paw.transfer.distill import scale
 
     refused = _distill(cli, src, src_lora, independent, tmp_path / "kl", "--offload-teacher")
     assert refused.exit_code == 2 and "token-kl loss reads the teacher" in refused.stderr
     assert not (tmp_path / "kl").exists()
 
     freed = []
-    real = S.free_teacher
-    monkeypatch.setattr(S, "free_teacher", lambda teacher: freed.append(teacher) or real(teacher))
+    real = scale.free_teacher
+    monkeypatch.setattr(scale, "free_teacher", lambda teacher: freed.append(teacher) or real(teacher))
     assert _distill(cli, src, src_lora, other_tokenizer, tmp_path / "kept").exit_code == 0
     assert _distill(cli, src, src_lora, other_tokenizer, tmp_path / "freed", "--offload-teacher").exit_code == 0
     assert len(freed) == 1 and freed[0].model is None
@@ -197,13 +196,13 @@ def test_a_rerun_reuses_the_teachers_choice_scores_and_gains(cli, src, src_lora,
 
     from paw.evaluate.synthetic import fact_task
     from paw.io.mcdata import write_items
-    from paw.transfer.distill import train as T
+    from paw.transfer.distill import train
 
     write_items(tmp_path / "items.jsonl", fact_task("colour", n=6, seed=0))
     calls = {"score": 0, "logprobs": 0}
-    score, logprobs = T.score_encoded, T.token_logprobs
-    monkeypatch.setattr(T, "score_encoded", lambda *a, **k: calls.__setitem__("score", calls["score"] + 1) or score(*a, **k))
-    monkeypatch.setattr(T, "token_logprobs",
+    score, logprobs = train.score_encoded, train.token_logprobs
+    monkeypatch.setattr(train, "score_encoded", lambda *a, **k: calls.__setitem__("score", calls["score"] + 1) or score(*a, **k))
+    monkeypatch.setattr(train, "token_logprobs",
                         lambda *a, **k: calls.__setitem__("logprobs", calls["logprobs"] + 1) or logprobs(*a, **k))
 
     def run(out, *extra):
@@ -229,8 +228,7 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
     there writes only the rounds left, and its adapter is the bytes of an uninterrupted run's."""
     import json
 
-    from paw.transfer.distill import data
-    from paw.transfer.distill import scale as S
+    from paw.transfer.distill import data, scale
 
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("Kavo Milret likes the colour\nTin Sulo likes the colour\nAnn Bo likes the colour\n")
@@ -257,19 +255,19 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
 
     whole, whole_stats = run(tmp_path / "whole")
     assert whole == 3 and whole_stats["kept"] == 12 and whole_stats["duplicates"] == 36
-    real = S.write_synthesis
+    real = scale.write_synthesis
 
     def keep_then_die(folder, key, state):
         real(folder, key, state)
         if state["stats"]["rounds"] == 2:
             raise Killed
 
-    monkeypatch.setattr(S, "write_synthesis", keep_then_die)
+    monkeypatch.setattr(scale, "write_synthesis", keep_then_die)
     with pytest.raises(Killed):
         run(tmp_path / "cut")
     kept = json.loads((tmp_path / "cut-work" / "synthesis.json").read_text())["state"]
     assert kept["stats"]["rounds"] == 2 and len(kept["kept"]) == 8 and not (tmp_path / "cut").exists()
-    monkeypatch.setattr(S, "write_synthesis", real)
+    monkeypatch.setattr(scale, "write_synthesis", real)
     left, stats = run(tmp_path / "cut")
     assert left == whole - 2 and stats == whole_stats
     assert f"the synthesis goes on from {tmp_path / 'cut-work' / 'synthesis.json'} (8 inputs kept in 2 rounds)" in said[0]
@@ -281,19 +279,18 @@ def test_a_barren_synthesis_or_an_older_synthesis_is_tried_afresh(src_lora, tmp_
     what the teacher is shown (SYNTHESIS_VERSION) is another key."""
     from paw.io.adapter import read_adapter
     from paw.io.train_state import write_synthesis
-    from paw.transfer.distill import data
-    from paw.transfer.distill import scale as S
+    from paw.transfer.distill import data, scale
 
-    scale, handed = S.Scale(work=tmp_path), []
+    cache, handed = scale.Scale(work=tmp_path), []
     barren = {"kept": [], "known": [], "stats": {"rounds": 4, "blank": 64}, "rng": [3, [1], None]}
     write_synthesis(tmp_path, "k", barren)
-    S.synthesized(scale, "k", lambda state, keep: handed.append(state))
+    scale.synthesized(cache, "k", lambda state, keep: handed.append(state))
     write_synthesis(tmp_path, "k", {**barren, "kept": ["Question: Why?\nAnswer:"]})
-    S.synthesized(scale, "k", lambda state, keep: handed.append(state))
+    scale.synthesized(cache, "k", lambda state, keep: handed.append(state))
     assert handed[0] is None and handed[1]["kept"] == ["Question: Why?\nAnswer:"]
     lora = read_adapter(src_lora)
-    key = S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
-    assert key == S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
-    assert key != S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 1, False)
+    key = scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
+    assert key == scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
+    assert key != scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 1, False)
     monkeypatch.setattr(data, "SYNTHESIS_VERSION", data.SYNTHESIS_VERSION + 1)
-    assert key != S.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
+    assert key != scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)

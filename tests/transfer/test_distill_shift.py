@@ -8,40 +8,40 @@ import math
 import pytest
 import torch
 
-from paw.transfer.distill import loss as L
+from paw.transfer.distill import loss
 
 
 def test_shift_choice_target_against_hand_values():
     # the adapter raised choice 0 by 1 nat in the teacher; the student's base is indifferent
-    target = L.shift_choice_target(torch.tensor([[0.0, 0.0]]), torch.tensor([[-1.0, -2.0]]), torch.tensor([[-2.0, -2.0]]))
+    target = loss.shift_choice_target(torch.tensor([[0.0, 0.0]]), torch.tensor([[-1.0, -2.0]]), torch.tensor([[-2.0, -2.0]]))
     assert target.tolist() == [[1.0, 0.0]]
-    p = L.choice_logprobs(target, torch.tensor([[True, True]])).exp()
+    p = loss.choice_logprobs(target, torch.tensor([[True, True]])).exp()
     assert p[0, 0].item() == pytest.approx(math.e / (1 + math.e), abs=1e-6)
-    half = L.shift_choice_target(torch.tensor([[-3.0, -1.0]]), torch.tensor([[-1.0, -2.0]]), torch.tensor([[-2.0, -2.0]]),
-                                 scale=0.5)
+    half = loss.shift_choice_target(torch.tensor([[-3.0, -1.0]]), torch.tensor([[-1.0, -2.0]]), torch.tensor([[-2.0, -2.0]]),
+                                    scale=0.5)
     assert half.tolist() == [[-2.5, -1.0]]   # -3 + 0.5 * 1, -1 + 0.5 * 0
 
 
 def test_shift_token_target_against_hand_values():
     sb = torch.log(torch.tensor([[0.5, 0.5]]))
     t, tb = torch.log(torch.tensor([[0.8, 0.2]])), torch.log(torch.tensor([[0.5, 0.5]]))
-    assert L.shift_token_target(sb, t, tb).exp()[0].tolist() == pytest.approx([0.8, 0.2], abs=1e-6)
+    assert loss.shift_token_target(sb, t, tb).exp()[0].tolist() == pytest.approx([0.8, 0.2], abs=1e-6)
     # a student base of [0.2, 0.8] keeps its lean, moved by the adapter's odds x4: [0.5, 0.5]
     sb2 = torch.log(torch.tensor([[0.2, 0.8]]))
-    assert L.shift_token_target(sb2, t, tb).exp()[0].tolist() == pytest.approx([0.5, 0.5], abs=1e-6)
+    assert loss.shift_token_target(sb2, t, tb).exp()[0].tolist() == pytest.approx([0.5, 0.5], abs=1e-6)
     # a column the teacher has not (-inf) keeps the student's base there; `shared` drops it and renormalises
     t3 = torch.log(torch.tensor([[0.8, 0.2, 0.0]]))
     tb3 = torch.log(torch.tensor([[0.5, 0.5, 0.0]]))
     sb3 = torch.log(torch.tensor([[0.25, 0.25, 0.5]]))
-    out = L.shift_token_target(sb3, t3, tb3).exp()[0]
+    out = loss.shift_token_target(sb3, t3, tb3).exp()[0]
     raw = torch.tensor([0.25 * 1.6, 0.25 * 0.4, 0.5])
     assert out.tolist() == pytest.approx((raw / raw.sum()).tolist(), abs=1e-6)
-    shared = L.shift_token_target(sb3, t3, tb3, shared=torch.tensor([True, True, False])).exp()[0]
+    shared = loss.shift_token_target(sb3, t3, tb3, shared=torch.tensor([True, True, False])).exp()[0]
     assert shared.tolist() == pytest.approx([0.8, 0.2, 0.0], abs=1e-6)
     # kl_rows of the target against itself is 0, against a uniform student KL([.8,.2] || [.5,.5])
     log_p = torch.log(torch.tensor([[0.8, 0.2]]))
     expected = 0.8 * math.log(1.6) + 0.2 * math.log(0.4)
-    assert L.kl_rows(torch.zeros(1, 2), log_p).item() == pytest.approx(expected, abs=1e-6)
+    assert loss.kl_rows(torch.zeros(1, 2), log_p).item() == pytest.approx(expected, abs=1e-6)
 
 
 def _lm_pair(world, lora=None):
@@ -67,7 +67,7 @@ def _direct_choice_scores(model, tokenizer, prompts):
 def test_the_choice_target_is_the_students_base_plus_the_adapters_shift(world):
     """Across tokenizers, on inputs with choices: each model scored directly, the training target of every
     input equals student_base + scale x (teacher - teacher_base), and its loss is the KL to it."""
-    from paw.transfer.distill import train as T
+    from paw.transfer.distill import train
     from paw.transfer.distill.data import Prompt
     from paw.transfer.distill.lora import _student
     from paw.transfer.distill.run import read_inputs
@@ -80,19 +80,20 @@ def test_the_choice_target_is_the_students_base_plus_the_adapters_shift(world):
     direct_sb = _direct_choice_scores(student.model, student.tokenizer, prompts)
     assert max(abs(a - b) for a, b in zip(direct_t, direct_tb, strict=True)) > 0.1   # the adapter moved them
 
-    examples = T.examples(prompts, teacher, student, 2, "cpu", shift=True)
+    examples = train.examples(prompts, teacher, student, 2, "cpu", shift=True)
     from paw.io.adapter import read_adapter
 
     peft_model = _student(read_adapter(world["lora"]), student.model, None, None, None, None, 0, "cpu")
     try:
-        T.add_student_base(examples, peft_model, "cpu")
-        shift = T.Shift(0.7, teacher_off=teacher.model.disable_adapter, student_off=peft_model.disable_adapter)
-        loss, s_ll, target, valid = T._choice_loss(peft_model, examples, T.PAD_ID, "cpu", shift)
+        train.add_student_base(examples, peft_model, "cpu")
+        shift = train.Shift(0.7, teacher_off=teacher.model.disable_adapter, student_off=peft_model.disable_adapter)
+        choice_loss, s_ll, target, valid = train._choice_loss(peft_model, examples, train.PAD_ID, "cpu", shift)
         expected = [sb + 0.7 * (t - tb) for sb, t, tb in zip(direct_sb, direct_t, direct_tb, strict=True)]
         assert target[valid].tolist() == pytest.approx(expected, abs=1e-4)
         # a fresh LoRA (B = 0) is the student's base: its scores are the base's
         assert s_ll[valid].tolist() == pytest.approx(direct_sb, abs=1e-4)
-        assert loss.item() == pytest.approx(L.choice_kl(s_ll, target, valid).item(), abs=1e-6) and loss.item() > 0
+        assert choice_loss.item() == pytest.approx(loss.choice_kl(s_ll, target, valid).item(), abs=1e-6)
+        assert choice_loss.item() > 0
     finally:
         peft_model.unload()
 
@@ -104,7 +105,7 @@ def test_the_token_target_with_a_shared_vocabulary_is_base_plus_shift(src, src_l
     from paw.evaluate.mc import forward_logits
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
-    from paw.transfer.distill import train as T
+    from paw.transfer.distill import train
     from paw.transfer.distill.data import Prompt
     from paw.transfer.distill.lora import _student, _vocabulary
     from paw.transfer.distill.run import _side
@@ -113,7 +114,7 @@ def test_the_token_target_with_a_shared_vocabulary_is_base_plus_shift(src, src_l
     student = _side(independent, open_tokenizer(independent), "cpu")
     vocab = _vocabulary(teacher, student, byte_kl=False)
     assert vocab.shared
-    examples = T.examples([Prompt("the cat sat on"), Prompt("a red apple")], teacher, student, 3, "cpu", vocab)
+    examples = train.examples([Prompt("the cat sat on"), Prompt("a red apple")], teacher, student, 3, "cpu", vocab)
     peft_model = _student(read_adapter(src_lora), student.model, None, None, None, None, 0, "cpu")
     try:
         # a trained-looking student: every B factor nudged, so the student is not its base
@@ -121,11 +122,11 @@ def test_the_token_target_with_a_shared_vocabulary_is_base_plus_shift(src, src_l
             for name, p in peft_model.named_parameters():
                 if "lora_B" in name:
                     p.add_(0.05)
-        shift = T.Shift(1.5, teacher_off=teacher.model.disable_adapter, student_off=peft_model.disable_adapter)
-        parts, logits, _, mask, _ = T._sequence_losses(peft_model, teacher.model, examples, vocab, T.PAD_ID, "cpu",
-                                                       shift=shift)
-        assert set(parts) == {T.TOKEN_KL}   # the teacher's text is no target under the shift
-        batch = make_batch([e.sequence for e in examples], pad_id=T.PAD_ID, padding_side="left")
+        shift = train.Shift(1.5, teacher_off=teacher.model.disable_adapter, student_off=peft_model.disable_adapter)
+        parts, logits, _, mask, _ = train._sequence_losses(peft_model, teacher.model, examples, vocab, train.PAD_ID, "cpu",
+                                                           shift=shift)
+        assert set(parts) == {train.TOKEN_KL}   # the teacher's text is no target under the shift
+        batch = make_batch([e.sequence for e in examples], pad_id=train.PAD_ID, padding_side="left")
         with torch.no_grad():
             t_lp = torch.log_softmax(forward_logits(teacher.model, batch, "cpu")[0].float(), -1)
             with teacher.model.disable_adapter():
@@ -135,7 +136,7 @@ def test_the_token_target_with_a_shared_vocabulary_is_base_plus_shift(src, src_l
         target = torch.log_softmax(sb_lp + 1.5 * (t_lp - tb_lp), -1)
         log_q = torch.log_softmax(logits.float(), -1)
         kl = (target.exp() * (target - log_q)).sum(-1)[mask].mean()
-        assert parts[T.TOKEN_KL].item() == pytest.approx(kl.item(), rel=1e-4)
+        assert parts[train.TOKEN_KL].item() == pytest.approx(kl.item(), rel=1e-4)
     finally:
         peft_model.unload()
 

@@ -22,6 +22,7 @@ def world(tmp_path_factory):
     from peft import get_peft_model_state_dict
 
     from paw import zoo
+    from paw.data import sample_texts
     from paw.evaluate.synthetic import fact_task, tokenizer_corpus
     from paw.evaluate.train import train_lora
     from paw.io.adapter import LoraAdapter, lora_config_dict, write_adapter
@@ -29,7 +30,7 @@ def world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("gate")
     task = fact_task("colour", n=16, seed=0)
-    tok = zoo.train_tokenizer(zoo.sample_texts("multi") + tokenizer_corpus(task), 300, kind="byte-bpe")
+    tok = zoo.train_tokenizer(sample_texts("multi") + tokenizer_corpus(task), 300, kind="byte-bpe")
     source = zoo.build_model("llama", seed=0, init_std=0.2, vocab_size=len(tok), **DIMS)
     zoo.save_model(source, root / "source", tokenizer=tok)
     peft_model, _ = train_lora(copy.deepcopy(source), tok, task, rank=4, alpha=8, steps=30, batch_size=8, lr=1e-2,

@@ -76,11 +76,12 @@ def handmade(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory) -> dict[str, Path]:
     from paw import zoo
+    from paw.data import sample_texts
 
     root = tmp_path_factory.mktemp("trained")
     out = {}
     for kind in ("byte-bpe", "sentencepiece-bpe", "wordpiece"):
-        tok = zoo.train_tokenizer(zoo.sample_texts("multi") + zoo.sample_texts("en"), 400, kind=kind)
+        tok = zoo.train_tokenizer(sample_texts("multi") + sample_texts("en"), 400, kind=kind)
         tok.save_pretrained(root / kind)
         out[kind] = root / kind
     return out

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from paw import zoo
+from paw.data import sample_texts
 from paw.errors import PawError
 from paw.vocab.heal import rows_to_heal, token_stream, windows
 
@@ -32,7 +32,7 @@ def test_windows_and_token_stream():
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("heal") / "corpus.txt"
-    path.write_text("\n".join(zoo.sample_texts("multi") * 3), encoding="utf-8")
+    path.write_text("\n".join(sample_texts("multi") * 3), encoding="utf-8")
     return path
 
 

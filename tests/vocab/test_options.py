@@ -73,13 +73,13 @@ def test_transplant_tokenizer_reads_a_config_file_and_typed_flags_win(cli, tiny_
 
 
 def test_heal_transplant_reads_a_config_file_and_typed_flags_win(cli, tiny_llama, trained, tmp_path):
-    from paw import zoo
+    from paw.data import sample_texts
 
     moved = tmp_path / "moved"   # on a SentencePiece tokenizer: many rows decomposed, to heal
     assert cli("transplant-tokenizer", "--model", tiny_llama, "--tokenizer", trained["sentencepiece-bpe"], "-o", moved,
                "--no-check").exit_code == 0
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(zoo.sample_texts("multi") * 2), encoding="utf-8")
+    corpus.write_text("\n".join(sample_texts("multi") * 2), encoding="utf-8")
     config = _yaml(tmp_path / "heal.yaml", model=moved, corpus=[corpus], output=tmp_path / "a", steps=3, seq_len=8,
                    batch=2, eval_texts=4)
     by_file = cli("heal-transplant", "--config", config, "--steps", "2")   # the typed --steps wins

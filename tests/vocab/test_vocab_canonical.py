@@ -150,9 +150,9 @@ def test_tiktoken_file_matches_tiktoken_and_hf_conversion(llama3_small):
     assert tok.kind == "tiktoken" and tok.size == 3000 and tok.pattern == CL100K_PATTERN
     ref = tiktoken.Encoding("ref", pat_str=CL100K_PATTERN, mergeable_ranks=ranks, special_tokens={})
     hf = _hf(ranks, CL100K_PATTERN)
-    from paw import zoo
+    from paw.data import sample_texts
 
-    for text in zoo.sample_texts("multi"):
+    for text in sample_texts("multi"):
         ids = tok.encode(text)
         assert ids == ref.encode_ordinary(text)
         assert hf.encode(text, add_special_tokens=False).ids == ids
@@ -201,9 +201,9 @@ def test_rank_file_pattern_and_hf_conversion(llama3_small, name):
     digits = [tok.token_bytes(i) for i in tok.encode("year 20261121")]
     assert (b"2" in digits) == (name == "qwen2")  # qwen2 splits single digits, cl100k groups of 3
     hf = _hf(ranks, resolve_pattern(name))
-    from paw import zoo
+    from paw.data import sample_texts
 
-    for text in zoo.sample_texts("multi") + ["year 20261121  \n\n x"]:
+    for text in sample_texts("multi") + ["year 20261121  \n\n x"]:
         assert hf.encode(text, add_special_tokens=False).ids == tok.encode(text)
 
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paw import fsdp as F
+from paw.data import sample_texts
 from paw.device import guard_cuda_attention, resolve_device
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
@@ -45,7 +46,6 @@ from paw.transfer.distill.train import LM
 from paw.transfer.pipeline import transfer_lora
 from paw.validate import lora_rank
 from paw.vocab.align import AlignContext, exact, match_specials
-from paw.zoo import sample_texts
 
 LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
 # the automatic budget (no --max-steps): at most AUTO_EPOCHS passes over the inputs, within these bounds,

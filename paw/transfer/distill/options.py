@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from paw import fsdp as F
+from paw import fsdp
 from paw.errors import PawError
 from paw.knobs import knob
 from paw.train.recipe import SCHEDULES  # light: no torch
@@ -127,7 +127,7 @@ class DistillOptions:
             raise PawError(f"--next-words {self.next_words}: 0 (off) or at least 2")
         lora_alpha("--alpha", self.alpha)
         lora_rank("--rank", self.rank)  # the fit to the target's layers is checked once it is read
-        F.check(self.fsdp, save_every=self.save_every, resume=self.resume)
+        fsdp.check(self.fsdp, save_every=self.save_every, resume=self.resume)
 
     def given(self) -> list[str]:
         """The flags set to something other than their default (``['--rank', '--alpha']``)."""

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from paw import fsdp as F
+from paw import fsdp
 from paw.device import resolve_device
 from paw.distributed import setup
 from paw.errors import PawError
@@ -82,7 +82,7 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
     infos = open_tokenizer(source_base), open_tokenizer(target_base)  # before any model is loaded
     predicted = _announce(source_base, target_base, lora, o, dev, ranks, n_inputs=len(texts) if texts != GENERIC else 256)
     teacher = _side(source_base, infos[0], dev, adapter=adapter, dtype=o.dtype)
-    student = (_side(target_base, infos[1], None, dtype=F.load_dtype(o.dtype, dev, open_checkpoint(target_base).config))
+    student = (_side(target_base, infos[1], None, dtype=fsdp.load_dtype(o.dtype, dev, open_checkpoint(target_base).config))
                if o.fsdp else _side(target_base, infos[1], dev, dtype=o.dtype))  # FSDP moves the shards to dev
     scale = _scale(output, o, ranks, inputs)
     moved, report = distill_lora(lora, teacher, student, prompts=texts if not o.synthesize else None,

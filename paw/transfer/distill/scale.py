@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paw import fsdp as F
+from paw import fsdp
 from paw.distributed import SINGLE, Ranks, all_sum, map_chunks, shard, share, sync_gradients
 from paw.errors import PawError
 from paw.io.train_state import (
@@ -186,8 +186,8 @@ def work(local: list, chosen: list, scale: Scale | None) -> tuple[list, list]:
     borrows one of the batch ``chosen`` when another rank has one (its loss part then weighs 0: :func:`weigh`
     counts ``local``'s units)."""
     if scale is not None and scale.fsdp:
-        return (F.stand_in(local, chosen, scale.ranks, lambda e: e.sequence is not None),
-                F.stand_in(local, chosen, scale.ranks, lambda e: bool(e.choices)))
+        return (fsdp.stand_in(local, chosen, scale.ranks, lambda e: e.sequence is not None),
+                fsdp.stand_in(local, chosen, scale.ranks, lambda e: bool(e.choices)))
     return [e for e in local if e.sequence is not None], [e for e in local if e.choices]
 
 
@@ -216,7 +216,7 @@ def all_finite(params: list, scale: Scale | None) -> bool:
     """Whether every LoRA factor is finite on every rank (each rank checks the part it holds)."""
     import torch
 
-    local = all(bool(torch.isfinite(F.local_part(p.detach())).all()) for p in params)
+    local = all(bool(torch.isfinite(fsdp.local_part(p.detach())).all()) for p in params)
     if scale is None or not scale.ranks.parallel:
         return local
     return all_sum([0.0 if local else 1.0], scale.ranks)[0] == 0
