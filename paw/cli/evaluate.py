@@ -27,7 +27,7 @@ def eval_command(options: EvalOptions, run: RunOptions) -> None:
     result = evaluate_model(options, run, command=command_line())
     if "proxy" in result.metrics:
         alone = result.metrics["proxy"]["target_alone"]
-        typer.echo(f"target alone   {alone['accuracy']:.4f} ± {alone['stderr']:.4f}   (proxy-tuned below, "
+        typer.echo(f"target alone   {alone['accuracy']:.4f} ± {_se(alone['stderr'])}   (proxy-tuned below, "
                    f"scale {result.metrics['proxy']['scale']:g})")
     _print_metrics(result.metrics)
     if result.output is not None:
@@ -57,9 +57,14 @@ def train_lora_command(options: TrainLoraOptions, run: RunOptions, write: WriteO
 
 def _print_metrics(metrics: dict, prefix: str = "") -> None:
     m = {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
-    typer.echo(f"accuracy       {m['accuracy']:.4f} ± {m['stderr']:.4f}   (n={m['n']})")
-    typer.echo(f"accuracy_norm  {m['accuracy_norm']:.4f} ± {m['stderr_norm']:.4f}")
+    typer.echo(f"accuracy       {m['accuracy']:.4f} ± {_se(m['stderr'])}   (n={m['n']})")
+    typer.echo(f"accuracy_norm  {m['accuracy_norm']:.4f} ± {_se(m['stderr_norm'])}")
     typer.echo(f"loss           {m['loss']:.4f}   perplexity {m['perplexity']:.2f}   ({m['n_tokens']} answer tokens)")
+
+
+def _se(stderr: float | None) -> str:
+    """lm-eval's stderr, ``N/A`` for a single item as lm-eval prints it."""
+    return "N/A" if stderr is None else f"{stderr:.4f}"
 
 
 def _print_training(metrics: dict) -> None:

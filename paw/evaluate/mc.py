@@ -8,7 +8,9 @@ continuation tokens. Reported, over ``n`` items:
   lm-eval's ``acc_norm``: the length of the choice text *without* the space that joins it to the
   question (:meth:`MCItem.norm_lengths`; characters, not tokens, so that two models with different
   tokenizers are normalised alike);
-- ``stderr`` / ``stderr_norm``: ``sqrt(p (1 - p) / n)``, the binomial standard error;
+- ``stderr`` / ``stderr_norm``: lm-eval's ``mean_stderr`` of the 0/1 outcomes, the sample standard
+  deviation over ``sqrt(n)``, i.e. ``sqrt(p (1 - p) / (n - 1))`` (:func:`paw.evaluate.stats.mean_stderr`;
+  ``None`` for one item, where lm-eval prints N/A);
 - ``loss``: mean negative log-likelihood per token of the *correct* continuations, pooled over all
   their tokens (``sum NLL / sum tokens``), and ``perplexity = exp(loss)``, the test/loss and
   test/perplexity of LoRA fine-tuning runs;
@@ -39,6 +41,7 @@ from paw.device import guard_cuda_attention
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
+from paw.evaluate.stats import mean_stderr
 from paw.progress import track
 
 
@@ -164,7 +167,8 @@ def model_device(model):
 
 
 def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
-             progress: bool = True, padding_side: str | None = None, per_item: bool = False) -> dict:
+             progress: bool = True, padding_side: str | None = None, per_item: bool = False,
+             max_length: int | None = None) -> dict:
     """Score ``items`` with ``model``; returns the metrics in the module docstring.
 
     ``per_item=True`` adds ``correct`` and ``correct_norm`` (0/1 per item, in order) and
@@ -174,21 +178,23 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
     {'accuracy': 1.0, 'accuracy_norm': 1.0, 'stderr': 0.0, ..., 'n': 1}
     """
     scores = choice_scores(model, tokenizer, items, batch_size=batch_size, device=device, progress=progress,
-                           padding_side=padding_side)
+                           padding_side=padding_side, max_length=max_length)
     return summarize(items, scores, per_item=per_item)
 
 
 def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
-                  progress: bool = True, padding_side: str | None = None) -> list[tuple[float, int]]:
+                  progress: bool = True, padding_side: str | None = None,
+                  max_length: int | None = None) -> list[tuple[float, int]]:
     """``(sum log p(choice | question), n_tokens)`` of every choice of every item, item by item: what
-    :func:`summarize` reads, and what proxy-tuning combines across models (:mod:`paw.evaluate.proxy`)."""
+    :func:`summarize` reads, and what proxy-tuning combines across models (:mod:`paw.evaluate.proxy`).
+    A sequence longer than ``max_length`` (default: the model's) loses tokens on the left, as in lm-eval."""
     if not items:
         raise PawError("no items to evaluate")
     if device is not None:
         model.to(device)
     device = model_device(model)
     side = padding_side or "left"
-    max_length = max_length_of(model)
+    max_length = max_length or max_length_of(model)
     encoded = []
     for k, item in enumerate(items):
         if not 0 <= item.answer < len(item.choices):
@@ -225,8 +231,8 @@ def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]], *, p
     return {
         "accuracy": acc,
         "accuracy_norm": acc_norm,
-        "stderr": math.sqrt(acc * (1 - acc) / n),
-        "stderr_norm": math.sqrt(acc_norm * (1 - acc_norm) / n),
+        "stderr": mean_stderr(hits),
+        "stderr_norm": mean_stderr(hits_norm),
         "loss": loss,
         "perplexity": math.exp(min(loss, 700.0)),
         "n": n,
