@@ -16,9 +16,13 @@ def register(app: typer.Typer) -> None:
 
 def eval_command(options: EvalOptions, run: RunOptions) -> None:
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
-    perplexity of the correct answers.
+    perplexity of the correct answers; or, with --text, a text's word and byte perplexity.
 
     Example: paw eval --model ./paw_demo/models/base --data ./paw_demo/data/colour.jsonl --limit 200
+
+    5-shot: paw eval --model ./m --data arc-easy_test.jsonl --num-fewshot 5 --fewshot-data arc-easy_train.jsonl
+
+    Perplexity (rolling windows, as lm-eval's wikitext): paw eval --model ./m --text notes.txt
 
     Proxy-tuning (a LoRA of another model, applied at scoring time): paw eval --model ./b --data d.jsonl --proxy-base ./a --proxy-adapter ./a-lora
     """
@@ -29,7 +33,10 @@ def eval_command(options: EvalOptions, run: RunOptions) -> None:
         alone = result.metrics["proxy"]["target_alone"]
         typer.echo(f"target alone   {alone['accuracy']:.4f} ± {_se(alone['stderr'])}   (proxy-tuned below, "
                    f"scale {result.metrics['proxy']['scale']:g})")
-    _print_metrics(result.metrics)
+    if options.text is not None:
+        _print_perplexity(result.metrics)
+    else:
+        _print_metrics(result.metrics)
     if result.output is not None:
         typer.echo(f"results: {result.output}")
     if options.per_item is not None:
@@ -65,6 +72,13 @@ def _print_metrics(metrics: dict, prefix: str = "") -> None:
 def _se(stderr: float | None) -> str:
     """lm-eval's stderr, ``N/A`` for a single item as lm-eval prints it."""
     return "N/A" if stderr is None else f"{stderr:.4f}"
+
+
+def _print_perplexity(m: dict) -> None:
+    typer.echo(f"word_perplexity   {m['word_perplexity']:.4f}   ({m['n_words']} words, {m['n_documents']} documents)")
+    typer.echo(f"byte_perplexity   {m['byte_perplexity']:.4f}   ({m['n_bytes']} bytes)")
+    typer.echo(f"bits_per_byte     {m['bits_per_byte']:.4f}")
+    typer.echo(f"token_perplexity  {m['token_perplexity']:.4f}   ({m['n_tokens']} tokens in {m['n_windows']} windows)")
 
 
 def _print_training(metrics: dict) -> None:
