@@ -123,50 +123,96 @@ def _vocab_size(model) -> int:
     return int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
 
 
-def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int = 8, device=None,
-                  padding_side: str = "left", progress: bool = True) -> list[tuple[float, int]]:
+AUTO_BATCH = {"cuda": 64, "cpu": 8}
+"""Where ``batch_size="auto"`` starts, by device type (other devices: the CPU's). A batch that runs out of
+memory is halved, and so is every later one (lm-eval's ``--batch_size auto`` also starts at 64 and halves);
+sequences go longest first, so the first batch is the largest. The CPU starts at the fixed default:
+out of memory there is the kernel killing the process, not an error to halve on."""
+
+
+def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int | str = 8, device=None,
+                  padding_side: str = "left", progress: bool = True,
+                  description: str = "scoring choices") -> list[tuple[float, int]]:
     """``(sum log p(continuation), n_tokens)`` for each encoding, in input order (``device``: the
-    model's own where not given; a batch whose logits would pass :data:`LOGITS_BUDGET` goes in halves)."""
+    model's own where not given; a batch whose logits would pass :data:`LOGITS_BUDGET` goes in halves;
+    ``batch_size="auto"``: :data:`AUTO_BATCH`)."""
     import torch
 
     device = model_device(model) if device is None else device
     guard_cuda_attention(model)
+    auto = batch_size == "auto"
+    size = AUTO_BATCH.get(torch.device(device).type, AUTO_BATCH["cpu"]) if auto else int(batch_size)
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
-    starts = range(0, len(order), batch_size)
+    starts = range(0, len(order), size)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
     window = sliding_window_of(model)
     vocab = _vocab_size(model)
-    batches = track(starts, "scoring choices", total=len(starts), unit="batches") if progress else starts
+    cap = size   # what fits: lowered when a batch runs out of memory under "auto"
+    batches = track(starts, description, total=len(starts), unit="batches") if progress else starts
     with torch.no_grad():
         for start in batches:
-            pending = [order[start:start + batch_size]]
+            pending = [order[start:start + size]]
             while pending:
                 index = pending.pop()
+                if len(index) > cap:   # a smaller batch fitted since this one was queued
+                    pending += [index[i:i + cap] for i in range(0, len(index), cap)][::-1]
+                    continue
                 batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side,
                                    window=window)
                 if len(index) > 1 and _logit_bytes(batch, vocab) > LOGITS_BUDGET:
                     half = len(index) // 2
                     pending += [index[half:], index[:half]]
                     continue
-                logits, skip = forward_logits(model, batch, device)
-                sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
-                                                     batch.target_mask[:, skip:].to(device))
-                del logits
-                bad = int((~torch.isfinite(sums)).sum())
-                if bad:  # a NaN compares as nothing: the first choice would win silently
-                    raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(index)} sequences "
-                                   f"of one batch on {sums.device.type}; try --dtype float32, or another "
-                                   "--device to compare")
+                try:
+                    sums, counts = _score_batch(model, batch, device)
+                except _out_of_memory() as err:
+                    if not auto or len(index) == 1:
+                        raise PawError(f"out of memory on {torch.device(device).type} with {len(index)} sequences "
+                                       f"of up to {batch.input_ids.shape[1]} tokens; try a smaller --batch-size, "
+                                       "or --batch-size auto") from err
+                    cap = len(index) // 2
+                    _free_memory(device)
+                    pending += [index[cap:], index[:cap]]
+                    continue
                 for i, s, c in zip(index, sums.tolist(), counts.tolist(), strict=True):
                     results[i] = (float(s), int(c))
     return results
+
+
+def _score_batch(model, batch, device):
+    """``(sums (B,), counts (B,))`` of one batch; a NaN/Inf log-likelihood is refused."""
+    import torch
+
+    logits, skip = forward_logits(model, batch, device)
+    sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
+                                         batch.target_mask[:, skip:].to(device))
+    del logits
+    bad = int((~torch.isfinite(sums)).sum())
+    if bad:  # a NaN compares as nothing: the first choice would win silently
+        raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(sums)} sequences "
+                       f"of one batch on {sums.device.type}; try --dtype float32, or another "
+                       "--device to compare")
+    return sums, counts
+
+
+def _out_of_memory() -> type[BaseException]:
+    import torch
+
+    return getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def _free_memory(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def model_device(model):
     return next(model.parameters()).device
 
 
-def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
+def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int | str = 8, device=None,
              progress: bool = True, padding_side: str | None = None, per_item: bool = False,
              max_length: int | None = None) -> dict:
     """Score ``items`` with ``model``; returns the metrics in the module docstring.
@@ -182,7 +228,7 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
     return summarize(items, scores, per_item=per_item)
 
 
-def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
+def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int | str = 8, device=None,
                   progress: bool = True, padding_side: str | None = None,
                   max_length: int | None = None) -> list[tuple[float, int]]:
     """``(sum log p(choice | question), n_tokens)`` of every choice of every item, item by item: what

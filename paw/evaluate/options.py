@@ -14,6 +14,20 @@ from paw.validate import finite
 FORMATS = ("auto", *READERS)
 
 
+def batch_size_value(value: int | str) -> int | str:
+    """``'auto'``, or a whole number >= 1 (typed as text on the command line).
+
+    >>> batch_size_value("16"), batch_size_value("auto")
+    (16, 'auto')
+    """
+    if value == "auto":
+        return value
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise PawError(f"--batch-size {value!r}: a whole number >= 1, or auto")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class EvalOptions:
     """One evaluation: a model (with an adapter, or with another model's adapter shift: proxy-tuning) on one
@@ -33,7 +47,8 @@ class EvalOptions:
     format: str = knob("auto", "Data layout: auto (detected from the first line), or one of the readers "
                                "(mc: flat question/choices/answer).", choices=FORMATS)
     limit: int | None = knob(None, "Evaluate the first N items only.", min=1)
-    batch_size: int = knob(8, "Sequences per forward pass.", min=1)
+    batch_size: int | str = knob(8, "Sequences per forward pass, or auto (CUDA: from 64, halved on out of memory).",
+                                 min=1, cli=str, parse=batch_size_value)
     output: str | Path | None = knob(None, "Write the metrics to this JSON file.", cli=Path)
     per_item: str | Path | None = knob(None, "Write every item's choices, log-likelihoods and pick to this "
                                              "JSON-lines file.", cli=Path)

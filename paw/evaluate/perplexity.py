@@ -90,7 +90,7 @@ def document_tokens(tokenizer, text: str, prefix: int) -> list[int]:
 
 
 def score_documents(model, tokenizer, documents: Sequence[str], *, max_length: int | None = None,
-                    batch_size: int = 8, progress: bool = True) -> list[dict]:
+                    batch_size: int | str = 8, progress: bool = True) -> list[dict]:
     """Per document: ``loglikelihood`` (sum over its tokens), ``tokens``, ``words``, ``bytes``, ``windows``.
 
     ``max_length``: the window length, :func:`context_length` when not given.
@@ -109,7 +109,7 @@ def score_documents(model, tokenizer, documents: Sequence[str], *, max_length: i
     model.eval()
     try:
         scores = score_encoded(model, windows, pad_id=pad_id_of(tokenizer), batch_size=batch_size,
-                               device=model_device(model), progress=progress)
+                               device=model_device(model), progress=progress, description="scoring windows")
     finally:
         model.train(was_training)
     for k, (logprob, _) in zip(owner, scores, strict=True):

@@ -133,8 +133,8 @@ def _scored(o: EvalOptions, device: str, *, progress: bool) -> tuple[dict, list[
 
 def item_records(items, metrics: dict, *, fewshot: list[list[int]] | None = None) -> list[dict]:
     """One record per item: its question, choices, answer, every choice's summed log-likelihood, the pick and
-    whether it (and the length-normalised pick) was right; ``fewshot``: its examples' lines of the few-shot
-    source (0-based, as read)."""
+    whether it (and the length-normalised pick) was right; with ``fewshot``, its examples' items in the
+    few-shot source (0-based, as read) and the text they make before the question (``prefix``)."""
     from paw.evaluate.mc import argmax_choice
 
     records = [{"index": k, "id": item.id, "question": item.question, "choices": list(item.choices),
@@ -143,8 +143,8 @@ def item_records(items, metrics: dict, *, fewshot: list[list[int]] | None = None
                for k, (item, lls, right, right_norm) in enumerate(zip(items, metrics["choice_logprobs"],
                                                                        metrics["correct"], metrics["correct_norm"],
                                                                        strict=True))]
-    for record, picks in zip(records, fewshot or (), strict=False):
-        record["fewshot"] = picks
+    for record, item, picks in zip(records, items, fewshot or (), strict=False):
+        record |= {"fewshot": picks, "prefix": item.prefix}
     return records
 
 

@@ -82,8 +82,9 @@ def test_cli_few_shot_scores_are_those_of_the_built_contexts(cli, fact_model, co
                        item.answer) for r, item in zip(records, test, strict=True)]
     model, tok = load_lm(fact_model, device="cpu")
     direct = evaluate(model, tok, prefixed, progress=False, per_item=True)
-    for r, lls in zip(records, direct["choice_logprobs"], strict=True):
+    for r, lls, item in zip(records, direct["choice_logprobs"], prefixed, strict=True):
         assert r["choice_logprobs"] == pytest.approx(lls, abs=1e-4)
+        assert r["prefix"] + r["question"] == item.question
     zero_shot = evaluate(model, tok, test, progress=False, per_item=True)["choice_logprobs"]
     shift = max(abs(a - b) for r, z in zip(records, zero_shot, strict=True) for a, b in zip(r["choice_logprobs"], z, strict=True))
     assert shift > 1e-3   # the examples are read
