@@ -75,10 +75,20 @@ def _se(stderr: float | None) -> str:
 
 
 def _print_perplexity(m: dict) -> None:
-    typer.echo(f"word_perplexity   {m['word_perplexity']:.4f}   ({m['n_words']} words, {m['n_documents']} documents)")
-    typer.echo(f"byte_perplexity   {m['byte_perplexity']:.4f}   ({m['n_bytes']} bytes)")
-    typer.echo(f"bits_per_byte     {m['bits_per_byte']:.4f}")
-    typer.echo(f"token_perplexity  {m['token_perplexity']:.4f}   ({m['n_tokens']} tokens in {m['n_windows']} windows)")
+    docs = f"{m['n_documents']} document" + ("s" if m["n_documents"] != 1 else "")
+    typer.echo(f"word_perplexity   {figure(m['word_perplexity'])}   ({m['n_words']} words in {docs})")
+    typer.echo(f"byte_perplexity   {figure(m['byte_perplexity'])}   ({m['n_bytes']} bytes)")
+    typer.echo(f"bits_per_byte     {figure(m['bits_per_byte'])}")
+    typer.echo(f"token_perplexity  {figure(m['token_perplexity'])}   ({m['n_tokens']} tokens in {m['n_windows']} windows)")
+
+
+def figure(value: float) -> str:
+    """Four decimals, or four significant digits past a million (an untrained model's word perplexity).
+
+    >>> figure(26.12346), figure(198071474716.1174)
+    ('26.1235', '1.9807e+11')
+    """
+    return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.4e}"
 
 
 def _print_training(metrics: dict) -> None:
