@@ -312,6 +312,11 @@ def _one(value: Any, allowed: list, m: dict, key: str, data: Mapping[str, Any]) 
         if str(value) not in values or not isinstance(value, str):
             raise PawError(f"{key}: {value!r} is not one of {', '.join(values)}")
         return value
+    if m["parse"] is not None and str in allowed and isinstance(value, str):   # "auto" for an int | str knob
+        try:
+            return m["parse"](value)
+        except PawError as err:
+            raise PawError(f"{key}: {err}") from None
     if bool in allowed:
         if not isinstance(value, bool):
             raise PawError(f"{key}: expected true or false, not {value!r}")

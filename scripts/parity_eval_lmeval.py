@@ -11,11 +11,22 @@ with ``--log_samples``, PAW through ``paw.evaluate.mc.evaluate(per_item=True)``.
 
 Printed per set: items where both pick the same choice by raw log-likelihood (accuracy) and by
 length-normalised log-likelihood (accuracy_norm), the largest |log-likelihood difference| over all
-choices, and both tools' accuracies; then the wall times and their ratio.
+choices, and both tools' accuracies and stderrs; then the wall times and their ratio.
+
+``--num-fewshot K``: ARC-Easy K-shot, the examples from its train split (``training_split`` in the task
+YAML, the whole split written as JSON lines). lm-eval draws them with its default sampler and few-shot
+seed 1234, PAW with ``paw.evaluate.fewshot`` and the same seed; "prompt or choice text differs" then
+counts items whose few-shot contexts differ, i.e. whether the two drew the same examples.
+
+``--sets ...,text``: perplexity. The first ``--text-docs`` BoolQ passages (Wikipedia paragraphs), one
+document each, in a ``loglikelihood_rolling`` task with lm-eval's wikitext metrics (word_perplexity,
+byte_perplexity, bits_per_byte), once per window length in ``--windows`` (0: the model's own; lm-eval's
+``max_length`` model argument otherwise); PAW's ``paw.evaluate.perplexity`` with ``max_length`` the same.
 
     python scripts/parity_eval_lmeval.py --install                       # first time: the venv (~3 GB)
     python scripts/parity_eval_lmeval.py --model ~/paw-models/smollm2-135m-instruct --limit 300
     python scripts/parity_eval_lmeval.py --limit 20 --sets piqa           # quick
+    python scripts/parity_eval_lmeval.py --limit 100 --sets arc_easy,text --num-fewshot 5 --windows 0,64
 
 The model is a local Hugging Face folder (``bash scripts/real_models.sh ~/paw-models``); nothing
 is downloaded (``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``).
@@ -59,6 +70,8 @@ SETS = {
         "doc_to_choice": '["no", "yes"]',
     }),
 }
+TRAIN = {"arc_easy": "arc-easy_train.jsonl"}   # few-shot sources: the set's train split
+TEXT_SOURCE = "boolq_validation.jsonl"          # the perplexity documents: its passages
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -81,22 +94,37 @@ def ensure_venv(venv: Path, install: bool) -> Path:
     return exe
 
 
-def write_data(data: Path, sets: list[str], limit: int, workdir: Path) -> dict[str, Path]:
-    """The first ``limit`` records of each set as JSON lines (ARC's Python reprs become JSON)."""
-    from paw.io.mcdata import read_records
-
+def write_data(data: Path, sets: list[str], limit: int, workdir: Path, *, text_docs: int = 5) -> dict[str, Path]:
+    """The first ``limit`` records of each set as JSON lines (ARC's Python reprs become JSON), its whole train
+    split as ``<set>_train`` where it has one, and ``text``: ``text_docs`` BoolQ passages as ``{"text": ...}``."""
     out = {}
     for name in sets:
-        path = workdir / "data" / f"{name}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lines = []
-        for _, record in read_records(data / SETS[name][0]):
-            if len(lines) == limit:
-                break
-            lines.append(json.dumps(record, ensure_ascii=False))
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        out[name] = path
+        if name == "text":
+            records = [{"text": r["passage"]} for r in _records(data / TEXT_SOURCE, text_docs)]
+            out[name] = _write_lines(workdir / "data" / "text.jsonl", records)
+            continue
+        out[name] = _write_lines(workdir / "data" / f"{name}.jsonl", _records(data / SETS[name][0], limit))
+        if name in TRAIN:
+            out[f"{name}_train"] = _write_lines(workdir / "data" / f"{name}_train.jsonl",
+                                                _records(data / TRAIN[name], None))
     return out
+
+
+def _records(path: Path, limit: int | None) -> list[dict]:
+    from paw.io.mcdata import read_records
+
+    out = []
+    for _, record in read_records(path):
+        if len(out) == limit:
+            break
+        out.append(record)
+    return out
+
+
+def _write_lines(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
 
 
 def write_tasks(files: dict[str, Path], workdir: Path) -> Path:
@@ -104,8 +132,21 @@ def write_tasks(files: dict[str, Path], workdir: Path) -> Path:
     folder = workdir / "tasks"
     folder.mkdir(parents=True, exist_ok=True)
     for name, path in files.items():
+        if name.endswith("_train"):
+            continue
+        if name == "text":   # lm-eval's wikitext task over local documents
+            body = {"task": "paw_text", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(path)}},
+                    "test_split": "test", "output_type": "loglikelihood_rolling", "doc_to_text": "",
+                    "doc_to_target": "{{text}}",
+                    "metric_list": [{"metric": m} for m in ("word_perplexity", "byte_perplexity", "bits_per_byte")]}
+            (folder / "paw_text.yaml").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+            continue
+        splits = {"test": str(path)}
+        if f"{name}_train" in files:   # the few-shot examples come from here
+            splits["train"] = str(files[f"{name}_train"])
         body = {"task": f"paw_{name}", "dataset_path": "json",
-                "dataset_kwargs": {"data_files": {"test": str(path)}}, "test_split": "test",
+                "dataset_kwargs": {"data_files": splits}, "test_split": "test",
+                **({"training_split": "train"} if "train" in splits else {}),
                 "output_type": "multiple_choice", **SETS[name][2],
                 "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
                                 {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True}]}
@@ -114,23 +155,29 @@ def write_tasks(files: dict[str, Path], workdir: Path) -> Path:
     return folder
 
 
-def run_lm_eval(exe: Path, model: Path, tasks: Path, sets: list[str], batch_size: int, out: Path) -> tuple[float, float]:
-    cmd = [str(exe), "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
+def run_lm_eval(exe: Path, model: Path, tasks: Path, sets: list[str], batch_size: int, out: Path, *,
+                num_fewshot: int = 0, max_length: int = 0) -> tuple[float, float]:
+    window = f",max_length={max_length}" if max_length else ""
+    cmd = [str(exe), "--model", "hf", "--model_args", f"pretrained={model},dtype=float32{window}",
            "--tasks", ",".join(f"paw_{s}" for s in sets), "--include_path", str(tasks), "--device", "cpu",
            "--batch_size", str(batch_size), "--log_samples", "--output_path", str(out)]
+    if num_fewshot:   # lm-eval's default few-shot seed (1234) is PAW's default --seed
+        cmd += ["--num_fewshot", str(num_fewshot)]
     print("+", " ".join(cmd), flush=True)
     return _timed(cmd)
 
 
-def run_paw(model: Path, files: dict[str, Path], batch_size: int, out: Path) -> tuple[float, float]:
-    """``paw eval``'s library call in a child process, per-item results to ``out`` (JSON)."""
+def run_paw(model: Path, files: dict[str, Path], batch_size: int, out: Path, *, num_fewshot: int = 0,
+            windows: tuple[int, ...] = ()) -> tuple[float, float]:
+    """``paw eval``'s library calls in a child process, per-item results to ``out`` (JSON)."""
     cmd = [sys.executable, __file__, "--paw-child", str(out), "--model", str(model), "--batch-size", str(batch_size),
-           "--files", json.dumps({k: str(v) for k, v in files.items()})]
+           "--files", json.dumps({k: str(v) for k, v in files.items()}), "--num-fewshot", str(num_fewshot),
+           "--windows", ",".join(map(str, windows))]
     print("+", " ".join(cmd[:4]), "...", flush=True)
-    return _timed(cmd)
+    return _timed(cmd, env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
 
 
-def _timed(cmd: list[str]) -> tuple[float, float]:
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """``(wall s, CPU s)`` of a child process; CPU seconds (user + system, the child and its own
     children) hold up better than wall time on a machine that other jobs share."""
     def cpu() -> float:
@@ -138,11 +185,13 @@ def _timed(cmd: list[str]) -> tuple[float, float]:
         return r.ru_utime + r.ru_stime
 
     wall, used = time.perf_counter(), cpu()
-    subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE})
+    subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE, **(env or {})})   # PAW: this checkout's
     return time.perf_counter() - wall, cpu() - used
 
 
-def paw_child(out: Path, model: Path, files: dict[str, str], batch_size: int) -> None:
+def paw_child(out: Path, model: Path, files: dict[str, str], batch_size: int, num_fewshot: int = 0,
+              windows: tuple[int, ...] = ()) -> None:
+    from paw.evaluate.fewshot import with_examples
     from paw.evaluate.formats import read_items
     from paw.evaluate.mc import argmax_choice, evaluate
     from paw.io.lm import load_lm
@@ -150,17 +199,68 @@ def paw_child(out: Path, model: Path, files: dict[str, str], batch_size: int) ->
     lm, tokenizer = load_lm(model, dtype="float32")
     results = {}
     for name, path in files.items():
+        if name.endswith("_train"):
+            continue
+        if name == "text":
+            results[name] = paw_perplexity(lm, tokenizer, Path(path), windows, batch_size)
+            continue
         items = read_items(path, format=SETS[name][1])
+        if num_fewshot and f"{name}_train" in files:   # as paw eval --num-fewshot K --fewshot-data TRAIN --seed 1234
+            pool = read_items(files[f"{name}_train"], format=SETS[name][1])
+            items, _ = with_examples(items, pool, num_fewshot, seed=1234)
         m = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=False, per_item=True)
         lls = m["choice_logprobs"]
         results[name] = {
             "accuracy": m["accuracy"], "accuracy_norm": m["accuracy_norm"], "lls": lls,
+            "stderr": m["stderr"], "stderr_norm": m["stderr_norm"],
             "pairs": [item.pairs() for item in items],
             "pred": [argmax_choice(x) for x in lls],
             "pred_norm": [argmax_choice([ll / n for ll, n in zip(x, item.norm_lengths(), strict=True)])
                           for x, item in zip(lls, items, strict=True)],
         }
     out.write_text(json.dumps(results), encoding="utf-8")
+
+
+def paw_perplexity(lm, tokenizer, path: Path, windows: tuple[int, ...], batch_size: int) -> dict:
+    """PAW's perplexity metrics of the documents of ``path`` at each window length (0: the model's own)."""
+    from paw.evaluate.perplexity import context_length, score_documents, summarize
+    from paw.io.textdata import read_documents
+
+    documents = read_documents(path)
+    return {str(w): summarize(score_documents(lm, tokenizer, documents, batch_size=batch_size, progress=False,
+                                              max_length=w or context_length(lm, tokenizer)))
+            for w in windows}
+
+
+def lm_eval_metrics(out: Path, task: str) -> dict:
+    """lm-eval's aggregated metrics of ``task`` (``{"acc": ..., "acc_stderr": ...}``, filter names dropped)."""
+    found = sorted(out.rglob("results_*.json"))
+    if not found:
+        sys.exit(f"no results under {out}")
+    results = json.loads(found[-1].read_text(encoding="utf-8"))["results"][task]
+    return {k.split(",")[0]: v for k, v in results.items() if "," in k}
+
+
+def compare_text(paw: dict, out_by_window: dict[int, Path]) -> list[dict]:
+    rows = []
+    for window, out in out_by_window.items():
+        theirs, ours = lm_eval_metrics(out, "paw_text"), paw[str(window)]
+        row = {"window": window or "model's own", "documents": ours["n_documents"], "windows": ours["n_windows"]}
+        for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+            row[metric] = (ours[metric], float(theirs[metric]), abs(ours[metric] / float(theirs[metric]) - 1))
+        rows.append(row)
+    return rows
+
+
+def text_table(rows: list[dict]) -> str:
+    lines = ["| window (tokens) | documents | windows | metric | PAW | lm-eval | relative difference |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+            ours, theirs, rel = r[metric]
+            lines.append(f"| {r['window']} | {r['documents']} | {r['windows']} | {metric} | {ours:.6f} | {theirs:.6f} "
+                         f"| {rel:.1e} |")
+    return "\n".join(lines)
 
 
 def lm_eval_samples(out: Path, name: str) -> list[dict]:
@@ -172,7 +272,8 @@ def lm_eval_samples(out: Path, name: str) -> list[dict]:
     return sorted(rows, key=lambda r: r["doc_id"])
 
 
-def compare(name: str, paw: dict, samples: list[dict]) -> dict:
+def compare(name: str, paw: dict, samples: list[dict], theirs: dict) -> dict:
+    """Item by item: the same prompt texts, the same picks; ``theirs``: lm-eval's aggregated metrics (stderrs)."""
     import numpy as np
 
     same = same_norm = texts_differ = 0
@@ -194,7 +295,9 @@ def compare(name: str, paw: dict, samples: list[dict]) -> dict:
     n = len(samples)
     return {"set": name, "n": n, "texts_differ": texts_differ, "same": same, "same_norm": same_norm, "max_abs_ll_diff": worst,
             "paw_acc": paw["accuracy"], "lmeval_acc": float(np.mean(acc)),
-            "paw_acc_norm": paw["accuracy_norm"], "lmeval_acc_norm": float(np.mean(acc_norm))}
+            "paw_acc_norm": paw["accuracy_norm"], "lmeval_acc_norm": float(np.mean(acc_norm)),
+            "paw_stderr": paw["stderr"], "lmeval_stderr": theirs.get("acc_stderr"),
+            "paw_stderr_norm": paw["stderr_norm"], "lmeval_stderr_norm": theirs.get("acc_norm_stderr")}
 
 
 def _pairs(arguments) -> list[tuple[str, str]]:
@@ -228,17 +331,22 @@ def cpu_name() -> str:
 
 def table(rows: list[dict], paw_s: tuple[float, float], lm_s: tuple[float, float]) -> str:
     lines = ["| set | items | prompt or choice text differs | same pick, accuracy | same pick, accuracy_norm | max abs LL difference "
-             "| accuracy PAW / lm-eval | accuracy_norm PAW / lm-eval |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| accuracy PAW / lm-eval | accuracy_norm PAW / lm-eval | stderr PAW / lm-eval |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['set']} | {r['n']} | {r['texts_differ']} | {r['same']}/{r['n']} | {r['same_norm']}/{r['n']} | "
                      f"{r['max_abs_ll_diff']:.2e} | {r['paw_acc']:.4f} / {r['lmeval_acc']:.4f} | "
-                     f"{r['paw_acc_norm']:.4f} / {r['lmeval_acc_norm']:.4f} |")
+                     f"{r['paw_acc_norm']:.4f} / {r['lmeval_acc_norm']:.4f} | "
+                     f"{_num(r['paw_stderr'])} / {_num(r['lmeval_stderr'])} |")
     lines.append("")
     for what, i in (("wall time", 0), ("CPU time", 1)):
         lines.append(f"{what}, start to exit of each child process: PAW {paw_s[i]:.1f} s, lm-eval {lm_s[i]:.1f} s, "
                      f"ratio lm-eval / PAW {lm_s[i] / paw_s[i]:.2f}")
     return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return f"{value:.4f}" if isinstance(value, float | int) else str(value)
 
 
 def main() -> None:
@@ -252,36 +360,57 @@ def main() -> None:
     ap.add_argument("--install", action="store_true", help="create --venv when it is missing")
     ap.add_argument("--workdir", type=Path, default=None, help="keep data, tasks and outputs here (default: temp)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--num-fewshot", type=int, default=0, help="K-shot ARC-Easy from its train split (default 0)")
+    ap.add_argument("--windows", default="0", help="perplexity window lengths for the text set, 0: the model's own")
+    ap.add_argument("--text-docs", type=int, default=5, help="BoolQ passages in the text set (default 5)")
     ap.add_argument("--paw-child", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--files", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    windows = tuple(int(w) for w in args.windows.split(",") if w.strip())
     if args.paw_child:
-        return paw_child(args.paw_child, args.model, json.loads(args.files), args.batch_size)
+        return paw_child(args.paw_child, args.model, json.loads(args.files), args.batch_size, args.num_fewshot,
+                         windows)
 
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    unknown = [s for s in sets if s not in SETS]
+    unknown = [s for s in sets if s not in (*SETS, "text")]
     if unknown or args.limit < 1:
-        sys.exit(f"--sets: unknown {unknown}; choose from {', '.join(SETS)}" if unknown else "--limit must be >= 1")
+        sys.exit(f"--sets: unknown {unknown}; choose from {', '.join(SETS)}, text" if unknown else "--limit must be >= 1")
     if not (args.model / "config.json").is_file():
         sys.exit(f"{args.model}: not a model folder (bash scripts/real_models.sh ~/paw-models makes one)")
     exe = ensure_venv(args.venv, args.install)
+    mc = [s for s in sets if s != "text"]
     with tempfile.TemporaryDirectory(prefix="paw-parity-") as tmp:
         work = args.workdir or Path(tmp)
-        files = write_data(args.data, sets, args.limit, work)
+        files = write_data(args.data, sets, args.limit, work, text_docs=args.text_docs)
         tasks = write_tasks(files, work)
-        lm_s = run_lm_eval(exe, args.model.resolve(), tasks, sets, args.batch_size, work / "lm-eval")
-        paw_s = run_paw(args.model.resolve(), files, args.batch_size, work / "paw.json")
+        model = args.model.resolve()
+        lm_s = (0.0, 0.0)
+        if mc:
+            lm_s = run_lm_eval(exe, model, tasks, mc, args.batch_size, work / "lm-eval", num_fewshot=args.num_fewshot)
+        text_out = {w: work / f"lm-eval-text-{w}" for w in windows} if "text" in sets else {}
+        for w, out in text_out.items():
+            lm_s = tuple(a + b for a, b in zip(lm_s, run_lm_eval(exe, model, tasks, ["text"], args.batch_size, out,
+                                                                  max_length=w), strict=True))
+        paw_s = run_paw(model, files, args.batch_size, work / "paw.json", num_fewshot=args.num_fewshot,
+                        windows=windows if text_out else ())
         paw = json.loads((work / "paw.json").read_text(encoding="utf-8"))
-        rows = [compare(name, paw[name], lm_eval_samples(work / "lm-eval", name)) for name in sets]
-    info = {"model": str(args.model), "limit": args.limit, "batch_size": args.batch_size, "cpu": cpu_name(),
+        rows = [compare(name, paw[name], lm_eval_samples(work / "lm-eval", name),
+                        lm_eval_metrics(work / "lm-eval", f"paw_{name}")) for name in mc]
+        text_rows = compare_text(paw["text"], text_out) if text_out else []
+    info = {"model": str(args.model), "limit": args.limit, "num_fewshot": args.num_fewshot,
+            "batch_size": args.batch_size, "cpu": cpu_name(), "threads": os.environ.get("OMP_NUM_THREADS", "default"),
             **versions(exe)}
     print()
     for key, value in info.items():
         print(f"{key}: {value}")
     print(table(rows, paw_s, lm_s))
+    if text_rows:
+        print()
+        print(text_table(text_rows))
     if args.json:
-        args.json.write_text(json.dumps({**info, "rows": rows, "paw_s": paw_s[0], "lm_eval_s": lm_s[0],
-                                         "paw_cpu_s": paw_s[1], "lm_eval_cpu_s": lm_s[1]}, indent=2) + "\n")
+        args.json.write_text(json.dumps({**info, "rows": rows, "text": text_rows, "paw_s": paw_s[0],
+                                         "lm_eval_s": lm_s[0], "paw_cpu_s": paw_s[1], "lm_eval_cpu_s": lm_s[1]},
+                                        indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,13 @@ def register(app: typer.Typer) -> None:
 
 def eval_command(options: EvalOptions, run: RunOptions) -> None:
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
-    perplexity of the correct answers.
+    perplexity of the correct answers; or, with --text, a text's word and byte perplexity.
 
     Example: paw eval --model ./paw_demo/models/base --data ./paw_demo/data/colour.jsonl --limit 200
+
+    5-shot: paw eval --model ./m --data arc-easy_test.jsonl --num-fewshot 5 --fewshot-data arc-easy_train.jsonl
+
+    Perplexity (rolling windows, as lm-eval's wikitext): paw eval --model ./m --text notes.txt
 
     Proxy-tuning (a LoRA of another model, applied at scoring time): paw eval --model ./b --data d.jsonl --proxy-base ./a --proxy-adapter ./a-lora
     """
@@ -27,9 +31,12 @@ def eval_command(options: EvalOptions, run: RunOptions) -> None:
     result = evaluate_model(options, run, command=command_line())
     if "proxy" in result.metrics:
         alone = result.metrics["proxy"]["target_alone"]
-        typer.echo(f"target alone   {alone['accuracy']:.4f} ± {alone['stderr']:.4f}   (proxy-tuned below, "
+        typer.echo(f"target alone   {alone['accuracy']:.4f} ± {_se(alone['stderr'])}   (proxy-tuned below, "
                    f"scale {result.metrics['proxy']['scale']:g})")
-    _print_metrics(result.metrics)
+    if options.text is not None:
+        _print_perplexity(result.metrics)
+    else:
+        _print_metrics(result.metrics)
     if result.output is not None:
         typer.echo(f"results: {result.output}")
     if options.per_item is not None:
@@ -57,9 +64,31 @@ def train_lora_command(options: TrainLoraOptions, run: RunOptions, write: WriteO
 
 def _print_metrics(metrics: dict, prefix: str = "") -> None:
     m = {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
-    typer.echo(f"accuracy       {m['accuracy']:.4f} ± {m['stderr']:.4f}   (n={m['n']})")
-    typer.echo(f"accuracy_norm  {m['accuracy_norm']:.4f} ± {m['stderr_norm']:.4f}")
+    typer.echo(f"accuracy       {m['accuracy']:.4f} ± {_se(m['stderr'])}   (n={m['n']})")
+    typer.echo(f"accuracy_norm  {m['accuracy_norm']:.4f} ± {_se(m['stderr_norm'])}")
     typer.echo(f"loss           {m['loss']:.4f}   perplexity {m['perplexity']:.2f}   ({m['n_tokens']} answer tokens)")
+
+
+def _se(stderr: float | None) -> str:
+    """lm-eval's stderr, ``N/A`` for a single item as lm-eval prints it."""
+    return "N/A" if stderr is None else f"{stderr:.4f}"
+
+
+def _print_perplexity(m: dict) -> None:
+    docs = f"{m['n_documents']} document" + ("s" if m["n_documents"] != 1 else "")
+    typer.echo(f"word_perplexity   {figure(m['word_perplexity'])}   ({m['n_words']} words in {docs})")
+    typer.echo(f"byte_perplexity   {figure(m['byte_perplexity'])}   ({m['n_bytes']} bytes)")
+    typer.echo(f"bits_per_byte     {figure(m['bits_per_byte'])}")
+    typer.echo(f"token_perplexity  {figure(m['token_perplexity'])}   ({m['n_tokens']} tokens in {m['n_windows']} windows)")
+
+
+def figure(value: float) -> str:
+    """Four decimals, or four significant digits past a million (an untrained model's word perplexity).
+
+    >>> figure(26.12346), figure(198071474716.1174)
+    ('26.1235', '1.9807e+11')
+    """
+    return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.4e}"
 
 
 def _print_training(metrics: dict) -> None:

@@ -36,8 +36,8 @@ def train_full_command(files: TrainFullFiles, options: FinetuneOptions, run: Run
     typer.echo(f"train loss     {m['train_loss_start']:.4f} -> {m['train_loss_end']:.4f} over {m['steps']} steps "
                f"({m['trainable_parameters']:,} trainable parameters, {m['train_seconds']:.1f} CPU s)")
     if "test/accuracy" in m:
-        typer.echo(f"accuracy       {m['base/accuracy']:.4f} -> {m['test/accuracy']:.4f} ± {m['test/stderr']:.4f}"
-                   f"   (n={m['test/n']})")
+        se = "N/A" if m["test/stderr"] is None else f"{m['test/stderr']:.4f}"   # lm-eval's, N/A for one item
+        typer.echo(f"accuracy       {m['base/accuracy']:.4f} -> {m['test/accuracy']:.4f} ± {se}   (n={m['test/n']})")
         typer.echo(f"accuracy_norm  {m['base/accuracy_norm']:.4f} -> {m['test/accuracy_norm']:.4f}")
     typer.echo(f"model: {files.output}")
     if run.track != "none":

@@ -219,7 +219,13 @@ def pad_id_of(tokenizer) -> int:
 
 
 def max_length_of(model) -> int | None:
-    """The longest sequence the model's position embeddings allow (``None`` when unknown)."""
+    """The longest sequence the model's position embeddings allow (``None`` when unknown): the first of
+    ``n_positions`` (GPT-2), ``max_position_embeddings`` and ``n_ctx`` in its (text) config, as lm-eval's
+    ``resolve_max_length`` looks."""
     config = getattr(model, "config", None)
-    value = getattr(config, "max_position_embeddings", None)
-    return int(value) if isinstance(value, int) and value > 0 else None
+    config = getattr(config, "text_config", None) or config
+    for name in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return int(value)
+    return None

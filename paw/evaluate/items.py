@@ -18,6 +18,8 @@ class MCItem:
     the context is the text up to the blank with the choice filled in, and the scored continuation
     is the rest of the sentence, identical for every choice. :meth:`pairs` gives those pairs.
     ``group``: a record's ``group`` field, in any layout (the gain gate's clustered stderr).
+    ``prefix``: text before every context, the few-shot examples (:mod:`paw.evaluate.fewshot`); it is
+    scored as context and counts in no choice's length.
     """
 
     question: str
@@ -26,6 +28,7 @@ class MCItem:
     id: str = ""
     fill_blank: bool = False
     group: str = ""   # items sharing a group (two questions about one fact) are not independent: paw.evaluate.stats
+    prefix: str = ""  # the few-shot examples, then the question
 
     def pairs(self) -> list[tuple[str, str]]:
         """``[(context, continuation), ...]``, one per choice, as the model scores them.
@@ -35,11 +38,25 @@ class MCItem:
         >>> MCItem("2 + 2 =", (" 3", " 4"), 1).pairs()
         [('2 + 2 =', ' 3'), ('2 + 2 =', ' 4')]
         """
+        return [(self.prefix + context, continuation) for context, continuation in self._own_pairs()]
+
+    def _own_pairs(self) -> list[tuple[str, str]]:
         if not self.fill_blank:
             return [(self.question, choice) for choice in self.choices]
         head, _, tail = self.question.partition(BLANK)
         tail = " " + tail.strip()
         return [(head + choice, tail) for choice in self.choices]
+
+    def solved(self) -> str:
+        """The item with its right answer, as one few-shot example: lm-eval's ``doc_to_text + target_delimiter
+        + answer`` (for Winogrande the sentence with the right option filled in).
+
+        >>> MCItem("Question: 2 + 2 =\\nAnswer:", (" 3", " 4"), 1).solved()
+        'Question: 2 + 2 =\\nAnswer: 4'
+        >>> MCItem("Sam hugged Ann because _ was sad.", ("Sam", "Ann"), 1, fill_blank=True).solved()
+        'Sam hugged Ann because Ann was sad.'
+        """
+        return "".join(self._own_pairs()[self.answer])
 
     def norm_lengths(self) -> list[int]:
         """The divisor of each choice's log-likelihood for ``accuracy_norm``: lm-eval's ``acc_norm``.
@@ -54,5 +71,5 @@ class MCItem:
         [26, 26]
         """
         if self.fill_blank:
-            return [max(len(context), 1) for context, _ in self.pairs()]
+            return [max(len(context), 1) for context, _ in self._own_pairs()]
         return [max(len(choice.removeprefix(" ")), 1) for choice in self.choices]

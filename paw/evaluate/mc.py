@@ -8,7 +8,9 @@ continuation tokens. Reported, over ``n`` items:
   lm-eval's ``acc_norm``: the length of the choice text *without* the space that joins it to the
   question (:meth:`MCItem.norm_lengths`; characters, not tokens, so that two models with different
   tokenizers are normalised alike);
-- ``stderr`` / ``stderr_norm``: ``sqrt(p (1 - p) / n)``, the binomial standard error;
+- ``stderr`` / ``stderr_norm``: lm-eval's ``mean_stderr`` of the 0/1 outcomes, the sample standard
+  deviation over ``sqrt(n)``, i.e. ``sqrt(p (1 - p) / (n - 1))`` (:func:`paw.evaluate.stats.mean_stderr`;
+  ``None`` for one item, where lm-eval prints N/A);
 - ``loss``: mean negative log-likelihood per token of the *correct* continuations, pooled over all
   their tokens (``sum NLL / sum tokens``), and ``perplexity = exp(loss)``, the test/loss and
   test/perplexity of LoRA fine-tuning runs;
@@ -39,6 +41,7 @@ from paw.device import guard_cuda_attention
 from paw.errors import PawError
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
+from paw.evaluate.stats import mean_stderr
 from paw.progress import track
 
 
@@ -120,51 +123,98 @@ def _vocab_size(model) -> int:
     return int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
 
 
-def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int = 8, device=None,
-                  padding_side: str = "left", progress: bool = True) -> list[tuple[float, int]]:
+AUTO_BATCH = {"cuda": 64, "cpu": 8}
+"""Where ``batch_size="auto"`` starts, by device type (other devices: the CPU's). A batch that runs out of
+memory is halved, and so is every later one (lm-eval's ``--batch_size auto`` also starts at 64 and halves);
+sequences go longest first, so the first batch is the largest. The CPU starts at the fixed default:
+out of memory there is the kernel killing the process, not an error to halve on."""
+
+
+def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int | str = 8, device=None,
+                  padding_side: str = "left", progress: bool = True,
+                  description: str = "scoring choices") -> list[tuple[float, int]]:
     """``(sum log p(continuation), n_tokens)`` for each encoding, in input order (``device``: the
-    model's own where not given; a batch whose logits would pass :data:`LOGITS_BUDGET` goes in halves)."""
+    model's own where not given; a batch whose logits would pass :data:`LOGITS_BUDGET` goes in halves;
+    ``batch_size="auto"``: :data:`AUTO_BATCH`)."""
     import torch
 
     device = model_device(model) if device is None else device
     guard_cuda_attention(model)
+    auto = batch_size == "auto"
+    size = AUTO_BATCH.get(torch.device(device).type, AUTO_BATCH["cpu"]) if auto else int(batch_size)
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
-    starts = range(0, len(order), batch_size)
+    starts = range(0, len(order), size)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
     window = sliding_window_of(model)
     vocab = _vocab_size(model)
-    batches = track(starts, "scoring choices", total=len(starts), unit="batches") if progress else starts
+    cap = size   # what fits: lowered when a batch runs out of memory under "auto"
+    batches = track(starts, description, total=len(starts), unit="batches") if progress else starts
     with torch.no_grad():
         for start in batches:
-            pending = [order[start:start + batch_size]]
+            pending = [order[start:start + size]]
             while pending:
                 index = pending.pop()
+                if len(index) > cap:   # a smaller batch fitted since this one was queued
+                    pending += [index[i:i + cap] for i in range(0, len(index), cap)][::-1]
+                    continue
                 batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side,
                                    window=window)
                 if len(index) > 1 and _logit_bytes(batch, vocab) > LOGITS_BUDGET:
                     half = len(index) // 2
                     pending += [index[half:], index[:half]]
                     continue
-                logits, skip = forward_logits(model, batch, device)
-                sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
-                                                     batch.target_mask[:, skip:].to(device))
-                del logits
-                bad = int((~torch.isfinite(sums)).sum())
-                if bad:  # a NaN compares as nothing: the first choice would win silently
-                    raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(index)} sequences "
-                                   f"of one batch on {sums.device.type}; try --dtype float32, or another "
-                                   "--device to compare")
+                try:
+                    sums, counts = _score_batch(model, batch, device)
+                except _out_of_memory() as err:
+                    if not auto or len(index) == 1:
+                        raise PawError(f"out of memory on {torch.device(device).type} with {len(index)} sequences "
+                                       f"of up to {batch.input_ids.shape[1]} tokens; try a smaller --batch-size, "
+                                       "or --batch-size auto") from err
+                    cap = len(index) // 2
+                    _free_memory(device)
+                    pending += [index[cap:], index[:cap]]
+                    continue
                 for i, s, c in zip(index, sums.tolist(), counts.tolist(), strict=True):
                     results[i] = (float(s), int(c))
     return results
+
+
+def _score_batch(model, batch, device):
+    """``(sums (B,), counts (B,))`` of one batch; a NaN/Inf log-likelihood is refused."""
+    import torch
+
+    logits, skip = forward_logits(model, batch, device)
+    sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
+                                         batch.target_mask[:, skip:].to(device))
+    del logits
+    bad = int((~torch.isfinite(sums)).sum())
+    if bad:  # a NaN compares as nothing: the first choice would win silently
+        raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(sums)} sequences "
+                       f"of one batch on {sums.device.type}; try --dtype float32, or another "
+                       "--device to compare")
+    return sums, counts
+
+
+def _out_of_memory() -> type[BaseException]:
+    import torch
+
+    return getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def _free_memory(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def model_device(model):
     return next(model.parameters()).device
 
 
-def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
-             progress: bool = True, padding_side: str | None = None, per_item: bool = False) -> dict:
+def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int | str = 8, device=None,
+             progress: bool = True, padding_side: str | None = None, per_item: bool = False,
+             max_length: int | None = None) -> dict:
     """Score ``items`` with ``model``; returns the metrics in the module docstring.
 
     ``per_item=True`` adds ``correct`` and ``correct_norm`` (0/1 per item, in order) and
@@ -174,21 +224,23 @@ def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, 
     {'accuracy': 1.0, 'accuracy_norm': 1.0, 'stderr': 0.0, ..., 'n': 1}
     """
     scores = choice_scores(model, tokenizer, items, batch_size=batch_size, device=device, progress=progress,
-                           padding_side=padding_side)
+                           padding_side=padding_side, max_length=max_length)
     return summarize(items, scores, per_item=per_item)
 
 
-def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int = 8, device=None,
-                  progress: bool = True, padding_side: str | None = None) -> list[tuple[float, int]]:
+def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int | str = 8, device=None,
+                  progress: bool = True, padding_side: str | None = None,
+                  max_length: int | None = None) -> list[tuple[float, int]]:
     """``(sum log p(choice | question), n_tokens)`` of every choice of every item, item by item: what
-    :func:`summarize` reads, and what proxy-tuning combines across models (:mod:`paw.evaluate.proxy`)."""
+    :func:`summarize` reads, and what proxy-tuning combines across models (:mod:`paw.evaluate.proxy`).
+    A sequence longer than ``max_length`` (default: the model's) loses tokens on the left, as in lm-eval."""
     if not items:
         raise PawError("no items to evaluate")
     if device is not None:
         model.to(device)
     device = model_device(model)
     side = padding_side or "left"
-    max_length = max_length_of(model)
+    max_length = max_length or max_length_of(model)
     encoded = []
     for k, item in enumerate(items):
         if not 0 <= item.answer < len(item.choices):
@@ -225,8 +277,8 @@ def summarize(items: Sequence[MCItem], scores: Sequence[tuple[float, int]], *, p
     return {
         "accuracy": acc,
         "accuracy_norm": acc_norm,
-        "stderr": math.sqrt(acc * (1 - acc) / n),
-        "stderr_norm": math.sqrt(acc_norm * (1 - acc_norm) / n),
+        "stderr": mean_stderr(hits),
+        "stderr_norm": mean_stderr(hits_norm),
         "loss": loss,
         "perplexity": math.exp(min(loss, 700.0)),
         "n": n,

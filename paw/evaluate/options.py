@@ -15,6 +15,20 @@ from paw.validate import finite
 FORMATS = ("auto", *READERS)
 
 
+def batch_size_value(value: int | str) -> int | str:
+    """``'auto'``, or a whole number >= 1 (typed as text on the command line).
+
+    >>> batch_size_value("16"), batch_size_value("auto")
+    (16, 'auto')
+    """
+    if value == "auto":
+        return value
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise PawError(f"--batch-size {value!r}: a whole number >= 1, or auto")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class EvalOptions:
     """One evaluation: a model (with an adapter, or with another model's adapter shift: proxy-tuning) on one
@@ -22,11 +36,20 @@ class EvalOptions:
 
     model: str | None = knob(None, "Model folder, .gguf file or cached Hugging Face id.")
     data: str | Path | None = knob(None, "Multiple-choice JSON-lines file.", cli=Path)
+    text: str | Path | None = knob(None, "Perplexity instead: a text file (one document) or .jsonl of {\"text\": ...}.",
+                                   cli=Path)
+    num_fewshot: int = knob(0, "Solved examples from --fewshot-data before each question.", min=0, max=1000)
+    fewshot_data: str | Path | None = knob(None, "Where few-shot examples come from: a train split (never the item "
+                                                 "itself).", cli=Path)
+    seed: int = knob(1234, "Seed of the few-shot draw (1234: lm-eval's, so its examples).", min=0)
+    max_length: int | None = knob(None, "Longest sequence, and the perplexity window, in tokens (default: the "
+                                        "model's).", min=1)
     adapter: str | Path | None = knob(None, "PEFT LoRA folder to apply first.", cli=Path)
     format: str = knob("auto", "Data layout: auto (detected from the first line), or one of the readers "
                                "(mc: flat question/choices/answer).", choices=FORMATS)
     limit: int | None = knob(None, "Evaluate the first N items only.", min=1)
-    batch_size: int = knob(8, "Sequences per forward pass.", min=1)
+    batch_size: int | str = knob(8, "Sequences per forward pass, or auto (CUDA: from 64, halved on out of memory).",
+                                 min=1, cli=str, parse=batch_size_value)
     output: str | Path | None = knob(None, "Write the metrics to this JSON file.", cli=Path)
     per_item: str | Path | None = knob(None, "Write every item's choices, log-likelihoods and pick to this "
                                              "JSON-lines file.", cli=Path)
@@ -40,7 +63,16 @@ class EvalOptions:
 
     def check(self) -> None:
         """Refuse what no evaluation can run, naming the flag, before a file is read."""
-        require(self, "model", "data")
+        require(self, "model")
+        if self.text is not None:
+            self._check_text()
+        else:
+            require(self, "data")
+        if self.num_fewshot and self.fewshot_data is None:
+            raise PawError(f"--num-fewshot {self.num_fewshot} needs --fewshot-data FILE (a train split; "
+                           "the item itself is never its own example)")
+        if self.fewshot_data is not None and not self.num_fewshot:
+            raise PawError("--fewshot-data is for --num-fewshot K (K >= 1)")
         if (self.proxy_base is None) != (self.proxy_adapter is None):
             raise PawError("proxy-tuning needs both --proxy-base (the adapter's own base) and --proxy-adapter")
         finite("--proxy-scale", self.proxy_scale)
@@ -48,6 +80,14 @@ class EvalOptions:
             raise PawError("--proxy-scale is for --proxy-base and --proxy-adapter")
         if not 0 < self.proxy_scale <= 10:
             raise PawError(f"--proxy-scale {self.proxy_scale}: must be in (0, 10] (1: the adapter's shift as it is)")
+
+    def _check_text(self) -> None:
+        """``--text`` scores documents: none of the multiple-choice flags go with it."""
+        given = [flag for flag, on in (("--data", self.data is not None), ("--num-fewshot", self.num_fewshot > 0),
+                                       ("--proxy-base", self.proxy_base is not None),
+                                       ("--format", self.format != "auto")) if on]
+        if given:
+            raise PawError(f"--text scores documents by perplexity; {given[0]} is for multiple-choice data")
 
 
 @dataclass(frozen=True)

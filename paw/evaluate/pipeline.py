@@ -20,9 +20,12 @@ from paw import fsdp as F
 from paw.device import resolve_device
 from paw.distributed import setup
 from paw.errors import PawError
+from paw.evaluate.fewshot import with_examples
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
 from paw.evaluate.options import EvalOptions
+from paw.evaluate.perplexity import context_length, score_documents
+from paw.evaluate.perplexity import summarize as perplexity_metrics
 from paw.evaluate.train import train_lora
 from paw.io.atomic import atomic_dir, atomic_outputs, check_output
 from paw.io.checkpoint import open_checkpoint
@@ -30,6 +33,7 @@ from paw.io.hub import quiet_transformers
 from paw.io.lm import check_dtype, load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.mcdata import write_records
+from paw.io.textdata import read_documents
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.io.train_state import (
     STATE_NAME,
@@ -66,6 +70,8 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
     ``run.track`` (none, csv, swanlab) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
     With ``proxy_base`` and ``proxy_adapter`` each choice is scored as the model's log-likelihood plus
     ``proxy_scale`` times what ``proxy_adapter`` changes in ``proxy_base``'s (:mod:`paw.evaluate.proxy`).
+    ``num_fewshot`` puts solved examples of ``fewshot_data`` before each question (:mod:`paw.evaluate.fewshot`);
+    ``text`` scores documents instead: word and byte perplexity, bits per byte (:mod:`paw.evaluate.perplexity`).
     """
     o = options
     o.check()
@@ -73,7 +79,7 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
     check_kind(run.track)  # before any heavy work
     output = None if o.output is None else Path(o.output)
     run_dir = output.with_name(output.stem + "-tracking") if output else Path("paw-runs") / "eval"
-    read = [o.model, o.data, o.adapter, o.proxy_base, o.proxy_adapter]
+    read = [o.model, o.data, o.text, o.fewshot_data, o.adapter, o.proxy_base, o.proxy_adapter]
     if output is not None:
         check_output(output, overwrite=run.overwrite, inputs=read)
         if run.track != "none":
@@ -81,18 +87,11 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
     if o.per_item is not None:
         check_output(o.per_item, overwrite=run.overwrite, inputs=read)
 
-    items = read_items(o.data, format=o.format, limit=o.limit)
-    if o.proxy_base is None:
-        lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=resolve_device(run.device), dtype=o.dtype)
-        metrics = evaluate(lm, tokenizer, items, batch_size=o.batch_size, progress=progress,
-                           per_item=o.per_item is not None)
-    else:
-        metrics = _proxy_tuned(o, items, device=run.device, progress=progress)
+    metrics, records, settings = _scored(o, run.device, progress=progress)
     if o.per_item is not None:   # every item as lm-eval's --log_samples keeps it; the metrics file stays as it was
-        write_records(o.per_item, item_records(items, metrics), overwrite=run.overwrite, inputs=read)
-        metrics = {k: v for k, v in metrics.items() if k not in PER_ITEM}
-    inputs = describe_inputs(model=o.model, adapter=o.adapter, data=o.data, proxy_base=o.proxy_base,
-                             proxy_adapter=o.proxy_adapter)
+        write_records(o.per_item, records, overwrite=run.overwrite, inputs=read)
+    inputs = describe_inputs(model=o.model, adapter=o.adapter, data=o.data, text=o.text, fewshot_data=o.fewshot_data,
+                             proxy_base=o.proxy_base, proxy_adapter=o.proxy_adapter)
     config = {"command": command, **{k: v["path"] for k, v in inputs.items()}}
     tracking = run_dir if run.track != "none" else None
     if output is None:  # only the tracking log, in ./paw-runs/eval
@@ -100,8 +99,7 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
         return Evaluation(metrics, None, tracking)
     # the results and their tracking log appear together, or neither does
     with atomic_outputs([output, run_dir] if tracking else [output], overwrite=run.overwrite, inputs=read) as staging:
-        write_results(staging / output.name, command=command, inputs=inputs, metrics=metrics, format=o.format,
-                      limit=o.limit)
+        write_results(staging / output.name, command=command, inputs=inputs, metrics=metrics, **settings)
         log_once(run.track, staging / run_dir.name, config, {"test": metrics}, shown=run_dir)
     return Evaluation(metrics, output, tracking)
 
@@ -109,17 +107,48 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
 PER_ITEM = ("correct", "correct_norm", "choice_logprobs")   # what summarize(per_item=True) adds
 
 
-def item_records(items, metrics: dict) -> list[dict]:
+def _scored(o: EvalOptions, device: str, *, progress: bool) -> tuple[dict, list[dict], dict]:
+    """``(metrics, per-item records, settings for the results file)`` of a multiple-choice or a perplexity run."""
+    if o.text is not None:
+        documents = read_documents(o.text, limit=o.limit)
+        lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=resolve_device(device), dtype=o.dtype)
+        length = o.max_length or context_length(lm, tokenizer)
+        rows = score_documents(lm, tokenizer, documents, max_length=length, batch_size=o.batch_size,
+                               progress=progress)
+        return perplexity_metrics(rows), rows, {"limit": o.limit, "max_length": length}
+    items = read_items(o.data, format=o.format, limit=o.limit)
+    drawn = None
+    if o.num_fewshot:
+        pool = read_items(o.fewshot_data, format=o.format)
+        items, drawn = with_examples(items, pool, o.num_fewshot, seed=o.seed)
+    if o.proxy_base is None:
+        lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=resolve_device(device), dtype=o.dtype)
+        metrics = evaluate(lm, tokenizer, items, batch_size=o.batch_size, progress=progress, per_item=True,
+                           max_length=o.max_length)
+    else:
+        metrics = _proxy_tuned(o, items, device=device, progress=progress)
+    records = item_records(items, metrics, fewshot=drawn)
+    settings = {"format": o.format, "limit": o.limit}
+    if o.num_fewshot:
+        settings |= {"num_fewshot": o.num_fewshot, "seed": o.seed}
+    return {k: v for k, v in metrics.items() if k not in PER_ITEM}, records, settings
+
+
+def item_records(items, metrics: dict, *, fewshot: list[list[int]] | None = None) -> list[dict]:
     """One record per item: its question, choices, answer, every choice's summed log-likelihood, the pick and
-    whether it (and the length-normalised pick) was right."""
+    whether it (and the length-normalised pick) was right; with ``fewshot``, its examples' items in the
+    few-shot source (0-based, as read) and the text they make before the question (``prefix``)."""
     from paw.evaluate.mc import argmax_choice
 
-    return [{"index": k, "id": item.id, "question": item.question, "choices": list(item.choices),
-             "answer": item.answer, "choice_logprobs": lls, "pick": argmax_choice(lls), "correct": right,
-             "correct_norm": right_norm}
-            for k, (item, lls, right, right_norm) in enumerate(zip(items, metrics["choice_logprobs"],
-                                                                    metrics["correct"], metrics["correct_norm"],
-                                                                    strict=True))]
+    records = [{"index": k, "id": item.id, "question": item.question, "choices": list(item.choices),
+                "answer": item.answer, "choice_logprobs": lls, "pick": argmax_choice(lls), "correct": right,
+                "correct_norm": right_norm}
+               for k, (item, lls, right, right_norm) in enumerate(zip(items, metrics["choice_logprobs"],
+                                                                       metrics["correct"], metrics["correct_norm"],
+                                                                       strict=True))]
+    for record, item, picks in zip(records, items, fewshot or (), strict=False):
+        record |= {"fewshot": picks, "prefix": item.prefix}
+    return records
 
 
 def _proxy_tuned(o: EvalOptions, items, *, device, progress) -> dict:
@@ -130,13 +159,14 @@ def _proxy_tuned(o: EvalOptions, items, *, device, progress) -> dict:
 
     dev = resolve_device(device)
     lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=dev, dtype=o.dtype)
-    target = choice_scores(lm, tokenizer, items, batch_size=o.batch_size, progress=progress)
+    scores = partial(choice_scores, items=items, batch_size=o.batch_size, progress=progress, max_length=o.max_length)
+    target = scores(lm, tokenizer)
     del lm
     expert_lm, expert_tok = load_lm(o.proxy_base, adapter=o.proxy_adapter, device=dev, dtype=o.dtype)
-    expert = choice_scores(expert_lm, expert_tok, items, batch_size=o.batch_size, progress=progress)
+    expert = scores(expert_lm, expert_tok)
     with expert_lm.disable_adapter():
-        anti = choice_scores(expert_lm, expert_tok, items, batch_size=o.batch_size, progress=progress)
-    metrics = summarize(items, proxy_scores(target, expert, anti, o.proxy_scale), per_item=o.per_item is not None)
+        anti = scores(expert_lm, expert_tok)
+    metrics = summarize(items, proxy_scores(target, expert, anti, o.proxy_scale), per_item=True)
     alone = summarize(items, target)
     return {**metrics, "proxy": {"scale": o.proxy_scale, "target_alone": {k: alone[k] for k in ("accuracy", "stderr")},
                                  "note": "per choice: target + scale x (proxy base with adapter - without); "

@@ -1,13 +1,14 @@
 """Accuracy with its binomial standard error, and the paired difference of two conditions scored on the
 same items: the statistics ``paw eval``, the transfer gain gate and the benchmarks share.
+
+numpy is imported inside the functions that use it: ``paw eval``'s scoring module imports this one, and
+``paw --help`` start-up stays free of numpy.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
-import numpy as np
 
 
 def accuracy(correct_per_seed: Sequence[Sequence[int]]) -> dict:
@@ -16,10 +17,29 @@ def accuracy(correct_per_seed: Sequence[Sequence[int]]) -> dict:
     >>> accuracy([[1, 0, 1, 1], [1, 1, 0, 0]])
     {'mean': 0.625, 'stderr': 0.1711632992203644, 'n': 8, 'per_seed': [0.75, 0.5]}
     """
+    import numpy as np
+
     per_seed = [float(np.mean(c)) for c in correct_per_seed]
     n = sum(len(c) for c in correct_per_seed)
     p = float(np.sum([np.sum(c) for c in correct_per_seed]) / n)
     return {"mean": p, "stderr": math.sqrt(p * (1 - p) / n), "n": n, "per_seed": per_seed}
+
+
+def mean_stderr(values: Sequence[float]) -> float | None:
+    """lm-evaluation-harness's ``mean_stderr``: the *sample* standard deviation (``n - 1``) over ``sqrt(n)``,
+    what lm-eval prints beside ``acc`` and ``acc_norm``; ``None`` for fewer than two values (lm-eval: N/A).
+
+    For 0/1 outcomes with accuracy ``p`` it is ``sqrt(p (1 - p) / (n - 1))``: [1, 1, 0, 0] gives
+    ``sqrt(1/3) / 2``, where the binomial ``sqrt(p (1 - p) / n)`` gives 0.25.
+
+    >>> round(mean_stderr([1, 1, 0, 0]), 6), mean_stderr([1])
+    (0.288675, None)
+    """
+    n = len(values)
+    if n < 2:
+        return None
+    mu = math.fsum(values) / n
+    return math.sqrt(math.fsum((x - mu) ** 2 for x in values) / (n - 1)) / math.sqrt(n)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict:
@@ -31,6 +51,8 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> dict:
     >>> paired_difference([1, 1, 0, 1], [0, 1, 0, 0])
     {'difference': 0.5, 'stderr': 0.28867513459481287, 'n': 4}
     """
+    import numpy as np
+
     x, y = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
     if x.size != y.size:
         raise ValueError(f"paired outcomes differ in length: {x.size} and {y.size}")
@@ -67,6 +89,8 @@ def clustered_difference(a: Sequence[float], b: Sequence[float], groups: Sequenc
     >>> clustered_difference([1, 1, 0, 0], [0, 0, 0, 0], ["x", "x", "y", "y"])
     {'difference': 0.5, 'stderr': 0.5, 'n': 4, 'groups': 2}
     """
+    import numpy as np
+
     x, y = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
     if not x.size == y.size == len(groups):
         raise ValueError(f"paired outcomes and groups differ in length: {x.size}, {y.size}, {len(groups)}")
@@ -90,6 +114,8 @@ def false_pass_rate(*, items: int, z: float, moves: int = 2000, seed: int = 0, b
     groups, as ``--check-data`` items naming a ``group`` do (``told_groups=False``: it is not, and counts
     every item as independent). No model runs; seeded, so the rate is reproducible.
     """
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     n_groups = -(-items // per_group)
     groups = [str(i // per_group) for i in range(items)]

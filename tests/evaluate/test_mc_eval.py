@@ -61,7 +61,10 @@ def test_bias_model_answers_are_known(bias_only):
     wrong = [MCItem(f"Question {i}: pick", (bad, good), 0) for i in range(3)]
     metrics = evaluate(model, tok, right + wrong, batch_size=3, progress=False)
     assert metrics["accuracy"] == pytest.approx(5 / 8)
-    assert metrics["stderr"] == pytest.approx(math.sqrt(5 / 8 * 3 / 8 / 8))
+    # lm-eval's mean_stderr: sample variance of the 0/1 outcomes (n - 1), over n:
+    # (5 (3/8)^2 + 3 (5/8)^2) / 7 = 15/56, and 15/56 / 8 = 15/448
+    assert metrics["stderr"] == pytest.approx(math.sqrt(15 / 448))
+    assert metrics["stderr"] == pytest.approx(math.sqrt(5 / 8 * 3 / 8 / 7))
     # loss = mean NLL of the correct answers' single tokens
     expected_loss = (5 * -logp[vocab[likely]] + 3 * -logp[vocab[unlikely]]) / 8
     assert metrics["loss"] == pytest.approx(expected_loss, rel=1e-5)

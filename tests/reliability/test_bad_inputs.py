@@ -158,6 +158,24 @@ def _cases() -> list[tuple[str, list[str], str]]:
     add("eval-bad-dtype", "eval --model {fx}/base --data {fx}/data/mc.jsonl --dtype int3")
     add("eval-bad-track", "eval --model {fx}/base --data {fx}/data/mc.jsonl --track wandb")
     add("eval-limit-zero", "eval --model {fx}/base --data {fx}/data/mc.jsonl --limit 0")
+    ev = "eval --model {fx}/base"
+    add("eval-text-binary", f"{ev} --text {{fx}}/data/binary.txt", "UTF-8")
+    add("eval-text-empty", f"{ev} --text {{fx}}/data/empty.txt", "no text")
+    add("eval-text-missing", f"{ev} --text {{fx}}/data/nothing.txt", "nothing.txt")
+    add("eval-text-bad-jsonl", f"{ev} --text {{fx}}/data/bad_json.jsonl", "line 1")
+    add("eval-text-list-jsonl", f"{ev} --text {{fx}}/data/list_line.jsonl", "line 1")
+    add("eval-text-and-data", f"{ev} --text {{fx}}/data/corpus.txt --data {{fx}}/data/mc.jsonl", "--data")
+    add("eval-text-fewshot", f"{ev} --text {{fx}}/data/corpus.txt --num-fewshot 2", "--num-fewshot")
+    add("eval-max-length-zero", f"{ev} --text {{fx}}/data/corpus.txt --max-length 0")
+    add("eval-fewshot-no-source", f"{ev} --data {{fx}}/data/mc.jsonl --num-fewshot 2", "--fewshot-data")
+    add("eval-fewshot-source-alone", f"{ev} --data {{fx}}/data/mc.jsonl --fewshot-data {{fx}}/data/mc.jsonl",
+        "--num-fewshot")
+    add("eval-fewshot-missing", f"{ev} --data {{fx}}/data/mc.jsonl --num-fewshot 2 --fewshot-data "
+        "{fx}/data/nothing.jsonl", "nothing.jsonl")
+    add("eval-fewshot-too-many", f"{ev} --data {{fx}}/data/mc.jsonl --num-fewshot 6 --fewshot-data "
+        "{fx}/data/mc.jsonl", "holds only 5")
+    add("eval-fewshot-negative", f"{ev} --data {{fx}}/data/mc.jsonl --num-fewshot -1 --fewshot-data "
+        "{fx}/data/mc.jsonl")
     tl = "train-lora --model {fx}/base --data {fx}/data/mc.jsonl --steps 1"
     add("train-lr-nan", f"{tl} --output {{out}} --lr nan", "not a finite")
     add("train-lr-inf", f"{tl} --output {{out}} --lr inf", "not a finite")
