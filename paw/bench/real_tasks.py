@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,16 +37,14 @@ from paw.bench.common import (
     train_adapter,
     without_adapter,
 )
+from paw.bench.real_cache import Cache, Failed  # noqa: F401  (part of this module's names)
+from paw.bench.real_task_sets import TASKS, TaskSplit, load_task, split  # noqa: F401  (likewise)
 from paw.bench.stats import accuracy, kept, paired_difference, recovered
 from paw.data import sample_texts
 from paw.errors import PawError
-from paw.evaluate.formats import read_items
-from paw.io.adapter import LoraAdapter, read_adapter, write_adapter
-from paw.io.json_file import read_json_if_exists
-from paw.io.manifest import write_json
+from paw.io.adapter import LoraAdapter
 from paw.io.tokenizer import open_tokenizer
 from paw.io.train_state import load_train_state, read_synthesized, save_train_state
-from paw.lora import tensors_digest
 from paw.progress import status
 from paw.train_state import Checkpoints
 from paw.transfer.distill import LM, distill_lora
@@ -57,28 +54,6 @@ from paw.transfer.summary import DistillSummary
 
 MIN_SOURCE_Z = 5.0    # the source's gain must reach this many paired stderrs for the task to count
 SAVE_EVERY = 25       # distillation steps between checkpoints: a run killed mid-distillation resumes there
-
-
-@dataclass(frozen=True)
-class TaskSplit:
-    """Where a task's training inputs and test items come from (file stems under ``<data>/raw``).
-
-    ``test=None``: the set has one labelled split; it is cut into two seeded disjoint parts, the
-    first for training, the second for testing: halves, or ``test_size`` test items and the rest.
-    """
-
-    train: str
-    test: str | None = None
-    test_size: int | None = None
-
-
-TASKS = {  # decided before any transfer result; docs/distill.md#real-tasks says why
-    "arc-easy": TaskSplit("arc-easy_train", "arc-easy_test"),   # 2,251 / 2,376
-    # the second task since 2026-11-26 (BoolQ's ~600-token passages cost ~40 h of 2 CPU cores for both
-    # directions; no BoolQ or PIQA transfer result had been seen): 838 training inputs / 1,000 test items
-    "piqa": TaskSplit("piqa_validation", test_size=1000),
-    "boolq": TaskSplit("boolq_validation"),            # 3,270 -> 1,635 train inputs / 1,635 test items (GPU)
-}
 
 
 @dataclass(frozen=True)
@@ -101,115 +76,6 @@ class Recipe:
 
 
 RECIPE = Recipe()
-
-
-def split(items: list, task: TaskSplit, test_items: list | None, seed: int) -> tuple[list, list]:
-    """``(train, test)`` of a task: its two splits, or two seeded disjoint parts of its one split.
-
-    >>> split(list(range(6)), TaskSplit("x"), None, 0) == split(list(range(6)), TaskSplit("x"), None, 0)
-    True
-    >>> sorted(sum(split(list(range(6)), TaskSplit("x"), None, 0), []))
-    [0, 1, 2, 3, 4, 5]
-    >>> [len(part) for part in split(list(range(10)), TaskSplit("x", test_size=3), None, 0)]
-    [7, 3]
-    """
-    if test_items is not None:
-        return list(items), list(test_items)
-    order = list(range(len(items)))
-    random.Random(f"paw-real-task-halves-{seed}").shuffle(order)
-    cut = len(items) // 2 if task.test_size is None else len(items) - task.test_size
-    if cut < 1 or cut >= len(items):
-        raise PawError(f"{task.train}: {len(items)} items cannot give {len(items) - cut} test items and a training part")
-    return [items[i] for i in sorted(order[:cut])], [items[i] for i in sorted(order[cut:])]
-
-
-def load_task(data: str | Path, name: str, seed: int) -> tuple[list, list]:
-    """The training and test items of task ``name`` from the commonsense folder's ``raw/`` files."""
-    if name not in TASKS:
-        raise PawError(f"unknown real task {name!r}; choose from {', '.join(TASKS)}")
-    t = TASKS[name]
-    raw = Path(data) / "raw"
-    train = read_items(raw / f"{t.train}.jsonl")
-    return split(train, t, read_items(raw / f"{t.test}.jsonl") if t.test else None, seed)
-
-
-class Failed(PawError):
-    """A condition that gave no adapter (a diverged distillation), kept in the cache as a result."""
-
-
-class Cache:
-    """Scores and adapters of one task kept in ``folder`` as they are made: a rerun reuses them.
-
-    A score file names the adapter it scored (:func:`paw.lora.tensors_digest`) and is made again for any other
-    adapter: a work folder that kept its scores but lost its adapters (a new machine, a GPU lease)
-    must not pair old scores with a LoRA trained again. Score files from before the digest are
-    reused unless their adapter was made in this process. ``keep_scores`` reuses every score file
-    whatever adapter is at hand: for a caller whose adapters only stand in for the ones scored
-    (``scripts/run_variant.py --stand-in-loras``)."""
-
-    def __init__(self, folder: Path, *, keep_scores: bool = False):
-        self.folder = folder
-        self.keep_scores = keep_scores
-        self.made: set[str] = set()   # digests of the adapters this process trained or distilled
-
-    def scores(self, key: str, make, adapter: LoraAdapter | None = None, *,
-               source: LoraAdapter | None = None, field: str = "correct") -> tuple[list, float]:
-        """``(per-item outcomes, seconds)`` of ``make()``, cached under ``key``. ``source``: for a moved
-        adapter, the LoRA it was moved from, named in the file (``source_lora``) because the source's own
-        score file may have scored another copy of that LoRA (one trained again on a new machine).
-        ``field``: what the values are called in the file (``choice_ll`` for per-choice log-likelihoods)."""
-        path = self.folder / f"{key}.json"
-        found = read_json_if_exists(path)
-        digest = None if adapter is None or self.keep_scores else tensors_digest(adapter.tensors)
-        if found is not None and self._scored(found, digest):
-            return found[field], found["seconds"]
-        t = time.perf_counter()
-        correct = make()
-        seconds = time.perf_counter() - t
-        names = ({} if digest is None else {"adapter": digest}) | (
-            {} if source is None else {"source_lora": tensors_digest(source.tensors)})
-        write_json(path, {field: correct, "seconds": seconds} | names)
-        return correct, seconds
-
-    def _scored(self, found: dict, digest: str | None) -> bool:
-        """Whether a cached score file scored the adapter of ``digest`` (None: no adapter to check)."""
-        if digest is None:
-            return True
-        if "adapter" in found:
-            return found["adapter"] == digest
-        return digest not in self.made   # written before digests: its adapter was read, not made anew
-
-    def found(self, key: str) -> list[int] | None:
-        """The per-item outcomes cached under ``key``, or None."""
-        found = read_json_if_exists(self.folder / f"{key}.json")
-        return None if found is None else found["correct"]
-
-    def adapter(self, key: str, make) -> tuple[LoraAdapter, float, dict]:
-        folder = self.folder / key
-        found = read_json_if_exists(self.folder / f"{key}.meta.json")
-        if found is not None and "failed" in found:  # a run that cannot give an adapter is a result too
-            raise Failed(found["failed"])
-        if found is not None:  # written after the adapter folder: the folder is complete
-            return read_adapter(folder), found["seconds"], found.get("report", {})
-        t = time.perf_counter()
-        try:
-            adapter, report = make()
-        except Failed:
-            raise
-        except PawError as e:  # e.g. a synthesis that wrote nothing usable: on record at once (the bench's
-            # results file comes only at the end, sessions later on a CPU), made again on a rerun (a fix counts)
-            write_json(self.folder / f"{key}.failed.json", {"seconds": time.perf_counter() - t, "failed": str(e)})
-            raise
-        seconds = time.perf_counter() - t
-        at = report.get("diverged_at_step")
-        if at is not None:
-            why = f"the distillation diverged (NaN/Inf loss) at step {at}; no adapter"
-            write_json(self.folder / f"{key}.meta.json", {"seconds": seconds, "report": report, "failed": why})
-            raise Failed(why)
-        write_adapter(folder, adapter, overwrite=True)
-        write_json(self.folder / f"{key}.meta.json", {"seconds": seconds, "report": report})
-        self.made.add(tensors_digest(adapter.tensors))
-        return adapter, seconds, report
 
 
 def work_folder(cache: Cache, key: str) -> Path:
