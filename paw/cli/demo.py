@@ -6,20 +6,18 @@ from pathlib import Path
 
 import typer
 
-from paw.cli._options import OVERWRITE
+from paw.cli._options import options_command
+from paw.demo_options import DemoOptions
+from paw.knobs import RunOptions
 from paw.progress import format_duration
 
 
 def register(app: typer.Typer) -> None:
-    app.command("demo")(demo_command)
+    options_command(app, "demo", [(DemoOptions, ""), (RunOptions, "", ("device", "track"))], demo_command,
+                    doc=demo_command.__doc__)
 
 
-def demo_command(
-    outdir: Path = typer.Option(Path("paw_demo"), "--outdir", help="Folder for every model, report and plot."),
-    quick: bool = typer.Option(False, "--quick", help="16 facts and 100 LoRA steps instead of 24 and 200: the two "
-                               "LoRA trainings take half as long, the whole demo about a quarter less."),
-    overwrite: bool = OVERWRITE,
-):
+def demo_command(options: DemoOptions, run: RunOptions) -> None:
     """Build tiny models, train a LoRA, compare tokenizers, transfer the LoRA, compute task vectors,
     merge, and print a summary (under a minute on a laptop CPU; nothing is downloaded).
 
@@ -28,6 +26,7 @@ def demo_command(
     from paw.cli._options import console as make_console
     from paw.demo import STEPS, is_previous_demo, run_demo
 
+    outdir, quick, overwrite = Path(options.outdir), options.quick, run.overwrite   # a file gives text
     console = make_console()
     console.print(f"[bold]PAW demo[/bold]: {len(STEPS)} steps, everything under {outdir}")
     if is_previous_demo(outdir):
