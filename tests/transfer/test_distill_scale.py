@@ -294,3 +294,33 @@ def test_a_barren_synthesis_or_an_older_synthesis_is_tried_afresh(src_lora, tmp_
     assert key != scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 1, False)
     monkeypatch.setattr(data, "SYNTHESIS_VERSION", data.SYNTHESIS_VERSION + 1)
     assert key != scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
+
+
+def test_a_rerun_of_the_shift_target_reuses_the_students_base_scores(cli, src, src_lora, independent, tmp_path,
+                                                                     monkeypatch):
+    """Under ``--target shift`` the student's base scores every choice once before training; a rerun over the same
+    work folder reads those back with the teacher's two (with and without the adapter), to the same adapter bytes."""
+    import json
+
+    from paw.evaluate.synthetic import fact_task
+    from paw.io.mcdata import write_items
+    from paw.transfer.distill import train
+
+    write_items(tmp_path / "items.jsonl", fact_task("colour", n=6, seed=0))
+    calls = {"score": 0}
+    score = train.score_encoded
+    monkeypatch.setattr(train, "score_encoded", lambda *a, **k: calls.__setitem__("score", calls["score"] + 1) or score(*a, **k))
+
+    def run(*extra):
+        calls["score"] = 0
+        result = _distill(cli, src, src_lora, independent, tmp_path / "a", "--target", "shift", *extra,
+                          "--prompts", str(tmp_path / "items.jsonl"))
+        assert result.exit_code == 0, result.stderr
+        return calls["score"]
+
+    first = run()
+    made = (tmp_path / "a" / ADAPTER).read_bytes()
+    kept = json.loads((tmp_path / "a-work" / "teacher-student-base-choice-scores.json").read_text())
+    assert len(kept["values"]) == sum(len(i.choices) for i in fact_task("colour", n=6, seed=0))
+    again = run("--overwrite")
+    assert first - again == 3 and (tmp_path / "a" / ADAPTER).read_bytes() == made

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from paw import fsdp as F
@@ -179,7 +180,9 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
     if shift is not None:   # the student's own base: the model with its new adapter off, as trained
         shift = T.Shift(shift.scale, shift.teacher_off, peft_model.disable_adapter)
-        T.add_student_base(train + tests, peft_model, device, progress=shown)
+        remember = (partial(S.remembered, scale, "student-base-choice-scores", S.student_key(student.name, student.model))
+                    if key and not sharded else None)
+        T.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     pool = tests or train
     measured = agreement_inputs(pool, seed)

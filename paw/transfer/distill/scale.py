@@ -67,6 +67,12 @@ def teacher_key(teacher_name: str, adapter, max_new_tokens: int) -> str:
     return tensors_digest(adapter.tensors, f"{teacher_name}\0{max_new_tokens}\0".encode())
 
 
+def student_key(student_name: str, model) -> str:
+    """A digest of what decides the student base's scores: its name and its input embedding's values."""
+    weight = model.get_input_embeddings().weight
+    return tensors_digest({"embed": weight.detach()}, f"student\0{student_name}\0".encode())
+
+
 def synthesis_key(teacher_name: str, adapter, seeds: list, n: int, seed: int, discriminator: bool) -> str:
     """A digest of what decides ``--synthesize``'s inputs: the teacher, its adapter's tensors, the seeds, the settings."""
     text = "\0".join([f"synthesis {data.SYNTHESIS_VERSION}", teacher_name, str(n), str(seed), str(discriminator),
