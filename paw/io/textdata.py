@@ -15,17 +15,24 @@ from paw.errors import PawError
 TEXT_FIELDS = ("text", "page")
 
 
-def read_documents(path: str | Path, *, limit: int | None = None) -> list[str]:
-    """The documents of ``path`` (the first ``limit`` when given); refuses an empty or non-UTF-8 file."""
+def read_utf8(path: str | Path, *, what: str = "text file") -> str:
+    """The whole UTF-8 text of ``path``; a missing or unreadable file, or one that is not UTF-8 (the offset of
+    the first bad byte named), is one PawError naming it and ``what`` it was to be."""
     path = Path(path)
     if not path.is_file():
-        raise PawError("no such text file", path=path)
+        raise PawError(f"no such {what}", path=path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise PawError(f"not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r})", path=path) from None
     except OSError as err:
-        raise PawError(f"cannot read text file ({err.strerror})", path=path) from None
+        raise PawError(f"cannot read {what} ({err.strerror})", path=path) from None
+
+
+def read_documents(path: str | Path, *, limit: int | None = None) -> list[str]:
+    """The documents of ``path`` (the first ``limit`` when given); refuses an empty or non-UTF-8 file."""
+    path = Path(path)
+    text = read_utf8(path, what="text file")
     documents = _json_lines(text, path) if path.suffix == ".jsonl" else [text]
     documents = [d for d in documents if d.strip()][:limit]
     if not documents:

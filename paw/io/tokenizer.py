@@ -41,6 +41,7 @@ from paw.io.bpe_files import BpeFile, read_bpe, sniff_format
 from paw.io.checkpoint import folder_hint
 from paw.io.gguf import gguf_side_folder
 from paw.io.hub import resolve_path
+from paw.io.textdata import read_utf8
 from paw.io.tokenizer_info import SpecialToken, TokenizerInfo
 from paw.io.tokenizer_json import embedding_rows, read_json_object_or_none, read_tokenizer_json
 
@@ -132,12 +133,7 @@ def read_corpus(paths: Sequence[str | Path]) -> list[str]:
     lines: list[str] = []
     for p in paths:
         path = Path(p)
-        if not path.is_file():
-            raise PawError("no such corpus file", path=path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise PawError(f"corpus is not UTF-8 text ({err.reason} at byte {err.start})", path=path) from None
+        text = read_utf8(path, what="corpus file")
         if path.suffix == ".jsonl":
             for n, line in enumerate(text.splitlines(), 1):
                 if line.strip():
