@@ -52,6 +52,18 @@ class CliResult:
 
 
 @pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test, restored afterwards: tiny models run faster on one, above all on a
+    loaded shared CPU (folders that want it for every test ask for it in an autouse fixture)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def cli(capsys):
     """Run ``paw ARGS`` in-process: ``cli('merge', '--help').exit_code``."""
     from paw.cli import main

@@ -8,14 +8,8 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run faster on one thread, above all on a loaded shared CPU; restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_thread_here(one_torch_thread):
+    """Every test of this folder on one torch thread (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")

@@ -41,3 +41,17 @@ def cosine_lrs(lr: float, warmup: int, steps: int, floor: float = 0.1) -> list[f
             t = (s - warmup) / (steps - warmup)
             out.append(lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))))
     return out
+
+
+def poisoned_call(monkeypatch, module, name: str, call: int, poison=lambda value: value * float("nan")) -> list:
+    """Replace ``module.name`` so that its ``call``-th call returns ``poison(value)`` (a NaN loss by default);
+    returns the list that grows by one per call."""
+    real, calls = getattr(module, name), []
+
+    def patched(*args, **kwargs):
+        calls.append(1)
+        value = real(*args, **kwargs)
+        return poison(value) if len(calls) == call else value
+
+    monkeypatch.setattr(module, name, patched)
+    return calls

@@ -13,16 +13,6 @@ from paw.vocab.heal import HealPlan, heal_rows, trainable_matrices
 from tests.train.spy import cosine_lrs, optimiser_steps, warmup_lrs
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model(tiny_llama):
     from paw.io.lm import load_lm

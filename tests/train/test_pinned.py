@@ -13,16 +13,6 @@ import pytest
 from tests.train import reference_loops as old
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def lm(tiny_llama):
     from paw.io.lm import load_lm

@@ -108,15 +108,10 @@ def test_clipping_bounds_the_gradient_norm(src, src_lora, independent):
 
 def test_a_nan_loss_at_step_3_stops_the_run_at_step_3(src, src_lora, independent, monkeypatch):
     from paw.transfer.distill import fit
+    from tests.train.spy import poisoned_call
 
-    real, calls = fit._batch_parts, []
-
-    def poisoned(*args):
-        calls.append(1)
-        parts = real(*args)
-        return {k: v * float("nan") for k, v in parts.items()} if len(calls) == 3 else parts
-
-    monkeypatch.setattr(fit, "_batch_parts", poisoned)
+    calls = poisoned_call(monkeypatch, fit, "_batch_parts", 3,
+                          poison=lambda parts: {k: v * float("nan") for k, v in parts.items()})
     _, d, seen = shared(src, src_lora, independent, steps=6)
     assert d["diverged_at_step"] == 3 and len(calls) == 3 and len(seen) == 3
 
