@@ -86,6 +86,19 @@ def adapter_deltas(adapter) -> dict[str, Any]:
     return {m.base_key: m.delta() for m in adapter.modules().values()}
 
 
+def merged_copy(model, adapter):
+    """A copy of ``model`` with ``adapter`` merged into its weights (``W + ΔW``, in the weights' dtype); ``model``
+    is left as it was."""
+    import torch
+
+    merged = copy.deepcopy(model)
+    params = dict(merged.named_parameters())
+    with torch.no_grad():
+        for name, delta in adapter_deltas(adapter).items():
+            params[name].add_(delta.to(params[name].device, params[name].dtype))
+    return merged
+
+
 @contextmanager
 def applied(model, deltas: dict[str, Any]):
     """``model`` with ``W += ΔW`` for each delta inside the block, restored exactly afterwards."""

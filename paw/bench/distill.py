@@ -24,13 +24,12 @@ gets. The recovered fraction and the CPU seconds of each transfer stand beside i
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from typing import Any
 
 from paw.bench import SHIFT
-from paw.bench.common import TransferStatus, adapter_deltas, applied, without_adapter
+from paw.bench.common import TransferStatus, adapter_deltas, applied, merged_copy, without_adapter
 from paw.errors import PawError
 from paw.io.checkpoint import open_checkpoint
 from paw.io.tokenizer import open_tokenizer
@@ -70,13 +69,7 @@ def run(out: dict, base, source, adapter, task, opts, seed: int, score, device, 
     ``score(model, tokenizer, items)`` gives 0/1 per held-out item; CPU seconds of each distillation
     (process time, so other jobs on the machine do not count) go into its summary.
     """
-    import torch
-
-    student, teacher = _side(base), _side(source, copy.deepcopy(source.model))
-    params = dict(teacher.model.named_parameters())
-    with torch.no_grad():
-        for name, delta in adapter_deltas(adapter).items():
-            params[name].add_(delta.to(params[name].device, params[name].dtype))
+    student, teacher = _side(base), _side(source, merged_copy(source.model, adapter))
     teacher.adapter_off = without_adapter(teacher.model, adapter)  # the teacher's excess: with minus without the LoRA
     for kind, name in names.items():
         cpu, wall = time.process_time(), time.perf_counter()

@@ -21,7 +21,6 @@ computes; the folders ``paw transfer-lora`` writes are tested to load in PEFT by
 
 from __future__ import annotations
 
-import copy
 import multiprocessing
 import pickle
 import tempfile
@@ -39,6 +38,7 @@ from paw.bench.common import (
     adapter_deltas,
     applied,
     first_line,
+    merged_copy,
     random_deltas,
     score_items,
     train_adapter,
@@ -321,14 +321,8 @@ def _unit(context: _Context, seed: int, task_name: str) -> tuple[dict[str, dict[
 def knowing(base: Base, task, opts: BenchOptions, seed: int) -> tuple[Base, dict]:
     """``base`` after its own training on ``task.known``: a LoRA trained with the bench's recipe and merged
     into a copy, saved beside the base's folder (transfers read the target from disk); ``(Base, fit)``."""
-    import torch
-
     adapter, fit = train_adapter(base, task.known, opts, seed + KNOWN_SEED)
-    model = copy.deepcopy(base.model)
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, delta in adapter_deltas(adapter).items():
-            params[name].add_(delta.to(params[name].device, params[name].dtype))
+    model = merged_copy(base.model, adapter)
     folder = save_model(model, base.folder.parent / f"{base.name}+{task.name}-{seed}", tokenizer=base.tokenizer)
     info = {**base.info, "knows": f"{len(task.known)} {task.name} items from its own training"}
     return Base(base.name, model.eval(), base.tokenizer, folder, info, base.vocab_map), fit

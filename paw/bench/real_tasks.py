@@ -90,8 +90,13 @@ def resumable(cache: Cache, key: str, recipe: Recipe, seed: int) -> Scale:
     work = work_folder(cache, key)
     settings = {"key": key, "steps": recipe.distill_steps, "batch_size": recipe.lora_batch, "seed": seed,
                 "inputs": recipe.train_inputs, "token_focus": recipe.token_focus, "synth_inputs": recipe.synth_inputs}
-    return Scale(work=work, checkpoints=Checkpoints(SAVE_EVERY, save=partial(save_train_state, work),
-                                                    state=load_train_state(work), settings=settings))
+    return Scale(work=work, checkpoints=_checkpoints(work, settings))
+
+
+def _checkpoints(work: Path, settings: dict) -> Checkpoints:
+    """Every :data:`SAVE_EVERY` steps into ``work``, resumed from what is there when ``settings`` match."""
+    return Checkpoints(SAVE_EVERY, save=partial(save_train_state, work), state=load_train_state(work),
+                       settings=settings, where=str(work))
 
 
 def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None, *, what: str = "") -> list[int]:
@@ -102,18 +107,14 @@ def _scored(model, tokenizer, items, adapter: LoraAdapter | None = None, *, what
         return score_items(model, tokenizer, items, progress=True)
 
 
-def _trained(base, items, recipe: Recipe, seed: int, cache: Cache | None = None):
-    """``base``'s labelled LoRA; with ``cache``, checkpointed every :data:`SAVE_EVERY` steps into
-    ``lora-NAME-work`` and resumed from there (byte-identical to a run that was never stopped)."""
+def _trained(base, items, recipe: Recipe, seed: int, cache: Cache):
+    """``base``'s labelled LoRA, checkpointed every :data:`SAVE_EVERY` steps into ``lora-NAME-work`` and resumed
+    from there (byte-identical to a run that was never stopped)."""
     status(f"tasks: training the LoRA of {base.name} ({recipe.lora_steps} steps of {recipe.lora_batch})")
-    checkpoints = None
-    if cache is not None:
-        work = work_folder(cache, f"lora-{base.name}")
-        settings = {"key": f"lora-{base.name}", "steps": recipe.lora_steps, "batch_size": recipe.lora_batch,
-                    "lr": recipe.lora_lr, "rank": recipe.lora_rank, "alpha": recipe.lora_alpha, "seed": seed,
-                    "items": len(items)}
-        checkpoints = Checkpoints(SAVE_EVERY, save=partial(save_train_state, work), state=load_train_state(work),
-                                  settings=settings, where=str(work))
+    key = f"lora-{base.name}"
+    checkpoints = _checkpoints(work_folder(cache, key), {
+        "key": key, "steps": recipe.lora_steps, "batch_size": recipe.lora_batch, "lr": recipe.lora_lr,
+        "rank": recipe.lora_rank, "alpha": recipe.lora_alpha, "seed": seed, "items": len(items)})
     return train_adapter(base, items, recipe, seed, gradient_checkpointing=recipe.gradient_checkpointing,
                          progress=True, checkpoints=checkpoints)
 
