@@ -154,7 +154,7 @@ def test_distill_rows_learn_at_the_lora_rate_unless_given_their_own(monkeypatch,
     monkeypatch.setattr(D, "distill_lora", record)
     monkeypatch.setattr(D, "_side", lambda base, model=None: SimpleNamespace(model=SimpleNamespace(
         named_parameters=lambda: [])))
-    monkeypatch.setattr(D, "adapter_deltas", lambda adapter: {})
+    monkeypatch.setattr(D, "merged_copy", lambda model, adapter: model)
     monkeypatch.setattr(D, "without_adapter", lambda model, adapter: None)
     monkeypatch.setattr(D, "inputs_for", lambda kind, task, seed: {})
     source = SimpleNamespace(model=None)
