@@ -25,9 +25,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from paw.bench import real_tasks
-from paw.bench.common import Base
-from paw.bench.real import _load
+from paw.bench.real import tasks as real_tasks
+from paw.bench.testbed import Base
+from paw.bench.testbed import load_model as _load
 from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
 from paw.evaluate.mc import score_encoded
 from paw.transfer.distill.lora import _visited

@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from paw.bench.real_tasks import load_task
+from paw.bench.real.task_sets import load_task
 from paw.evaluate import mc
 from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
 from paw.evaluate.mc import score_encoded

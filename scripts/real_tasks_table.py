@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from paw.bench.real_report import tasks_figure
+from paw.bench.real.report import tasks_figure
 from paw.bench.stats import accuracy, kept, paired_difference, recovered
 from paw.io.json_file import read_json_if_exists
 from paw.io.reports import save_figure

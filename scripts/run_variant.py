@@ -27,9 +27,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from paw.bench import real_tasks
-from paw.bench.common import Base
-from paw.bench.real import _load
+from paw.bench.real import tasks as real_tasks
+from paw.bench.testbed import Base
+from paw.bench.testbed import load_model as _load
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import pytest
 TORCH_FREE = [
     "paw.arch",
     "paw.bench.conditions",
-    "paw.bench.real_task_sets",
+    "paw.bench.real.task_sets",
     "paw.bench.stats",
     "paw.bench.surgery",
     "paw.bench.tables",

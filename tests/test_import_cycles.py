@@ -34,7 +34,7 @@ def imported(path: Path, name: str, known: set[str]) -> set[str]:
     """Modules of ``known`` that the file imports anywhere in its body.
 
     ``from paw.bench import distill`` names the module ``paw.bench.distill`` where it is one, else the
-    package ``paw.bench``; ``from paw.bench.common import Base`` names ``paw.bench.common``; relative
+    package ``paw.bench``; ``from paw.bench.testbed import Base`` names ``paw.bench.testbed``; relative
     imports are resolved against ``name``.
     """
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -127,7 +127,7 @@ def _loop(component: list[str], graph: dict[str, set[str]]) -> list[str]:
 
 def test_names_start_at_the_top_package():
     assert module_name(PAW / "bench" / "quality.py", PAW / "bench") == "paw.bench.quality"
-    assert "paw.bench.common" in import_graph(PAW / "bench")["paw.bench.quality"]
+    assert "paw.bench.testbed" in import_graph(PAW / "bench")["paw.bench.quality"]
 
 
 # Circles known and owned elsewhere, each as the set of its modules. Keep this list empty but for

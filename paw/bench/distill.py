@@ -29,7 +29,8 @@ import time
 from typing import Any
 
 from paw.bench import SHIFT
-from paw.bench.common import TransferStatus, adapter_deltas, applied, merged_copy, without_adapter
+from paw.bench.outcomes import TransferStatus
+from paw.bench.testbed import adapter_deltas, applied, merged_copy, without_adapter
 from paw.errors import PawError
 from paw.io.checkpoint import open_checkpoint
 from paw.io.tokenizer import open_tokenizer

@@ -32,23 +32,22 @@ from pathlib import Path
 from typing import Any
 
 from paw.bench import conditions
-from paw.bench.common import (
+from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
+from paw.bench.options import BenchOptions
+from paw.bench.outcomes import TransferStatus, first_line
+from paw.bench.report import write_results
+from paw.bench.results import BUILD, SOURCE, merge_results, summarize
+from paw.bench.targets import TARGETS, Workshop
+from paw.bench.tasks import TASKS, build_corpora, common_words, missing_sets
+from paw.bench.testbed import (
     Base,
-    TransferStatus,
     adapter_deltas,
     applied,
-    first_line,
     merged_copy,
     random_deltas,
     score_items,
     train_adapter,
 )
-from paw.bench.lm import Schedule, held_out_loss, token_stream, train_lm
-from paw.bench.options import BenchOptions
-from paw.bench.report import write_results
-from paw.bench.results import BUILD, SOURCE, merge_results, summarize
-from paw.bench.targets import TARGETS, Workshop
-from paw.bench.tasks import TASKS, build_corpora, common_words, missing_sets
 from paw.data import sample_texts
 from paw.device import resolve_device
 from paw.errors import PawError, Refused, Skipped

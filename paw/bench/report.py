@@ -9,7 +9,7 @@ from typing import Any
 
 from paw import __version__
 from paw.bench import conditions
-from paw.bench.common import TransferStatus
+from paw.bench.outcomes import TransferStatus
 from paw.bench.tables import no_number, table
 from paw.bench.tasks import TASK_LABELS
 from paw.io.atomic import atomic_dir

@@ -10,7 +10,7 @@ as ``'0110…'`` strings) so that runs can be pooled later.
 from __future__ import annotations
 
 from paw.bench import conditions
-from paw.bench.common import TransferStatus
+from paw.bench.outcomes import TransferStatus
 from paw.bench.stats import accuracy, build_spread, kept, recovered
 from paw.bench.targets import TARGETS
 from paw.bench.tasks import TASKS

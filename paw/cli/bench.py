@@ -1,5 +1,5 @@
 """``paw bench transfer`` (the transfer quality benchmark) and ``paw bench real`` (SmolLM2 and Gemma-3), each made
-from its options classes in :mod:`paw.bench.options` and :mod:`paw.bench.real_options`."""
+from its options classes in :mod:`paw.bench.options` and :mod:`paw.bench.real.options`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from paw.bench.options import BenchOptions, BenchRun, for_run
-from paw.bench.real_options import RealOptions, RealRun
+from paw.bench.real.options import RealOptions, RealRun
 from paw.cli._options import RunOptions, command_line, options_command
 from paw.knobs import require
 from paw.progress import format_duration
@@ -56,7 +56,7 @@ def real(out: RealRun, options: RealOptions, run: RunOptions) -> None:
 
     Example: paw bench real --models ~/paw-models --data ../shared/data/commonsense --output bench-real
     """
-    from paw.bench.real_report import markdown, real_to_folder
+    from paw.bench.real.report import markdown, real_to_folder
     from paw.device import resolve_device
 
     out.check()

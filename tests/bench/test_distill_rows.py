@@ -173,10 +173,10 @@ def test_facts_known_targets_learn_their_part_and_get_both_distill_targets(tmp_p
     transfers to read), the source does not, and both distill targets get a row on both phrasings."""
     import torch
 
-    from paw.bench.common import adapter_deltas, train_adapter
     from paw.bench.options import quick_options
     from paw.bench.quality import KNOWN_SEED, build_bases, knowing, run_benchmark
     from paw.bench.tasks import facts_known_task
+    from paw.bench.testbed import adapter_deltas, train_adapter
     from paw.io.checkpoint import open_checkpoint
 
     opts = quick_options(tasks=("facts-known",), targets=("upgrade-mild",), methods=("copy",),

@@ -25,7 +25,8 @@ def _help(cli, *command: str) -> tuple[str, set[str]]:
 @pytest.fixture
 def recorded(monkeypatch):
     """What the commands hand their pipelines, instead of running them."""
-    from paw.bench import quality, real_report
+    from paw.bench import quality
+    from paw.bench.real import report as real_report
 
     seen = {}
 
@@ -89,7 +90,7 @@ def test_bench_transfer_reads_a_config_file_and_typed_flags_win(cli, recorded, t
 
 
 def test_bench_real_reads_a_config_file_and_typed_flags_win(cli, recorded, tmp_path):
-    from paw.bench.real_options import RealOptions
+    from paw.bench.real.options import RealOptions
 
     _, flags = _help(cli, "real")
     assert set(REAL_FLAGS) <= flags
@@ -112,7 +113,7 @@ def test_bench_real_reads_a_config_file_and_typed_flags_win(cli, recorded, tmp_p
 
 def test_real_task_names_in_the_help_are_the_registry():
     """--help spells the tasks of part 'tasks' (their module imports torch); they must be the registry's."""
-    from paw.bench.real_options import REAL_TASK_NAMES
-    from paw.bench.real_tasks import TASKS
+    from paw.bench.real.options import REAL_TASK_NAMES
+    from paw.bench.real.task_sets import TASKS
 
     assert REAL_TASK_NAMES == tuple(TASKS)

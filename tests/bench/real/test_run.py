@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from paw.bench.real import GEMMA, SMOL, RealOptions, seeded_subset
+from paw.bench.real.options import GEMMA, SMOL, RealOptions
+from paw.bench.real.run import seeded_subset
 from paw.bench.stats import kept
 from paw.errors import PawError
 
@@ -48,7 +49,7 @@ def test_options_refuse_a_folder_without_the_models(tmp_path):
 
 
 def test_report_writes_json_markdown_and_plot(tmp_path):
-    from paw.bench.real_report import markdown, write_real
+    from paw.bench.real.report import markdown, write_real
 
     acc = {"mean": 0.5, "stderr": 0.1, "n": 20, "per_seed": [0.5]}
     ev = {"n": 20, "accuracy": 0.55, "stderr": 0.11, "accuracy_norm": 0.6, "stderr_norm": 0.11}
@@ -81,8 +82,8 @@ def test_reworded_figures_by_hand_and_their_table():
 
     kept (4/8 - 2/8) / (4/8 - 0) = 0.5; recovered (4/8 - 2/8) / (6/8 - 2/8) = 0.5; random 2/8: 0 and 0.
     """
-    from paw.bench.real import SOURCE_BASE, SOURCE_LORA, view_figures
-    from paw.bench.real_report import markdown
+    from paw.bench.real.report import markdown
+    from paw.bench.real.run import SOURCE_BASE, SOURCE_LORA, view_figures
 
     outcomes = {"base": [1, 1, 0, 0, 0, 0, 0, 0], "direct": [1, 1, 1, 1, 1, 1, 0, 0], "random": [1, 1, 0, 0, 0, 0, 0, 0],
                 "copy": [1, 1, 1, 1, 0, 0, 0, 0], SOURCE_BASE: [0] * 8, SOURCE_LORA: [0, 0, 0, 0, 1, 1, 1, 1]}
@@ -106,15 +107,14 @@ def test_reworded_figures_by_hand_and_their_table():
 def test_part_transfer_scores_the_reworded_questions_with_every_condition(tmp_path):
     """The transfer part on two tiny zoo models in the real models' places: both views, every condition."""
     from paw import zoo
-    from paw.bench.common import Base
-    from paw.bench.real import _load, part_transfer
-    from paw.bench.real_options import RealOptions
+    from paw.bench.real.run import part_transfer
+    from paw.bench.testbed import Base, load_model
 
     folders = {SMOL: zoo.tiny_model(tmp_path / SMOL, "llama", seed=0, hidden_size=32, num_layers=2),
                GEMMA: zoo.tiny_model(tmp_path / GEMMA, "llama", seed=1, hidden_size=32, num_layers=2)}
     opts = RealOptions(models=str(tmp_path), parts=("transfer",), task_items=20, lora_steps=3, distill_steps=2,
                        methods=("copy", "distill"), n_boot=20, lora_batch=4)
-    lm, tok = _load(folders[SMOL], "cpu")
+    lm, tok = load_model(folders[SMOL], "cpu")
     out = part_transfer(opts, folders, None, Base(SMOL, lm, tok, folders[SMOL]))
     reworded = out["reworded"]
     assert out["items"] == reworded["items"] == 20 and reworded["task"] == "facts:reworded"

@@ -1,16 +1,15 @@
-"""What both benchmarks share: the base under test, item scoring, adapter deltas, LoRA training, statuses.
+"""The base under test and what every benchmark does to it: score items, merge adapter deltas in, train a LoRA.
 
 ``paw bench transfer`` (:mod:`paw.bench.quality`), its distill rows (:mod:`paw.bench.distill`) and
-``paw bench real`` (:mod:`paw.bench.real`) all score a model item by item (:func:`score_items`), merge
-an adapter into a base for the length of a block (:func:`applied`) and train LoRAs with one recipe
-(:func:`train_adapter`); what became of a transfer is one :class:`TransferStatus`. This module sits
-under all of them and imports none of them.
+``paw bench real`` (:mod:`paw.bench.real.run`) all hold a model as a :class:`Base`, score it item by item
+(:func:`score_items`), merge an adapter into it for the length of a block (:func:`applied`) and train
+LoRAs on it with one recipe (:func:`train_adapter`); what became of a transfer is
+:mod:`paw.bench.outcomes`' to say. This module sits under all of them and imports none of them.
 """
 
 from __future__ import annotations
 
 import copy
-import enum
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,20 +21,10 @@ from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
 from paw.evaluate.mc import _argmax, score_encoded
 from paw.evaluate.train import train_lora
 from paw.io.adapter import LoraAdapter, lora_config_dict
+from paw.io.hub import quiet_transformers
+from paw.io.lm import load_lm
 
 LINEAR = arch.GENERIC.linear_names  # every projection: q, k, v, o, gate, up, down
-
-
-class TransferStatus(str, enum.Enum):
-    """What became of one transfer (method or distillation) on one base, in both benchmarks.
-
-    The value is what ``results.json`` stores: ``paw bench transfer`` per seed and condition,
-    ``paw bench real`` per row of its transfer part.
-    """
-
-    OK = "ok"                          # transferred and scored
-    REFUSED = "refused"                # ``auto`` judged the target unrelated: scored as the base
-    NOT_APPLICABLE = "n/a"             # the method cannot map this adapter (e.g. copy across shapes)
 
 
 @dataclass
@@ -50,9 +39,16 @@ class Base:
     vocab_map: Any = None
 
 
-def first_line(err: Exception, limit: int = 160) -> str:
-    """The reason a results file keeps for an outcome: the message's first line, at most ``limit`` characters."""
-    return str(err).splitlines()[0][:limit]
+def load_model(folder: Path, device: str):
+    """``(model, tokenizer)`` of a model folder in float32 on ``device``, transformers' load messages quiet."""
+    quiet_transformers()
+    return load_lm(folder, device=device, dtype="float32")
+
+
+def load_base(folder: Path, device: str) -> Base:
+    """The model folder ``folder`` as a :class:`Base` named by the folder (:func:`load_model`)."""
+    model, tokenizer = load_model(folder, device)
+    return Base(folder.name, model, tokenizer, folder)
 
 
 # ------------------------------------------------------------------------------------ scoring
@@ -157,7 +153,7 @@ def train_adapter(base: Base, items, opts, seed: int, *, gradient_checkpointing:
     """A LoRA trained on ``items`` on top of ``base``; returns ``(LoraAdapter, its first and last loss)``.
 
     ``opts`` gives the recipe: ``lora_rank``, ``lora_alpha``, ``lora_steps``, ``lora_batch`` and
-    ``lora_lr`` (a :class:`paw.bench.options.BenchOptions`, or ``paw.bench.real_tasks.Recipe``).
+    ``lora_lr`` (a :class:`paw.bench.options.BenchOptions`, or ``paw.bench.real.tasks.Recipe``).
     ``checkpoints``: a :class:`paw.train_state.Checkpoints` (the real-task bench resumes an hour-long LoRA with it).
     """
     from peft import get_peft_model_state_dict

@@ -12,8 +12,8 @@ from paw.knobs import knob, require
 
 SMOL, GEMMA = "smollm2-135m-instruct", "gemma-3-270m"
 PARTS = ("eval", "tokenizers", "transfer", "merge", "tasks")
-DEFAULT_PARTS = PARTS[:4]   # 'tasks' (real task LoRAs, paw.bench.real_tasks) takes hours on a CPU: asked for by name
-# paw.bench.real_tasks.TASKS, spelled here because that module imports torch and --help must not (a test compares)
+DEFAULT_PARTS = PARTS[:4]   # 'tasks' (real task LoRAs, paw.bench.real.tasks) takes hours on a CPU: asked for by name
+# paw.bench.real.task_sets.TASKS, spelled here so that --help reads no task module (a test compares)
 REAL_TASK_NAMES = ("arc-easy", "piqa", "boolq")
 
 
@@ -63,7 +63,7 @@ class RealOptions:
         if unknown:
             raise PawError(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS)}")
         if "tasks" in self.parts:
-            from paw.bench.real_tasks import TASKS
+            from paw.bench.real.task_sets import TASKS
 
             unknown = [t for t in self.real_tasks if t not in TASKS]
             if unknown:

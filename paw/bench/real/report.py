@@ -1,5 +1,5 @@
 """``paw bench real`` results as ``results.json``, ``results.md``, ``real.png`` and, with the tasks part,
-``tasks.png`` (see :mod:`paw.bench.real`)."""
+``tasks.png`` (see :mod:`paw.bench.real.run`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import tempfile
 from pathlib import Path
 
 from paw import __version__
-from paw.bench.real import EVAL_SETS, GEMMA, SMOL, run_real
-from paw.bench.real_tasks import VARIANTS
+from paw.bench.real.options import GEMMA, SMOL
+from paw.bench.real.run import EVAL_SETS, run_real
+from paw.bench.real.tasks import VARIANTS
 from paw.io.atomic import atomic_dir, check_output, work_folder
 from paw.io.manifest import write_json
 from paw.io.reports import save_figure

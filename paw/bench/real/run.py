@@ -29,29 +29,27 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from paw.bench.common import (
+from paw.bench.options import BenchOptions
+from paw.bench.outcomes import TransferStatus, first_line
+from paw.bench.real.options import GEMMA, SMOL, RealOptions
+from paw.bench.real.tasks import part_tasks
+from paw.bench.stats import accuracy, kept, recovered
+from paw.bench.tasks import REWORDED, TASKS, common_words, reworded_name
+from paw.bench.testbed import (
     Base,
-    TransferStatus,
     adapter_deltas,
     applied,
-    first_line,
+    load_model,
     random_deltas,
     score_items,
     train_adapter,
     without_adapter,
 )
-from paw.bench.options import BenchOptions
-from paw.bench.real_options import GEMMA, SMOL, RealOptions
-from paw.bench.real_tasks import part_tasks
-from paw.bench.stats import accuracy, kept, recovered
-from paw.bench.tasks import REWORDED, TASKS, common_words, reworded_name
 from paw.data import sample_texts
 from paw.errors import PawError, Refused
 from paw.evaluate.formats import read_items
 from paw.evaluate.mc import evaluate
 from paw.io.checkpoint import open_checkpoint
-from paw.io.hub import quiet_transformers
-from paw.io.lm import load_lm
 from paw.io.manifest import write_json
 from paw.io.tokenizer import open_tokenizer
 from paw.io.writer import write_checkpoint
@@ -94,18 +92,13 @@ def seeded_subset(items: list, n: int, seed: int) -> list:
 
 # ------------------------------------------------------------------------------------ the parts
 
-def _load(folder: Path, device: str):
-    quiet_transformers()
-    return load_lm(folder, device=device, dtype="float32")
-
-
 def part_eval(opts: RealOptions, models: dict[str, Path]) -> dict:
     """Accuracy (raw and length-normalised) with stderr per model and set, and the published figures."""
     sets = {name: seeded_subset(read_items(Path(opts.data) / "raw" / f"{stem}.jsonl"), opts.eval_items, opts.seed)
             for name, stem in EVAL_SETS.items()}
     out: dict[str, Any] = {}
     for model_name, folder in models.items():
-        lm, tok = _load(folder, opts.device)
+        lm, tok = load_model(folder, opts.device)
         out[model_name] = {}
         for set_name, items in sets.items():
             status(f"eval {model_name} on {set_name} ({len(items)} items)")
@@ -152,7 +145,7 @@ def part_transfer(opts: RealOptions, models: dict[str, Path], vocab_map, source)
     adapter, fit = train_adapter(source, task.train, bopts, opts.seed)
     with applied(source.model, adapter_deltas(adapter)):
         s_lora = score_items(source.model, source.tokenizer, items)
-    lm, tok = _load(models[GEMMA], opts.device)
+    lm, tok = load_model(models[GEMMA], opts.device)
     target = Base(GEMMA, lm, tok, models[GEMMA], vocab_map=vocab_map)
     status("transfer: Gemma-3 base, its own LoRA (the ceiling) and a random adapter")
     outcomes = {"base": score_items(lm, tok, items)}
@@ -305,14 +298,14 @@ def part_merge(opts: RealOptions, models: dict[str, Path], source, workdir: Path
 
 
 def _score_folder(folder: Path, tasks: dict, opts: RealOptions) -> dict[str, list[int]]:
-    lm, tok = _load(folder, opts.device)
+    lm, tok = load_model(folder, opts.device)
     return {n: score_items(lm, tok, t.test) for n, t in tasks.items()}
 
 
 # ------------------------------------------------------------------------------------ driver
 
 def run_real(opts: RealOptions, workdir: str | Path) -> dict:
-    """Run the requested parts; returns the results dict :func:`paw.bench.real_report.write_real` writes."""
+    """Run the requested parts; returns the results dict :func:`paw.bench.real.report.write_real` writes."""
     opts.check()
     workdir = Path(workdir)
     models = {SMOL: Path(opts.models) / SMOL, GEMMA: Path(opts.models) / GEMMA}
@@ -333,7 +326,7 @@ def run_real(opts: RealOptions, workdir: str | Path) -> dict:
         seconds["tokenizers"] = time.perf_counter() - t
         _save_partial(workdir, out)
     if "transfer" in opts.parts or "merge" in opts.parts:
-        lm, tok = _load(models[SMOL], opts.device)
+        lm, tok = load_model(models[SMOL], opts.device)
         source = Base(SMOL, lm, tok, models[SMOL])
         if "transfer" in opts.parts:
             t = time.perf_counter()
@@ -347,7 +340,7 @@ def run_real(opts: RealOptions, workdir: str | Path) -> dict:
             _save_partial(workdir, out)
     if "tasks" in opts.parts:
         t = time.perf_counter()
-        out["tasks"] = part_tasks(opts, models, _load, workdir)
+        out["tasks"] = part_tasks(opts, models, load_model, workdir)
         seconds["tasks"] = time.perf_counter() - t
         _save_partial(workdir, out)
     seconds["total"] = time.perf_counter() - t_all

@@ -7,14 +7,17 @@ import json
 
 import pytest
 
-from paw.bench import real_tasks
+from paw.bench.real import tasks as real_tasks
+from paw.bench.real.cache import Cache
+from paw.bench.real.task_sets import TaskSplit, load_task, split
+from paw.errors import PawError
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """Two tiny models of different families and tokenizers, and a 24-fact task split in halves."""
     from paw import zoo
-    from paw.bench.common import Base
+    from paw.bench.testbed import Base
     from paw.data import sample_texts
     from paw.evaluate.synthetic import fact_task, tokenizer_corpus
     from paw.io.lm import load_lm
@@ -40,7 +43,7 @@ RECIPE = real_tasks.Recipe(lora_rank=4, lora_alpha=8, lora_steps=30, lora_batch=
 
 def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
     sides, items, root = pair
-    cache = real_tasks.Cache(root / "cache")
+    cache = Cache(root / "cache")
     out = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     acc = out["accuracy"]
     assert set(acc) == {"source base", "source + LoRA", "target base", "target + own LoRA", "target + moved LoRA"}
@@ -53,11 +56,11 @@ def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
     assert out["kept"]["value"] == pytest.approx(moved_gain / gain["difference"])
     assert out["distill"]["agreement_after"]["adapter_agreement"] is not None   # the teacher's excess was known
 
-    from paw.bench.real_report import _tasks_table
+    from paw.bench.real.report import _tasks_table
 
     [_, _, row] = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": out}}}})
     assert row.startswith(f"| colour | a -> b | {len(items)} |") and row.count("|") == 13
-    from paw.bench.real_report import task_panels
+    from paw.bench.real.report import task_panels
 
     [panel] = task_panels({"tasks": {"colour": {"directions": {"a -> b": out}}}})   # tasks.png's one panel
     assert [(r["label"], r["role"]) for r in panel["rows"]] == [
@@ -76,21 +79,20 @@ def test_one_direction_scores_every_condition_and_caches_it(pair, monkeypatch):
 
 
 def test_tasks_split_in_seeded_disjoint_halves_or_by_their_own_splits():
-    train, test = real_tasks.split(list(range(11)), real_tasks.TaskSplit("x"), None, seed=3)
+    train, test = split(list(range(11)), TaskSplit("x"), None, seed=3)
     assert len(train) == 5 and len(test) == 6 and not set(train) & set(test)
-    assert (train, test) == real_tasks.split(list(range(11)), real_tasks.TaskSplit("x"), None, seed=3)
-    assert real_tasks.split([1, 2], real_tasks.TaskSplit("x", "y"), [3], seed=0) == ([1, 2], [3])
-    train, test = real_tasks.split(list(range(11)), real_tasks.TaskSplit("x", test_size=4), None, seed=3)
+    assert (train, test) == split(list(range(11)), TaskSplit("x"), None, seed=3)
+    assert split([1, 2], TaskSplit("x", "y"), [3], seed=0) == ([1, 2], [3])
+    train, test = split(list(range(11)), TaskSplit("x", test_size=4), None, seed=3)
     assert len(train) == 7 and len(test) == 4 and sorted(train + test) == list(range(11))
     with pytest.raises(Exception, match="x: 11 items cannot give 11 test items"):
-        real_tasks.split(list(range(11)), real_tasks.TaskSplit("x", test_size=11), None, seed=3)
+        split(list(range(11)), TaskSplit("x", test_size=11), None, seed=3)
     with pytest.raises(Exception, match="unknown real task 'mmlu'"):
-        real_tasks.load_task("nowhere", "mmlu", 0)
+        load_task("nowhere", "mmlu", 0)
 
 
 def test_options_name_an_unknown_task_and_ask_for_data(tmp_path):
-    from paw.bench.real_options import GEMMA, SMOL, RealOptions
-    from paw.errors import PawError
+    from paw.bench.real.options import GEMMA, SMOL, RealOptions
 
     for name in (SMOL, GEMMA):
         (tmp_path / name).mkdir()
@@ -106,7 +108,7 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     """Trans-LoRA's setting on the zoo pair: the moved LoRA from the teacher's own inputs, scored beside
     the four cached conditions (which are not scored again), or the synthesis's failure as the result."""
     sides, items, root = pair
-    cache = real_tasks.Cache(root / "cache-synth")
+    cache = Cache(root / "cache-synth")
     recipe = real_tasks.Recipe(**{**RECIPE.__dict__, "synth_inputs": 6, "synth_seeds": 3})
     main = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=recipe, n_boot=50)
     calls = []
@@ -122,7 +124,7 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     written = json.loads((root / "cache-synth" / "distilled-synth-a-to-b-work" / "synthesis.json").read_text())
     assert judged["sampled"] == {"synthesized": out["inputs"]["synthesis"]["kept"], "real": len(items) - 3}
     assert len(written["state"]["kept"]) == judged["sampled"]["synthesized"]
-    from paw.bench.common import adapter_deltas, applied
+    from paw.bench.testbed import adapter_deltas, applied
     from paw.data import sample_texts
     from paw.transfer.distill.data import discriminator_passes
 
@@ -136,7 +138,7 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "synthesized", recipe=recipe,
                                   n_boot=50)["discriminator"] == judged
 
-    from paw.bench.real_report import _tasks_table
+    from paw.bench.real.report import _tasks_table
 
     focus = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "token-focus", recipe=recipe, n_boot=50)
     assert calls == [1, 1] and focus["accuracy"]["source + LoRA"] == main["accuracy"]["source + LoRA"]
@@ -151,10 +153,10 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert rows[4].startswith("| colour | a -> b, with --token-focus 0.5 |") and rows[4].count("|") == 13
 
     def barren(*args, **kwargs):
-        raise real_tasks.PawError("the teacher wrote no usable input from the 3 seed examples")
+        raise PawError("the teacher wrote no usable input from the 3 seed examples")
 
     monkeypatch.setattr(real_tasks, "distill_lora", barren)   # a teacher that writes nothing usable: reported, not hidden
-    failed = real_tasks.run_variant(sides["a"], sides["b"], items, items, real_tasks.Cache(root / "cache-barren"), "synthesized",
+    failed = real_tasks.run_variant(sides["a"], sides["b"], items, items, Cache(root / "cache-barren"), "synthesized",
                                     recipe=recipe, n_boot=50)
     assert failed == {"failed": "the teacher wrote no usable input from the 3 seed examples", "seeds": out["seeds"]}
     # on record at once, and tried again on a rerun (a fixed bug must not stay a cached failure)
@@ -168,11 +170,11 @@ def test_the_base_teacher_control_distils_from_the_source_without_its_lora(pair,
     paired on the items, how much more the main move gave: what the LoRA itself carried."""
     import torch
 
-    from paw.bench.real_report import _tasks_table
+    from paw.bench.real.report import _tasks_table
     from paw.bench.stats import paired_difference
 
     sides, items, root = pair
-    cache = real_tasks.Cache(root / "cache-control")
+    cache = Cache(root / "cache-control")
     main = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     bare = {k: v.clone() for k, v in sides["a"].model.state_dict().items()}
     seen, real = [], real_tasks.distill_lora
@@ -201,7 +203,7 @@ def test_a_diverged_distillation_is_a_result_kept_in_the_cache(pair, monkeypatch
     import math
 
     sides, items, root = pair
-    cache = real_tasks.Cache(root / "cache-nan")
+    cache = Cache(root / "cache-nan")
     real = real_tasks.distill_lora
     tried = []
 
@@ -220,7 +222,7 @@ def test_a_diverged_distillation_is_a_result_kept_in_the_cache(pair, monkeypatch
     again = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     assert again["failed"] == out["failed"] and tried == [1]
 
-    from paw.bench.real_report import _tasks_table
+    from paw.bench.real.report import _tasks_table
 
     [_, _, row] = _tasks_table({"tasks": {"colour": {"directions": {"a -> b": out}}}})
     assert "diverged (NaN/Inf loss) at step 2" in row and row.count("|") == 13
@@ -234,7 +236,7 @@ def test_a_killed_distillation_resumes_from_its_checkpoint(pair, monkeypatch):
     sides, items, root = pair
     monkeypatch.setattr(real_tasks, "SAVE_EVERY", 4)
     folder = root / "cache-resume"
-    real_tasks.run_direction(sides["a"], sides["b"], items, items, real_tasks.Cache(folder), recipe=RECIPE, n_boot=50)
+    real_tasks.run_direction(sides["a"], sides["b"], items, items, Cache(folder), recipe=RECIPE, n_boot=50)
     first = read_adapter(folder / "distilled-a-to-b").tensors
     # as if killed after step 8 of 10: the checkpoint is there, the adapter and its record are not
     import shutil
@@ -245,7 +247,7 @@ def test_a_killed_distillation_resumes_from_its_checkpoint(pair, monkeypatch):
     resumed_from = []
     real = real_tasks.load_train_state
     monkeypatch.setattr(real_tasks, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
-    real_tasks.run_direction(sides["a"], sides["b"], items, items, real_tasks.Cache(folder), recipe=RECIPE, n_boot=50)
+    real_tasks.run_direction(sides["a"], sides["b"], items, items, Cache(folder), recipe=RECIPE, n_boot=50)
     assert resumed_from == [8]
     again = read_adapter(folder / "distilled-a-to-b").tensors
     assert all(bool((again[k] == first[k]).all()) for k in first)
@@ -260,24 +262,22 @@ def test_a_killed_labelled_lora_resumes_from_its_checkpoint(pair, monkeypatch):
     sides, items, root = pair
     monkeypatch.setattr(real_tasks, "SAVE_EVERY", 10)
     folder = root / "cache-lora-resume"
-    real_tasks.own_lora(sides["a"], items, real_tasks.Cache(folder), recipe=RECIPE)
+    real_tasks.own_lora(sides["a"], items, Cache(folder), recipe=RECIPE)
     first = read_adapter(folder / "lora-a").tensors
     shutil.rmtree(folder / "lora-a")  # killed after step 20 of 30: the checkpoint is there, the adapter is not
     (folder / "lora-a.meta.json").unlink()
     resumed_from = []
     real = real_tasks.load_train_state
     monkeypatch.setattr(real_tasks, "load_train_state", lambda work: resumed_from.append((s := real(work)) and s["step"]) or s)
-    real_tasks.own_lora(sides["a"], items, real_tasks.Cache(folder), recipe=RECIPE)
+    real_tasks.own_lora(sides["a"], items, Cache(folder), recipe=RECIPE)
     assert resumed_from == [20]
     again = read_adapter(folder / "lora-a").tensors
     assert first.keys() == again.keys() and all(bool((again[k] == first[k]).all()) for k in first)
     # another recipe refuses the checkpoint instead of continuing someone else's run
     shutil.rmtree(folder / "lora-a")
     (folder / "lora-a.meta.json").unlink()
-    from paw.errors import PawError
-
     with pytest.raises(PawError, match="lr="):
-        real_tasks.own_lora(sides["a"], items, real_tasks.Cache(folder), recipe=real_tasks.Recipe(**{**RECIPE.__dict__, "lora_lr": 5e-3}))
+        real_tasks.own_lora(sides["a"], items, Cache(folder), recipe=real_tasks.Recipe(**{**RECIPE.__dict__, "lora_lr": 5e-3}))
 
 
 def test_every_task_s_main_directions_run_before_any_variant(monkeypatch, tmp_path):
@@ -316,7 +316,7 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
 
     old, new = lora(1.0), lora(2.0)
     assert tensors_digest(old.tensors) == tensors_digest(lora(1.0).tensors) != tensors_digest(new.tensors)
-    cache = real_tasks.Cache(tmp_path)
+    cache = Cache(tmp_path)
     assert cache.scores("s", make(1), old) == ([1], pytest.approx(0, abs=1))
     assert cache.scores("s", make(9), old)[0] == [1] and calls == [1]        # the same adapter: reused
     assert cache.scores("s", make(2), new)[0] == [2] and calls == [1, 2]     # another adapter: made again
@@ -326,7 +326,7 @@ def test_score_files_belong_to_the_adapter_they_scored(tmp_path):
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
     assert cache.scores("legacy", make(4), new)[0] == [4]                    # made in this process: scored again
     write_json(tmp_path / "legacy.json", {"correct": [7], "seconds": 1.0})
-    assert real_tasks.Cache(tmp_path, keep_scores=True).scores("legacy", make(5), new)[0] == [7]   # stand-ins: kept
+    assert Cache(tmp_path, keep_scores=True).scores("legacy", make(5), new)[0] == [7]   # stand-ins: kept
     assert calls == [1, 2, 4]
     cache.scores("moved", make(6), old, source=new)   # a moved adapter names the LoRA it came from
     written = json.loads((tmp_path / "moved.json").read_text())
@@ -341,7 +341,7 @@ def test_a_target_lora_that_is_only_a_cached_score_is_not_trained_again(pair, mo
     import shutil
 
     sides, items, root = pair
-    cache = real_tasks.Cache(root / "cache-own")
+    cache = Cache(root / "cache-own")
     main = real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     shutil.rmtree(cache.folder / "lora-b")
     (cache.folder / "lora-b.meta.json").unlink()
@@ -367,7 +367,7 @@ def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
 
     from paw.io.manifest import write_json
 
-    spec = importlib.util.spec_from_file_location("real_tasks_table", Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("real_tasks_table", Path(__file__).resolve().parents[3]
                                                   / "scripts" / "real_tasks_table.py")
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
@@ -408,7 +408,7 @@ def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
     write_json(folder / f"discriminator-real-{s}.json", {"correct": [1, 1, 1, 0], "seconds": 1.0})
     # 1/4 = 25 ± 22% (sqrt(.25 .75 / 4) = .2165) against 3/4 = 75 ± 22%: -50 ± 30.6 (unpaired: other items)
     assert table.discriminator_row(folder, "x", s, t) == f"| x | {s} -> {t} | 1/4 = 25 ± 22% | 3/4 = 75 ± 22% | -50.0 ± 30.6 |"
-    from paw.bench.real_report import tasks_figure
+    from paw.bench.real.report import tasks_figure
 
     fig = tasks_figure([drawn, drawn, drawn])   # three panels on a 2 x 2 grid: the fourth hidden
     shown = [ax for ax in fig.axes if ax.get_visible()]
@@ -421,11 +421,11 @@ def test_the_cells_table_reads_every_move_from_its_score_files(tmp_path):
 def test_the_shift_move_and_its_proxy_tuning_ceiling(pair):
     """The shift cell distils with ``target='shift'`` (its report says so) and pairs itself with the main move;
     the proxy cell trains nothing and equals a direct combination of the three models' choice scores."""
-    from paw.bench.common import adapter_deltas, applied, choice_lls, picked_right
     from paw.bench.stats import paired_difference
+    from paw.bench.testbed import adapter_deltas, applied, choice_lls, picked_right
 
     sides, items, root = pair
-    cache = real_tasks.Cache(root / "cache-shift")
+    cache = Cache(root / "cache-shift")
     real_tasks.run_direction(sides["a"], sides["b"], items, items, cache, recipe=RECIPE, n_boot=50)
     shift = real_tasks.run_variant(sides["a"], sides["b"], items, items, cache, "shift", recipe=RECIPE, n_boot=50)
     assert shift["target"]["kind"] == "shift" and shift["target"]["choice_inputs"] == len(items)

@@ -13,7 +13,7 @@ teacher? For each task and each direction (SmolLM2-135M -> Gemma-3-270M and back
    paired bootstrap (:mod:`paw.bench.stats`), the source's own gain with its paired stderr and
    whether it reaches :data:`MIN_SOURCE_Z` stderrs (the bar for a task to say anything).
 
-The tasks and their splits (:data:`TASKS`) were fixed before any transfer result was seen, for the
+The tasks and their splits (:data:`paw.bench.real.task_sets.TASKS`) were fixed before any transfer result was seen, for the
 reasons in docs/distill.md#real-tasks. Each scored condition is cached in the work folder as it is
 made (:func:`paw.io.json_file`), so a killed run resumes where it stopped; the whole part takes hours
 on a CPU and minutes on one GPU.
@@ -28,7 +28,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from paw.bench.common import (
+from paw.bench.real.cache import Cache, Failed
+from paw.bench.real.task_sets import load_task
+from paw.bench.stats import accuracy, kept, paired_difference, recovered
+from paw.bench.testbed import (
+    Base,
     adapter_deltas,
     applied,
     choice_lls,
@@ -37,9 +41,6 @@ from paw.bench.common import (
     train_adapter,
     without_adapter,
 )
-from paw.bench.real_cache import Cache, Failed  # noqa: F401  (part of this module's names)
-from paw.bench.real_task_sets import TASKS, TaskSplit, load_task, split  # noqa: F401  (likewise)
-from paw.bench.stats import accuracy, kept, paired_difference, recovered
 from paw.data import sample_texts
 from paw.errors import PawError
 from paw.io.adapter import LoraAdapter
@@ -384,8 +385,6 @@ def summarise(out: dict[str, list[int]], seconds: dict[str, float], report: dict
 
 def part_tasks(opts, models: dict[str, Path], load, workdir: Path) -> dict[str, Any]:
     """Every task of ``opts.real_tasks`` in both directions between the two real models."""
-    from paw.bench.common import Base
-
     names = list(models)
     sides = {}
     for name in names:
