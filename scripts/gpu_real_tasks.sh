@@ -23,12 +23,12 @@
 #   device:  carry [".gpuc/ctl"]:  BUILD="donor peer" bash .gpuc/ctl/gpu_real_tasks.sh both SECONDS "TASKS"
 #            `run` and the SmolLM2 pair's `transplant` at once on the one GPU (then `unpack` as after `run`)
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh cells SECONDS "TASK ..." "CELL ..."
-#            issue 26's cells (lora, main, token-focus, synthesized: scripts/run_variant.py), every one its own
+#            issue 26's cells (lora, main, token-focus, synthesized: paw bench real --cell), every one its own
 #            process, with the SmolLM2 pair's PAW --donor row and heals beside them; a second call resumes.
 #            Issue 51's: CELL "shift proxy" (the shift-target move and its proxy-tuning ceiling) 
 #   device:  carry [".gpuc/ctl"]:  bash .gpuc/ctl/gpu_real_tasks.sh controls SECONDS "TASK ..."
 #            for a work folder with scores and no adapters: the Gemma-3 -> SmolLM2 base-teacher controls
-#            (scripts/run_variant.py) beside the SmolLM2 pair's tokensurgeon and PAW --donor rows
+#            (paw bench real --cell) beside the SmolLM2 pair's tokensurgeon and PAW --donor rows
 #
 # .gpuc must be ignored (echo /.gpuc/ >> .git/info/exclude). MODELS defaults to ~/paw-models (as made by
 # scripts/real_models.py), WORK to ~/paw-real-tasks/work, DATA to ../shared/data/commonsense.
@@ -91,16 +91,16 @@ bench() {  # issue 26's tasks for SECONDS: bench SECONDS TASKS (appends to bench
     --data "$R/data" --workdir "$R/work" -o "$R/out" --overwrite --device "${DEVICE:-cuda}" >> "$OUT/bench.log" 2>&1
 }
 check() {  # CUDA against the CPU: 40 PIQA items, both models; then distill's teacher path (into bench.log)
-  for m in gemma-3-270m smollm2-135m-instruct; do echo "== $m"
-    timeout 150 python3 scripts/gpu_check_scores.py "$R/models/$m" "$R/data" 40 2>&1 | grep -v "Loading weights"; done \
-    | tee -a "$OUT/bench.log"
-  # the whole teacher path, CPU beside CUDA: on 2026-11-27 it read wrong where the line above agreed
-  # (the device's own tokenizer was broken, and that check compares the device with itself)
-  echo "== distill path (ARC-Easy, Gemma-3 base teacher)" | tee -a "$OUT/bench.log"
   # (a check that runs out of time says so and the call goes on: on 2026-11-28 one ran past its four minutes
   # and, under set -e, ended the call before any cell)
-  { rc=0; PAW_PROGRESS=0 timeout 240 python3 scripts/gpu_check_distill.py "$R/models" "$R/data" "$R/work" cpu cuda 2>&1 \
-      || rc=$?; echo "distill check: exit $rc (124: out of time)"; } | grep -v "Loading weights" | tail -5 | tee -a "$OUT/bench.log"
+  { rc=0; timeout 300 python3 -m paw bench real --check-device scores --models "$R/models" --data "$R/data" \
+      --device "${DEVICE:-cuda}" 2>&1 || rc=$?; echo "scores check: exit $rc (124: out of time)"; } \
+    | grep -v "Loading weights" | tee -a "$OUT/bench.log"
+  # the whole teacher path, CPU beside CUDA: on 2026-11-27 it read wrong where the lines above agreed
+  # (the device's own tokenizer was broken, and that check compares the device with itself)
+  { rc=0; PAW_PROGRESS=0 timeout 240 python3 -m paw bench real --check-device distill --models "$R/models" \
+      --data "$R/data" --workdir "$R/work" --device "${DEVICE:-cuda}" 2>&1 || rc=$?
+    echo "distill check: exit $rc (124: out of time)"; } | grep -v "Loading weights" | tail -5 | tee -a "$OUT/bench.log"
 }
 prepared() {  # `both` and `controls`: the peer, the gpu tests in the background ($tests), the joined and
   # checked models, the CPU/CUDA checks; then $left seconds of $limit remain for the work
@@ -181,7 +181,7 @@ case "$cmd" in
     results ;;
   controls)
     # a work folder with the main run's scores but no adapters (a new machine): the Gemma-3 -> SmolLM2
-    # base-teacher controls of TASKS (scripts/run_variant.py --stand-in-loras) beside the SmolLM2 pair's
+    # base-teacher controls of TASKS (paw bench real --cell ... --stand-in-loras) beside the SmolLM2 pair's
     # tokensurgeon and PAW --donor rows (no heal: HEAL=...), each its own process on the one GPU
     limit="${1:-500}"; tasks="${2-arc-easy piqa}"; start=$SECONDS  # "" for the transplant rows alone
     prepared
@@ -189,9 +189,9 @@ case "$cmd" in
       THREADS=4 BUILD=$b HEAL="${HEAL-}" TR="tr-$b" pair smollm2-135m-instruct gemma-3-270m smol-gemmatok "$left" &
     done
     for t in $tasks; do
-      OMP_NUM_THREADS=4 timeout "$left" python3 scripts/run_variant.py "$R/models" "$R/data" "$R/work" "$t" \
-        gemma-3-270m smollm2-135m-instruct base-teacher --device "${DEVICE:-cuda}" --stand-in-loras \
-        > "$OUT/control-$t.log" 2>&1 &
+      OMP_NUM_THREADS=4 timeout "$left" python3 -m paw bench real --cell "$t" gemma-3-270m smollm2-135m-instruct \
+        base-teacher --stand-in-loras --models "$R/models" --data "$R/data" --workdir "$R/work" \
+        --device "${DEVICE:-cuda}" > "$OUT/control-$t.log" 2>&1 &
     done
     wait
     for t in $tasks; do echo "== control $t"; tail -25 "$OUT/control-$t.log"; done
@@ -202,7 +202,7 @@ case "$cmd" in
     # issue 26's remaining cells from a work folder of LoRAs trained again (the LoRAs it holds are used, the
     # others trained here; the score-NAME-lora.json of a LoRA it lacks is set aside first, or a LoRA made in
     # one process would be paired with that old score in another): per task, both models' LoRAs first (two
-    # processes), then every CELL of both directions at once (scripts/run_variant.py, one process each);
+    # processes), then every CELL of both directions at once (paw bench real --cell, one process each);
     # BUILDS=donor adds the SmolLM2 pair's PAW --donor row with its heals beside them (default none: the CPU
     # built it). A second call the same way resumes what the first left (the cache and the distillations' checkpoints stay while warm).
     limit="${1:-560}"; tasks="${2-arc-easy piqa}"; cells="${3:-main token-focus synthesized}"; start=$SECONDS
@@ -216,8 +216,8 @@ case "$cmd" in
     cell() {  # TASK SOURCE TARGET CELL, until the deadline
       local rest=$(( deadline - $(date +%s) ))
       [ "$rest" -gt 20 ] || { echo "$1 $4 $2 -> $3: no time left"; return; }
-      OMP_NUM_THREADS=1 timeout "$rest" python3 scripts/run_variant.py "$R/models" "$R/data" \
-        "$R/work" "$1" "$2" "$3" "$4" --device "${DEVICE:-cuda}" > "$OUT/cell-$1-$4-$2.log" 2>&1
+      OMP_NUM_THREADS=1 timeout "$rest" python3 -m paw bench real --cell "$1" "$2" "$3" "$4" --models "$R/models" \
+        --data "$R/data" --workdir "$R/work" --device "${DEVICE:-cuda}" > "$OUT/cell-$1-$4-$2.log" 2>&1
       echo "$1 $4 $2 -> $3: exit $? at $((SECONDS - start)) s"
     }
     for b in ${BUILDS-}; do

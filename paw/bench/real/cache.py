@@ -25,7 +25,7 @@ class Cache:
     must not pair old scores with a LoRA trained again. Score files from before the digest are
     reused unless their adapter was made in this process. ``keep_scores`` reuses every score file
     whatever adapter is at hand: for a caller whose adapters only stand in for the ones scored
-    (``scripts/run_variant.py --stand-in-loras``)."""
+    (``paw bench real --cell ... --stand-in-loras``, :mod:`paw.bench.real.cell`)."""
 
     def __init__(self, folder: Path, *, keep_scores: bool = False):
         self.folder = folder

@@ -82,3 +82,56 @@ class RealRun:
 
     def check(self) -> None:
         require(self, "output")
+
+
+CELL_MOVES = ("lora", "main")   # a cell's VARIANT beside paw.bench.real.tasks.VARIANTS: the LoRA alone, the main move
+CHECKS = ("scores", "distill")  # what --check-device compares (paw.bench.real.device_check)
+
+
+@dataclass(frozen=True)
+class RealCell:
+    """Instead of the parts: one cell of the part 'tasks' on its own (:mod:`paw.bench.real.cell`; a GPU lease
+    runs each in its own process, on a work folder that may hold the main run's scores and not its adapters)."""
+
+    cell: tuple[str, ...] | None = knob(None, "Instead of the parts: one cell of part 'tasks', kept in --workdir "
+                                        "(VARIANT: lora, main or a variant).", metavar="TASK SOURCE TARGET VARIANT")
+    stand_in_loras: bool = knob(False, "With --cell for base-teacher: one-step LoRAs stand in for uncached ones.")
+
+    def check(self, models: str | Path) -> None:
+        """The cell names a task, two model folders under ``models`` and a move; ``--stand-in-loras`` only
+        with the base-teacher control (the other moves' teachers use the LoRA)."""
+        from paw.bench.real.task_sets import TASKS
+        from paw.bench.real.tasks import VARIANTS
+
+        if self.cell is None:
+            if self.stand_in_loras:
+                raise PawError("--stand-in-loras goes with --cell TASK SOURCE TARGET base-teacher")
+            return
+        if len(self.cell) != 4:
+            raise PawError(f"--cell takes TASK SOURCE TARGET VARIANT, not {len(self.cell)} value(s): "
+                           f"{' '.join(self.cell)}")
+        task, source, target, move = self.cell
+        if task not in TASKS:
+            raise PawError(f"--cell: unknown task {task!r}; choose from {', '.join(TASKS)}")
+        if move not in (*CELL_MOVES, *VARIANTS):
+            raise PawError(f"--cell: unknown variant {move!r}; choose from {', '.join((*CELL_MOVES, *VARIANTS))}")
+        for name in (source, target):
+            if not (Path(models) / name / "config.json").is_file():
+                raise PawError(f"--cell: no model folder {name}/ here", path=models)
+        if self.stand_in_loras and move != "base-teacher":
+            raise PawError("--stand-in-loras applies to the base-teacher control only (the others' teachers use the "
+                           "LoRA)")
+
+
+@dataclass(frozen=True)
+class RealCheck:
+    """Instead of the parts: does ``--device`` score the real models as the CPU does (:mod:`paw.bench.real.device_check`;
+    the first lines of a GPU lease's log)."""
+
+    check_device: tuple[str, ...] | None = knob(None, f"Instead of the parts: --device against the CPU (comma list): "
+                                                f"{', '.join(CHECKS)}.", cli=str, parse=comma_names)
+
+    def check(self) -> None:
+        unknown = [c for c in self.check_device or () if c not in CHECKS]
+        if unknown:
+            raise PawError(f"--check-device: unknown check {unknown[0]!r}; choose from {', '.join(CHECKS)}")

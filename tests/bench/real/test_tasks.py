@@ -12,31 +12,6 @@ from paw.bench.real.cache import Cache
 from paw.bench.real.task_sets import TaskSplit, load_task, split
 from paw.errors import PawError
 
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """Two tiny models of different families and tokenizers, and a 24-fact task split in halves."""
-    from paw import zoo
-    from paw.bench.testbed import Base
-    from paw.data import sample_texts
-    from paw.evaluate.synthetic import fact_task, tokenizer_corpus
-    from paw.io.lm import load_lm
-
-    root = tmp_path_factory.mktemp("real-tasks")
-    task = fact_task("colour", n=12, seed=0)
-    texts = sample_texts("multi") + tokenizer_corpus(task)
-    for name, family, kind, seed in (("a", "llama", "byte-bpe", 0), ("b", "qwen2", "sentencepiece-bpe", 1)):
-        tok = zoo.train_tokenizer(texts, 300, kind=kind)
-        model = zoo.build_model(family, seed=seed, init_std=0.2, vocab_size=len(tok), hidden_size=32, num_layers=2,
-                                num_heads=4, num_kv_heads=2)
-        zoo.save_model(model, root / name, tokenizer=tok)
-    sides = {}
-    for name in ("a", "b"):
-        lm, tok = load_lm(root / name, device="cpu")
-        sides[name] = Base(name, lm, tok, root / name)
-    return sides, list(task), root
-
-
 RECIPE = real_tasks.Recipe(lora_rank=4, lora_alpha=8, lora_steps=30, lora_batch=8, lora_lr=1e-2, train_inputs=12,
                            distill_steps=10)
 
