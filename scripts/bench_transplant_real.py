@@ -105,9 +105,9 @@ def build(args, work: Path):
         "donor": (f"PAW donor-aware OMP (--donor, k={args.k})", work / "paw-donor",
                   [*transplant, "--donor", args.donor, "--omp-k", str(args.k), "--resume"]),  # a stopped fit goes on
         # tokensurgeon's own command through a wrapper that keeps each row it computes, so a run longer than a
-        # session resumes (scripts/tokensurgeon_resumable.py; the values are tokensurgeon's)
+        # session resumes (scripts/bench_transplant_real_peer.py; the values are tokensurgeon's)
         "peer": (f"tokensurgeon default (omp, k={args.k})", work / "tokensurgeon",
-                 [peer_python(args.peer), str(Path(__file__).with_name("tokensurgeon_resumable.py")),
+                 [peer_python(args.peer), str(Path(__file__).with_name("bench_transplant_real_peer.py")),
                   "--cache", str(peer_cache), "--", args.source, args.donor, str(work / "tokensurgeon"),
                   "--k", str(args.k), "--device", args.device]),
     }

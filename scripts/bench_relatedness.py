@@ -14,8 +14,8 @@ Right pairs (the benchmark's ``upgrade-mild``, ``upgrade``, ``grown``, ``pruned`
 the method ``auto`` chose. Prints, per group, the number of module lifts, the largest, the 99th
 percentile and how many reach each threshold, and writes all values to ``--output``.
 
-    python scripts/measure_relatedness.py --workdir /tmp/paw-rel --output relatedness.json
-    python scripts/measure_relatedness.py --workdir /tmp/paw-rel --output r.json --quick   # tiny models
+    python scripts/bench_relatedness.py --workdir /tmp/paw-rel --output relatedness.json
+    python scripts/bench_relatedness.py --workdir /tmp/paw-rel --output r.json --quick   # tiny models
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run ``mergekit-tokensurgeon`` so that a killed run resumes where it stopped (run with the peer venv's python).
+"""The peer side of ``scripts/bench_transplant_real.py``: ``mergekit-tokensurgeon``, resumable (run with its venv's python).
 
 tokensurgeon approximates the new tokens in batches (``--batch-size``, default 512) and keeps them in
 memory until the end: a run of SmolLM2-135M given Gemma-3's tokenizer is 423 batches, four to eight hours
@@ -10,10 +10,10 @@ on its own, whatever other tokens share its batch (and tokensurgeon's own batche
 run: they follow the order a fast tokenizer lists its vocabulary in, which changes per process).
 
     V=~/.cache/paw-parity/tokensurgeon-venv
-    $V/bin/python scripts/tokensurgeon_resumable.py --cache /tmp/ts-cache -- MODEL DONOR OUT --k 64
+    $V/bin/python scripts/bench_transplant_real_peer.py --cache /tmp/ts-cache -- MODEL DONOR OUT --k 64
 
 ``--cache/seconds.json`` keeps the compute seconds of every batch computed, so a run spread over sessions still
-reports its whole cost (``python scripts/tokensurgeon_resumable.py --cache DIR --seconds``).
+reports its whole cost (``python scripts/bench_transplant_real_peer.py --cache DIR --seconds``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/tokensurgeon_resumable.py: tokensurgeon's batches kept per token, so a killed run resumes."""
+"""scripts/bench_transplant_real_peer.py: tokensurgeon's batches kept per token, so a killed run resumes."""
 
 import importlib.util
 from pathlib import Path
@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tokensurgeon_resumable.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_transplant_real_peer.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("tokensurgeon_resumable", SCRIPT)
+    spec = importlib.util.spec_from_file_location("bench_transplant_real_peer", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
