@@ -15,7 +15,7 @@ Two statistics, each turned into a **lift** over its null (0: no better than a w
   is a meaningful question): ``lift = (m_r − r) / m_r`` with ``m_r`` the median null residual.
 
 A module is related when either lift reaches its threshold. Both thresholds live below, each with
-the measurement that set it (``scripts/measure_relatedness.py`` reproduces them); ``docs/transfer.md``
+the measurement that set it (``scripts/bench_relatedness.py`` reproduces them); ``docs/transfer.md``
 explains the choice. The false-accept rate is the share of wrong pairs (independent random models at
 the speed benchmark's shapes, same-model different-layer pairs, independently trained and distilled
 models) whose lift reaches the threshold: 0 of 434 measured similarity lifts (largest 0.283) and 0 of
@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 
 # ---- thresholds (one place; each with the measurement that set it) ---------------------------------
-# Measured by scripts/measure_relatedness.py on the benchmark's default build (model seed 0) with a
+# Measured by scripts/bench_relatedness.py on the benchmark's default build (model seed 0) with a
 # random rank-8 LoRA on all projections; docs/transfer.md has the table.
 # Similarity lift: 434 wrong-pair lifts (same model other layer, independently trained, distilled, and
 # independent random models at the four speed-benchmark layouts) reached at most 0.283 (embed-map,
