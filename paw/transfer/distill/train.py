@@ -16,12 +16,13 @@ from typing import Any
 
 from paw.errors import PawError
 from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
-from paw.evaluate.mc import continuation_logprobs, forward_logits, score_encoded
+from paw.evaluate.mc import forward_logits, score_encoded
 from paw.progress import track
 from paw.transfer.distill import byte_align
 from paw.transfer.distill import loss as L
 from paw.transfer.distill import scale as S
 from paw.transfer.distill.data import START, Prompt
+from paw.transfer.distill.head import choice_sums
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
 TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
@@ -402,8 +403,7 @@ def _choice_loss(peft_model, examples, pad_id, device, shift: Shift | None = Non
     # head, which is most of the cost with a 150k-262k vocabulary (paw eval scores the same way)
     batch = make_batch(flat, pad_id=pad_id, padding_side="left", window=sliding_window_of(peft_model))
     with _autocast(device):
-        logits, skip = forward_logits(peft_model, batch, device)
-    sums, _ = continuation_logprobs(logits, batch.targets[:, skip:].to(device), batch.target_mask[:, skip:].to(device))
+        sums = choice_sums(peft_model, batch, device)   # the LM head in row chunks where its logits are large
     student, valid = _by_row(examples, lambda e: None, device, sums)
     teacher, _ = _by_row(examples, lambda e: e.teacher_choice_ll, device)
     if shift is None:
