@@ -4,7 +4,7 @@ Every weight-space map keeps nothing across a tokenizer change or an unrelated m
 benchmark); what survives is the behaviour. So, as in Trans-LoRA (Wang et al. 2024, arXiv
 2405.17258): the **teacher** is the source base with its LoRA, the **student** the target base with
 a new LoRA of the same rank, alpha and module types, trained on label-free task inputs
-(:mod:`paw.transfer.distill.data`) to match the teacher (:mod:`paw.transfer.distill.loss`):
+(:mod:`paw.transfer.distill.prompts`) to match the teacher (:mod:`paw.transfer.distill.loss`):
 
 1. the teacher continues every input greedily (up to a line break);
 2. the student learns that continuation as text (sequence-level distillation, Kim & Rush 2016);
@@ -37,12 +37,12 @@ from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.memory import prepare_student
 from paw.progress import status
 from paw.train import Recipe
-from paw.transfer.distill import data, fit
+from paw.transfer.distill import fit, generation, synthesis
 from paw.transfer.distill import report as distill_report
 from paw.transfer.distill import scale as distill_scale
 from paw.transfer.distill import train as distill_train
-from paw.transfer.distill.data import Prompt
 from paw.transfer.distill.options import GENERIC, DistillOptions
+from paw.transfer.distill.prompts import Prompt, generic_prompts, prompts_from, split_holdout
 from paw.transfer.distill.train import LM
 from paw.transfer.pipeline import transfer_lora
 from paw.validate import lora_rank
@@ -140,8 +140,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         distill_scale.refuse_offload([distill_train.TOKEN_KL] if vocab.shared
                                      else [distill_train.ALIGNED_KL] if vocab.aligned else [])
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
-        inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
-        held, n_held = data.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
+        inputs, n_train = generation.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
+        held, n_held = generation.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
         info.update(next_words={"k": next_words, "inputs": n_train, "held_out": n_held},
                     with_choices=sum(bool(p.pairs) for p in inputs))
     init_adapter, init_note = _init_adapter(adapter, teacher, student, init, vocab.columns if vocab.shared else None,
@@ -252,12 +252,12 @@ def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
     :meth:`DistillOptions.check`); a synthesis with a work folder resumes there
     (:func:`paw.transfer.distill.scale.synthesized`)."""
     if synthesize:
-        seeds = data.check_seeds(data.prompts_from(seed_examples or [], what="seed examples"))
+        seeds = synthesis.check_seeds(prompts_from(seed_examples or [], what="seed examples"))
         cached = scale is not None and scale.work is not None
         key = distill_scale.synthesis_key(teacher.name, adapter, seeds, synthesize, seed, discriminator) if cached else ""
         made, stats = distill_scale.synthesized(
             scale if cached else None, key,
-            lambda state, on_round: data.synthesize(
+            lambda state, on_round: synthesis.synthesize(
                 teacher.model, teacher.tokenizer, seeds, synthesize, seed=seed,
                 filter_lines=sample_texts("en") if discriminator else None, device=device, progress=progress,
                 state=state, on_round=on_round))
@@ -267,15 +267,15 @@ def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
     elif isinstance(prompts, str):
         if prompts != GENERIC:
             raise PawError(f"prompts={prompts!r}: pass a list of inputs or 'generic'")
-        inputs, info = data.generic_prompts(sample_texts("en")), {"source": "generic"}
+        inputs, info = generic_prompts(sample_texts("en")), {"source": "generic"}
     else:
-        inputs, info = data.prompts_from(prompts), {"source": "prompts"}
+        inputs, info = prompts_from(prompts), {"source": "prompts"}
     if eval_prompts is not None:  # taken as given; an overlap with the inputs is counted, not removed
-        train, held = inputs, data.prompts_from(eval_prompts, what="evaluation prompts")
+        train, held = inputs, prompts_from(eval_prompts, what="evaluation prompts")
         info.update(held_out_from="eval_prompts",
                     held_out_also_inputs=len({h.text for h in held} & {p.text for p in train}))
     else:
-        train, held = data.split_holdout(inputs, holdout, seed=seed)
+        train, held = split_holdout(inputs, holdout, seed=seed)
         info["held_out_from"] = "inputs" if held else "none (fewer than 10 inputs or holdout 0)"
     info.update(count=len(inputs), train=len(train), held_out=len(held),
                 with_choices=sum(bool(p.pairs) for p in train))

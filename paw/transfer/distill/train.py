@@ -21,7 +21,7 @@ from paw.progress import track
 from paw.transfer.distill import byte_align
 from paw.transfer.distill import loss as distill_loss
 from paw.transfer.distill import scale as distill_scale
-from paw.transfer.distill.data import START, Prompt
+from paw.transfer.distill.prompts import START, Prompt
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
 TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
