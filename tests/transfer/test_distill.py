@@ -72,7 +72,7 @@ def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):
     from paw import zoo
     from paw.data import sample_texts
     from paw.evaluate.synthetic import tokenizer_corpus
-    from paw.transfer.run import run_distill
+    from paw.transfer.folder_pipeline import run_distill
 
     w = world
     tok = zoo.train_tokenizer(sample_texts("multi") + tokenizer_corpus(w["task"]), 200, kind="byte-bpe")

@@ -13,7 +13,7 @@ The wing of ``paw transfer-lora --method distill`` (``docs/distill.md``), one ro
 - :mod:`~paw.transfer.distill.lora`: :func:`distill_lora`, the in-memory algorithm;
 - :mod:`~paw.transfer.distill.report`: its report (budget, cost estimate, warnings);
 - :mod:`~paw.transfer.distill.run`: folders and files in, an adapter folder out (what
-  :func:`paw.transfer.run.transfer_adapter` runs for ``method='distill'``).
+  :func:`paw.transfer.folder_pipeline.transfer_adapter` runs for ``method='distill'``).
 """
 
 from paw.transfer.distill.lora import distill_lora

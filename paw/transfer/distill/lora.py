@@ -44,7 +44,7 @@ from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.prompts import Prompt, generic_prompts, prompts_from, split_holdout
 from paw.transfer.distill.train import LM
-from paw.transfer.pipeline import transfer_lora
+from paw.transfer.training_free import transfer_lora
 from paw.validate import lora_rank
 from paw.vocab.align import AlignContext, exact, match_specials
 
