@@ -15,7 +15,7 @@
    both tasks.
 
 Steps live in a registry (:data:`STEPS`) and call the same library pipelines as the ``paw``
-commands (:func:`paw.vocab.pipelines.analyze_tokenizers`, :func:`paw.transfer.run.transfer_adapter`,
+commands (:func:`paw.vocab.pipelines.analyze_tokenizers`, :func:`paw.transfer.folder_pipeline.transfer_adapter`,
 :func:`paw.taskvec.pipeline.task_vectors`, :func:`paw.merge.merge`); ``outdir/logs/`` records each
 call, what it printed and what it returned. A step whose inputs failed is *skipped: needs ...*;
 nothing stops the tour. Every report, plot and model lands under ``outdir``; ``summary.json``
@@ -50,7 +50,7 @@ from paw.knobs import RunOptions
 from paw.merge import MergeOptions, execute, prepare
 from paw.registry import Registry
 from paw.taskvec.pipeline import task_vectors
-from paw.transfer.run import transfer_adapter
+from paw.transfer.folder_pipeline import transfer_adapter
 from paw.vocab.options import AnalyzeOptions
 from paw.vocab.pipelines import analyze_tokenizers
 

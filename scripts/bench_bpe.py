@@ -174,7 +174,7 @@ def bench_encoding(label: str, ranks: dict[bytes, int], pattern: str, docs: list
     import tiktoken
     from tokenizers import Tokenizer
 
-    from paw.io.bpe_files import write_hf_tokenizer_json
+    from paw.io.bpe_tokenizer_json import write_hf_tokenizer_json
 
     n_bytes = sum(len(d.encode()) for d in docs)
     ref = tiktoken.Encoding(label, pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
@@ -222,7 +222,7 @@ def quicktok_specials(name: str) -> dict[str, int]:
 
 def export_tokenizers(root: Path) -> int:
     """Reference tokenizers as tokenizer.json files, for ``paw bpe compare`` without downloads."""
-    from paw.io.bpe_files import write_hf_tokenizer_json
+    from paw.io.bpe_tokenizer_json import write_hf_tokenizer_json
 
     for name, table, pattern in [("llama3", "llama3", "llama3"), ("qwen2.5", "qwen3", "qwen2"),
                                  ("cl100k", "cl100k", "gpt4")]:

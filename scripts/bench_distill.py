@@ -61,7 +61,7 @@ def main() -> None:
 
     import torch
 
-    from paw.transfer.run import run_distill
+    from paw.transfer.folder_pipeline import run_distill
 
     root = Path(tempfile.mkdtemp(prefix="paw-bench-distill-"))
     task = build(root, args.hidden, args.layers, args.facts)["task"]

@@ -67,7 +67,7 @@ def test_cli_choices_follow_the_registries(cli):
     from paw.transfer.distill import DISTILL
     from paw.transfer.layers import LAYER_MAPS
     from paw.transfer.options import TransferOptions
-    from paw.transfer.pipeline import method_names
+    from paw.transfer.training_free import method_names
 
     # the data-free maps of the registry, then distill (a training pipeline of its own)
     assert list(choices_of(TransferOptions, "method")) == [*method_names(), DISTILL] and method_names()[0] == "auto"

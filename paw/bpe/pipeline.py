@@ -9,8 +9,8 @@
 
 Each takes its command's options (:mod:`paw.bpe.options`); the one that writes, the run's too.
 
-The training and encoding themselves are the pure functions of :mod:`paw.bpe`; reading and writing
-go through :mod:`paw.io.bpe_files`.
+The training and encoding themselves are the pure functions of :mod:`paw.bpe`; reading goes through
+:mod:`paw.io.bpe_files`, writing through :mod:`paw.io.bpe_paw_model` and :mod:`paw.io.bpe_tokenizer_json`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from paw.bpe.plots import compression_chart
 from paw.bpe.tokenizer import check_vocab_size
 from paw.errors import PawError
 from paw.io.atomic import atomic_dir, check_output
-from paw.io.bpe_files import read_bpe, read_text_files, save_chart, write_hf_tokenizer_json, write_paw_model
+from paw.io.bpe_files import read_bpe, read_text_files, save_chart
+from paw.io.bpe_paw_model import write_paw_model
+from paw.io.bpe_tokenizer_json import write_hf_tokenizer_json
 from paw.io.manifest import describe_input, records_call, write_json, write_manifest
 from paw.io.tokenizer_config import CONFIG_NAME, minimal_config
 from paw.io.tokenizer_json import guess_role

@@ -74,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
 
     ``PawError`` (bad input, named by file), ``OSError`` (disk full, permissions), a bad flag and
     any other library exception all end the same way; ``PAW_TRACEBACK=1`` shows the traceback of the
-    unexpected ones. Each command runs in one :func:`paw.io.atomic.input_scope`, so nothing it
+    unexpected ones. Each command runs in one :func:`paw.io.input_guard.input_scope`, so nothing it
     reads can be written over, and records the arguments it parsed as its command (not the host
     process's ``sys.argv``).
     """
     from paw.cli._options import finite_floats, tidy_help
-    from paw.io.atomic import input_scope
+    from paw.io.input_guard import input_scope
     from paw.io.manifest import cli_invocation
 
     _quiet_libraries()

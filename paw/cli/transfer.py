@@ -77,9 +77,9 @@ def transfer_lora(files: TransferFiles, options: TransferOptions, distill: Disti
 
     from paw.cli._options import command_line, track_once
     from paw.distributed import is_main
-    from paw.extract.transfer import source_choice, transfer_finetune
+    from paw.extract.finetune_transfer import source_choice, transfer_finetune
     from paw.io.tracking import check_kind
-    from paw.transfer.run import transfer_adapter
+    from paw.transfer.folder_pipeline import transfer_adapter
 
     files.check()
     check_kind(run.track)

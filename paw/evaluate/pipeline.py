@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from paw import fsdp as F
+from paw import fsdp as fsdp_sharding
 from paw.device import resolve_device
 from paw.distributed import setup
 from paw.errors import PawError
@@ -202,7 +202,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     ``accumulation`` and ``clip`` shape the optimiser steps (:class:`paw.train.Recipe`).
     """
     quiet_transformers()
-    F.check(fsdp, save_every=save_every, resume=resume)
+    fsdp_sharding.check(fsdp, save_every=save_every, resume=resume)
     output = Path(output)
     check_output(output, overwrite=overwrite, inputs=[model, data, eval_data])
     finite("--lr", lr, positive=True, limit=FLOAT32_MAX)  # 1e39 is inf to float32 AdamW
@@ -218,7 +218,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
     predicted = _announce(model, items, rank=rank, target_modules=target_modules, batch_size=batch_size, steps=steps,
                           device=dev, world=ranks.world, dtype=dtype, fsdp=fsdp)
     if fsdp:  # loaded on the CPU; each rank's shard moves to its device
-        lm, tokenizer = load_lm(model, dtype=F.load_dtype(dtype, dev, _config(model)))
+        lm, tokenizer = load_lm(model, dtype=fsdp_sharding.load_dtype(dtype, dev, _config(model)))
     else:
         lm, tokenizer = load_lm(model, device=dev, dtype=dtype)
     sharding = dict(fsdp=True, device=dev) if fsdp else {}
@@ -234,7 +234,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
                                    gradient_checkpointing=gradient_checkpointing, progress=False,
                                    eval_items=eval_items if fsdp else None, **sharding)
         if fsdp:
-            F.full_lora_state(peft_model)  # rank 0 gathers the factors: every rank takes part
+            fsdp_sharding.full_lora_state(peft_model)  # rank 0 gathers the factors: every rank takes part
         return TrainedAdapter(output, {}, None)
     run_dir = output.with_name(output.name + "-tracking")  # beside the adapter, which appears atomically
     tracker = make_tracker(track, run_dir, {"name": output.name, **settings, **{k: v["path"] for k, v in inputs.items()}})
@@ -251,7 +251,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
             tracker.finish()
         metrics["memory"] = with_measured(predicted, dev)
         write_adapter_into(peft_model, tmp, base=model, extra_files={"metrics.json": metrics},
-                           state_dict=F.full_lora_state(peft_model) if fsdp else None)
+                           state_dict=fsdp_sharding.full_lora_state(peft_model) if fsdp else None)
         write_manifest(tmp, "paw_train_lora.json", command=command, inputs=inputs,
                        settings=settings)
     remove_train_state(work)  # the output is complete: nothing left to resume

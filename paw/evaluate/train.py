@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from paw import arch
-from paw import fsdp as F
+from paw import fsdp as fsdp_sharding
 from paw.device import guard_cuda_attention
 from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
 from paw.errors import PawError
@@ -136,8 +136,8 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
         model.to(device)
     guard_cuda_attention(model)
     ranks, device = setup(next(model.parameters()).device if not fsdp else torch.device(device or "cpu"))
-    F.check(fsdp, save_every=checkpoints and checkpoints.save_every, resume=bool(checkpoints and checkpoints.state),
-            ranks=ranks)
+    fsdp_sharding.check(fsdp, save_every=checkpoints and checkpoints.save_every,
+                        resume=bool(checkpoints and checkpoints.state), ranks=ranks)
     evaluating = bool(eval_items) and (ranks.main or fsdp)   # under FSDP a forward pass needs every rank
     progress = progress and ranks.main
     checkpoints = checkpoints or Checkpoints()
@@ -150,7 +150,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     peft_model = wrap_lora(model, rank=rank, alpha=alpha, target_modules=target_modules, seed=seed)
     prepare_student(peft_model, gradient_checkpointing=gradient_checkpointing)
     if fsdp:
-        metrics["fsdp"] = F.shard_student(peft_model, ranks, device)
+        metrics["fsdp"] = fsdp_sharding.shard_student(peft_model, ranks, device)
         if evaluating:
             metrics.update(prefixed("base", evaluate_items(peft_model, tokenizer, eval_items, batch_size, progress)))
     device = next(peft_model.parameters()).device
@@ -189,7 +189,7 @@ def _step_loss(peft_model, batch_items: list[Encoded], pad_id: int, device, rank
     tokens, so that the ranks' losses sum to the loss of the whole batch; None for an empty share
     (under FSDP an empty share runs a stand-in item at weight 0: every rank must run the forward pass)."""
     mine = shard(batch_items, ranks) if ranks.parallel else batch_items
-    run = F.stand_in(mine, batch_items, ranks) if fsdp else mine
+    run = fsdp_sharding.stand_in(mine, batch_items, ranks) if fsdp else mine
     if not run:
         return None
     loss = batch_answer_loss(peft_model, run, pad_id, device)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from paw.errors import PawError
-from paw.io.atomic import note_input
+from paw.io.input_guard import note_input
 
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -25,7 +25,7 @@ def resolve_path(spec: str | os.PathLike, *, what: str = "model") -> Path:
     """Return an existing local path for ``spec``: the path itself or the cached snapshot folder."""
     path = Path(spec).expanduser()
     if path.exists():
-        note_input(path)  # read-only for the rest of this run (paw.io.atomic.input_scope)
+        note_input(path)  # read-only for the rest of this run (paw.io.input_guard.input_scope)
         return path
     text = str(spec)
     if looks_like_model_id(text) and "/" in text:

@@ -6,7 +6,7 @@ sizes), and no clock time, so that the same inputs and seed give byte-identical 
 The command is never read from ``sys.argv``, which belongs to whatever process hosts PAW (pytest,
 a notebook, a script). The CLI records the arguments it parsed (:func:`cli_invocation`,
 :func:`command_line`); a pipeline called from Python records itself and its arguments
-(:func:`records_call`): ``paw.transfer.run.transfer_adapter(adapter='lora', ..., method='auto')``.
+(:func:`records_call`): ``paw.transfer.folder_pipeline.transfer_adapter(adapter='lora', ..., method='auto')``.
 """
 
 from __future__ import annotations

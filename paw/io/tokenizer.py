@@ -37,7 +37,8 @@ from pathlib import Path
 
 from paw.bytelevel.patterns import PATTERNS
 from paw.errors import PawError
-from paw.io.bpe_files import BpeFile, read_bpe, sniff_format
+from paw.io.bpe_files import read_bpe, sniff_format
+from paw.io.bpe_table import BpeFile
 from paw.io.checkpoint import folder_hint
 from paw.io.gguf import gguf_side_folder
 from paw.io.hub import resolve_path

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from paw.errors import PawError
-from paw.io.bpe_files import tokenizer_json_doc
+from paw.io.bpe_tokenizer_json import tokenizer_json_doc
 
 RANK_KINDS = ("tiktoken", "paw-bpe")  # kinds encoded by a tiktoken Encoding built from a rank table
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from paw.bytelevel.alphabet import str_to_token
 from paw.errors import PawError
-from paw.io.bpe_files import pretokenizer_pattern
+from paw.io.bpe_tokenizer_json import pretokenizer_pattern
 from paw.io.tokenizer_info import SpecialToken, TokenizerInfo
 
 CONFIG_ROLES = ("bos", "eos", "pad", "unk", "cls", "sep", "mask")  # the ``<role>_token`` keys of tokenizer_config.json

@@ -19,9 +19,10 @@ from typing import Any
 from paw import __version__
 from paw.device import resolve_device
 from paw.errors import PawError
-from paw.io.atomic import check_output, input_scope
+from paw.io.atomic import check_output
 from paw.io.chat_template import with_chat_template
 from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint
+from paw.io.input_guard import input_scope
 from paw.io.json_file import read_json
 from paw.io.manifest import call_text, describe_input
 from paw.io.union_tokenizer import read_token_table, union_tokenizer_files

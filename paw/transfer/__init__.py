@@ -9,6 +9,6 @@ and picks among copy, structural and embed-map. See ``docs/transfer.md``.
 """
 
 from paw.transfer.methods import METHODS
-from paw.transfer.pipeline import LAYER_MAPS, method_names, transfer_lora
+from paw.transfer.training_free import LAYER_MAPS, method_names, transfer_lora
 
 __all__ = ["LAYER_MAPS", "METHODS", "method_names", "transfer_lora"]

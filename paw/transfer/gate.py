@@ -51,8 +51,8 @@ from paw.io.gate_files import add_gate, publish, staging
 from paw.io.manifest import describe_input
 from paw.io.mcdata import read_records
 from paw.progress import status
-from paw.transfer.distill.data import Prompt
 from paw.transfer.distill.options import DISTILL, GENERIC
+from paw.transfer.distill.prompts import Prompt
 from paw.transfer.distill.run import read_inputs
 
 MIN_ITEMS = 2   # a paired standard error needs two items; a useful check set has dozens

@@ -1,7 +1,7 @@
 """What ``paw transfer-lora`` is asked to do, for every method: one frozen dataclass, checked before any work.
 
 Field names are the CLI flags (``min_similarity`` is ``--min-similarity``) and the defaults here are
-the only ones: :func:`paw.transfer.run.transfer_adapter` and the CLI read them from this class.
+the only ones: :func:`paw.transfer.folder_pipeline.transfer_adapter` and the CLI read them from this class.
 The distillation's own knobs are :class:`~paw.transfer.distill.options.DistillOptions`, held in
 ``distill``; given to any other method they are refused, naming the flags.
 """
@@ -35,7 +35,7 @@ class TransferFiles:
 
 
 def _methods() -> tuple[str, ...]:
-    from paw.transfer.pipeline import method_names  # light: torch is imported inside the methods
+    from paw.transfer.training_free import method_names  # light: torch is imported inside the methods
 
     return (*method_names(), DISTILL)
 

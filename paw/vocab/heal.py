@@ -59,7 +59,7 @@ def bits_per_byte(model, windows: Iterable[list[int]], token_bytes: Callable[[in
     scored after it; without one, a window's first token is context only.
     """
     import torch
-    import torch.nn.functional as F
+    from torch.nn import functional
 
     nll, nbytes = 0.0, 0
     was_training = model.training
@@ -70,7 +70,7 @@ def bits_per_byte(model, windows: Iterable[list[int]], token_bytes: Callable[[in
             if len(ids) < 2:
                 continue
             logits = model(torch.tensor([ids], device=device)).logits[0, :-1].float()
-            nll += float(F.cross_entropy(logits, torch.tensor(ids[1:], device=device), reduction="sum"))
+            nll += float(functional.cross_entropy(logits, torch.tensor(ids[1:], device=device), reduction="sum"))
             nbytes += sum(token_bytes(i) for i in (w if prefix else w[1:]))
     model.train(was_training)
     if nbytes == 0:

@@ -8,13 +8,10 @@ import pytest
 
 from paw.bpe import PATTERNS, BpeEncoder, train_tokenizer
 from paw.errors import PawError
-from paw.io.bpe_files import (
-    read_bpe,
-    read_text_files,
-    write_hf_tokenizer_json,
-    write_paw_model,
-    write_tiktoken_ranks,
-)
+from paw.io.bpe_files import read_bpe, read_text_files
+from paw.io.bpe_paw_model import write_paw_model
+from paw.io.bpe_tiktoken import write_tiktoken_ranks
+from paw.io.bpe_tokenizer_json import write_hf_tokenizer_json
 
 SAMPLES = [
     "The lowest lower low, 1234567 apples and 89 pears!\n\n  indented\tline  ",

@@ -11,13 +11,9 @@ import pytest
 from paw.bpe import PATTERNS, BpeEncoder
 from paw.bytelevel.alphabet import base_ranks
 from paw.data import sample_texts
-from paw.io.bpe_files import (
-    TIKTOKEN_PATTERNS,
-    TIKTOKEN_SPECIALS,
-    read_bpe,
-    tokenizer_json_doc,
-    write_tiktoken_ranks,
-)
+from paw.io.bpe_files import read_bpe
+from paw.io.bpe_tiktoken import TIKTOKEN_PATTERNS, TIKTOKEN_SPECIALS, write_tiktoken_ranks
+from paw.io.bpe_tokenizer_json import tokenizer_json_doc
 from paw.io.tokenizer import CL100K_PATTERN, open_tokenizer
 
 TEXTS = sample_texts("multi") + ["year 20261121  \n\n x", "I'LL don't WE'VE\n  ", "<|endoftext|> tail  "]

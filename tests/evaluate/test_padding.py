@@ -101,7 +101,7 @@ def test_generation_of_padded_batches_matches_one_at_a_time(cuda_attention, tiny
     """Distillation's teacher writes its continuations in left-padded batches with a KV cache."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from paw.transfer.distill.data import generate
+    from paw.transfer.distill.generation import generate
 
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, attn_implementation="sdpa").eval()
     tok = AutoTokenizer.from_pretrained(tiny_llama)

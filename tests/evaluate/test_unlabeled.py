@@ -47,7 +47,7 @@ def test_labeled_records_keep_their_answers_with_labels_false():
 
 
 def test_distill_reads_an_unlabeled_multiple_choice_file(tmp_path):
-    from paw.transfer.distill.data import Prompt
+    from paw.transfer.distill.prompts import Prompt
     from paw.transfer.distill.run import read_inputs
 
     path = tmp_path / "inputs.jsonl"

@@ -161,12 +161,12 @@ def test_number_strings_are_skipped_unless_kept(tmp_path):
 
 def test_from_paw_bpe_model_file(cli, tiny_llama, tmp_path):
     from paw.bytelevel.alphabet import token_to_str
-    from paw.io import bpe_files
+    from paw.io import bpe_paw_model
 
     ranks = {bytes([b]): i for i, b in enumerate(range(256))}
     for word in (b"zz", b"zzq", b" zzq"):
         ranks[word] = len(ranks)
-    model_file = bpe_files.write_paw_model(tmp_path / "t2", mergeable_ranks=ranks, pattern=None, special_tokens={})
+    model_file = bpe_paw_model.write_paw_model(tmp_path / "t2", mergeable_ranks=ranks, pattern=None, special_tokens={})
     out = tmp_path / "ext"
     _extend(cli, tiny_llama, out, "--from-tokenizer", model_file)
     _, new_tok = load(out)

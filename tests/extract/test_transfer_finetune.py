@@ -55,7 +55,7 @@ def test_one_step_equals_extract_then_transfer(cli, tmp_path, tiny_llama, llama_
 
 def test_low_rank_extraction_is_warned_and_energy_works(tmp_path, tiny_llama, llama_ft, target):
     from paw.extract import ExtractOptions
-    from paw.extract.transfer import transfer_finetune
+    from paw.extract.finetune_transfer import transfer_finetune
 
     low = transfer_finetune(llama_ft, tiny_llama, target, tmp_path / "low", extract=ExtractOptions(rank=1),
                             progress=False)

@@ -1,4 +1,5 @@
-"""``paw.io.atomic``: every file of an output gets the umask's mode; a hard link of an input is the input."""
+"""``paw.io.atomic`` and ``paw.io.input_guard``: every file of an output gets the umask's mode; a hard link of an
+input is the input."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import stat
 import pytest
 
 from paw.errors import PawError
-from paw.io.atomic import atomic_dir, atomic_file, check_not_input
+from paw.io.atomic import atomic_dir, atomic_file
+from paw.io.input_guard import check_not_input
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])

@@ -519,7 +519,8 @@ def test_a_merged_model_is_readable_by_another_user_under_umask_022(cli, fx, tmp
 def test_a_nested_command_keeps_its_inputs_to_itself(tmp_path):
     """The benchmark runs commands inside a command: a step's inputs guard that step only."""
     from paw.errors import PawError
-    from paw.io.atomic import check_output, input_scope, note_input
+    from paw.io.atomic import check_output
+    from paw.io.input_guard import input_scope, note_input
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -45,7 +45,9 @@ def _st(path: Path, header_json: bytes) -> None:
 def hx(tmp_path_factory, tiny_llama, tiny_lora):
     """The hostile inputs, built once; every command reads them and none may write here."""
     from paw.bpe import PATTERNS, train_tokenizer
-    from paw.io.bpe_files import write_hf_tokenizer_json, write_paw_model, write_tiktoken_ranks
+    from paw.io.bpe_paw_model import write_paw_model
+    from paw.io.bpe_tiktoken import write_tiktoken_ranks
+    from paw.io.bpe_tokenizer_json import write_hf_tokenizer_json
 
     root = tmp_path_factory.mktemp("hostile") / "hx"
     root.mkdir()

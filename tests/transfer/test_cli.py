@@ -72,8 +72,8 @@ def test_bad_inputs_exit_2_with_one_line(cli, tmp_path, src, src_lora, troot):
 
 def test_plot_tells_lora_x_from_copy(tmp_path, src, src_lora, drifted):
     """Both see the same related bases (top panel); only the norm panel shows lora-x dropping the update."""
+    from paw.transfer.folder_pipeline import transfer_adapter
     from paw.transfer.plots import similarity_figure
-    from paw.transfer.run import transfer_adapter
 
     panels = {}
     for method in ("copy", "lora-x"):

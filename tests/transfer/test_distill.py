@@ -72,7 +72,7 @@ def test_another_byte_level_tokenizer_adds_the_byte_aligned_kl(world, tmp_path):
     from paw import zoo
     from paw.data import sample_texts
     from paw.evaluate.synthetic import tokenizer_corpus
-    from paw.transfer.run import run_distill
+    from paw.transfer.folder_pipeline import run_distill
 
     w = world
     tok = zoo.train_tokenizer(sample_texts("multi") + tokenizer_corpus(w["task"]), 200, kind="byte-bpe")
@@ -97,7 +97,8 @@ def test_next_words_are_the_teachers_likeliest_words_first_its_greedy_answer(wor
     import torch
 
     from paw.io.lm import load_lm
-    from paw.transfer.distill.data import Prompt, generate, next_words
+    from paw.transfer.distill.generation import generate, next_words
+    from paw.transfer.distill.prompts import Prompt
 
     w = world
     teacher, tok = load_lm(w["source"], adapter=w["lora"], device="cpu")
@@ -184,8 +185,8 @@ def test_the_teacher_works_only_on_the_inputs_the_steps_reach(src, src_lora, ind
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
     from paw.transfer.distill import train as distill_train
-    from paw.transfer.distill.data import Prompt
     from paw.transfer.distill.lora import _visited, distill_lora
+    from paw.transfer.distill.prompts import Prompt
     from paw.transfer.distill.run import _side
 
     prompts = [Prompt(f"input {i}") for i in range(100)]
@@ -208,7 +209,7 @@ def test_the_teacher_works_only_on_the_inputs_the_steps_reach(src, src_lora, ind
 
 def test_batched_generation_equals_one_by_one(world):
     from paw.io.lm import load_lm
-    from paw.transfer.distill.data import generate
+    from paw.transfer.distill.generation import generate
 
     teacher, tok = load_lm(world["source"], adapter=world["lora"], device="cpu")
     texts = ["Fact: the colour of", "Fact: the colour of " + world["task"][3].question.split()[-2] + " is", "A"]
@@ -221,7 +222,8 @@ def test_batched_generation_equals_one_by_one(world):
 
 def test_synthesis_from_seed_examples_with_the_discriminator(world):
     from paw.io.lm import load_lm
-    from paw.transfer.distill.data import Prompt, synthesize
+    from paw.transfer.distill.prompts import Prompt
+    from paw.transfer.distill.synthesis import synthesize
 
     w = world
     teacher, tok = load_lm(w["source"], adapter=w["lora"], device="cpu")
@@ -233,7 +235,7 @@ def test_synthesis_from_seed_examples_with_the_discriminator(world):
     assert stats["template_end"] == " is" and all(p.text.endswith(" is") for p in made)  # no answer written
     again, _ = synthesize(teacher, tok, seeds, 6, seed=0, max_new_tokens=12, filter_lines=["The sky is blue."])
     assert again == made
-    from paw.transfer.distill.data import discriminator_passes, discriminator_threshold, task_likeness
+    from paw.transfer.distill.synthesis import discriminator_passes, discriminator_threshold, task_likeness
 
     assert discriminator_passes(teacher, tok, [p.text for p in made], seeds, ["The sky is blue."]) == [1] * len(made)
     assert discriminator_threshold(teacher, tok, seeds, ["The sky is blue."]) == stats["filter_threshold"]
@@ -273,12 +275,13 @@ def test_bad_inputs_exit_2_with_one_line_and_write_nothing(cli, world, tmp_path)
 
 def test_synthesis_counts_blank_and_off_template_candidates(monkeypatch):
     """A blank sample, an off-template one, one cut after the shared ending, and its repeat."""
-    from paw.transfer.distill import data
+    from paw.transfer.distill import generation, synthesis
+    from paw.transfer.distill.prompts import Prompt
 
     lines = ["", "   ", "no ending here", "Ann Bo likes the colour red. More text", "Ann Bo likes the colour blue"]
-    monkeypatch.setattr(data, "generate", lambda *a, **k: list(lines))
-    seeds = [data.Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo")]
-    made, stats = data.synthesize(None, None, seeds, 1, seed=0)
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: list(lines))
+    seeds = [Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo")]
+    made, stats = synthesis.synthesize(None, None, seeds, 1, seed=0)
     assert [p.text for p in made] == ["Ann Bo likes the colour"]
     assert (stats["blank"], stats["off_template"], stats["duplicates"], stats["kept"]) == (2, 1, 1, 1)
 
@@ -286,7 +289,8 @@ def test_synthesis_counts_blank_and_off_template_candidates(monkeypatch):
 def test_synthesis_begins_the_teachers_reply_with_the_seeds_shared_beginning(monkeypatch):
     """SmolLM2-135M-Instruct shown ARC-Easy seeds answered the last one or talked about the list (0 to 1 usable
     candidate in 16); begun with 'Question:' it wrote questions (6 to 7 in 16 with the seeds' ending)."""
-    from paw.transfer.distill import data
+    from paw.transfer.distill import generation, synthesis
+    from paw.transfer.distill.prompts import Prompt
 
     contexts = []
 
@@ -294,9 +298,9 @@ def test_synthesis_begins_the_teachers_reply_with_the_seeds_shared_beginning(mon
         contexts.extend(texts)
         return [" Why is the sky blue?\nAnswer: light", "  ", " What melts?", "Question: Why?\nAnswer:"]
 
-    monkeypatch.setattr(data, "generate", generate)
-    seeds = [data.Prompt("Question: Which list?\nAnswer:"), data.Prompt("Question: A team of surveyors\nAnswer:")]
-    made, stats = data.synthesize(None, None, seeds, 2, seed=0, batch_size=4)
+    monkeypatch.setattr(generation, "generate", generate)
+    seeds = [Prompt("Question: Which list?\nAnswer:"), Prompt("Question: A team of surveyors\nAnswer:")]
+    made, stats = synthesis.synthesize(None, None, seeds, 2, seed=0, batch_size=4)
     assert [p.text for p in made] == ["Question: Why is the sky blue?\nAnswer:", "Question: Why?\nAnswer:"]
     assert stats["template_start"] == "Question:" and stats["template_end"] == "\nAnswer:"
     assert (stats["blank"], stats["off_template"], stats["kept"]) == (1, 1, 2)
@@ -305,19 +309,20 @@ def test_synthesis_begins_the_teachers_reply_with_the_seeds_shared_beginning(mon
 
 def test_synthesis_counts_the_inputs_it_keeps_on_stderr(monkeypatch, capsys):
     """A thousand inputs written by the teacher took minutes on a GPU in silence: now a line counts them."""
-    from paw.transfer.distill import data
+    from paw.transfer.distill import generation, synthesis
+    from paw.transfer.distill.prompts import Prompt
 
     rounds = iter(range(100))
-    monkeypatch.setattr(data, "generate", lambda *a, **k: [f"Name{next(rounds)} likes the colour"] * 2)
-    seeds = [data.Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo")]
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: [f"Name{next(rounds)} likes the colour"] * 2)
+    seeds = [Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo")]
     monkeypatch.setenv("PAW_PROGRESS", "1")
-    made, stats = data.synthesize(None, None, seeds, 3, seed=0, batch_size=2, progress=True)
+    made, stats = synthesis.synthesize(None, None, seeds, 3, seed=0, batch_size=2, progress=True)
     assert [p.text for p in made] == [f"Name{i} likes the colour" for i in range(3)]
     assert (stats["rounds"], stats["duplicates"], stats["kept"]) == (3, 3, 3)   # each round: one new, one repeat
     err = capsys.readouterr().err
     assert "[paw] teacher writing inputs: 3/3 inputs (100%)" in err, err
     rounds = iter(range(100))
-    assert data.synthesize(None, None, seeds, 3, seed=0, batch_size=2)[0] == made   # the same inputs, silently
+    assert synthesis.synthesize(None, None, seeds, 3, seed=0, batch_size=2)[0] == made   # the same inputs, silently
     assert capsys.readouterr().err == ""
 
 
@@ -326,25 +331,26 @@ def test_a_synthesis_resumed_from_a_rounds_state_ends_as_an_uninterrupted_one(mo
     and ends with the inputs and counts of a run that was never stopped (the restored sampler RNG shuffles
     the seeds as it would have, round r samples with its own seed)."""
     from paw.errors import PawError
-    from paw.transfer.distill import data
+    from paw.transfer.distill import generation, synthesis
+    from paw.transfer.distill.prompts import Prompt
 
     def generate(model, tokenizer, texts, *, seed, **kwargs):   # depends on the shuffled seeds and the round's seed
         return [f"{t.split(chr(10))[0][:7]} {seed % 97} {i % 3} likes the colour" for i, t in enumerate(texts)]
 
-    monkeypatch.setattr(data, "generate", generate)
-    seeds = [data.Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo", "Ann Bo")]
+    monkeypatch.setattr(generation, "generate", generate)
+    seeds = [Prompt(f"{name} likes the colour") for name in ("Kavo Milret", "Tin Sulo", "Ann Bo")]
     states = []
-    whole, stats = data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, on_round=states.append)
+    whole, stats = synthesis.synthesize(None, None, seeds, 10, seed=3, batch_size=4, on_round=states.append)
     assert len(whole) == 10 and stats["rounds"] == len(states) >= 3 and stats["duplicates"] > 0
     assert [len(s["kept"]) for s in states] == sorted(len(s["kept"]) for s in states)   # each round adds to the last
     saved = json.loads(json.dumps(states[1]))   # as the work folder keeps it
     monkeypatch.setenv("PAW_PROGRESS", "1")
     later = []
-    resumed, again = data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state=saved, on_round=later.append,
-                                     progress=True)
+    resumed, again = synthesis.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state=saved,
+                                          on_round=later.append, progress=True)
     assert resumed == whole and again == stats and len(later) == len(states) - 2
     assert "teacher writing inputs: 10/10 inputs (100%)" in capsys.readouterr().err
-    done, _ = data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state=json.loads(json.dumps(states[-1])))
+    done, _ = synthesis.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state=json.loads(json.dumps(states[-1])))
     assert done == whole   # nothing left to write
     with pytest.raises(PawError, match="synthesis state is damaged"):
-        data.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state={"kept": []})
+        synthesis.synthesize(None, None, seeds, 10, seed=3, batch_size=4, state={"kept": []})

@@ -14,8 +14,8 @@ from paw.transfer.distill import lora as D
 from paw.transfer.distill import report as R
 from paw.transfer.distill import train as T
 from paw.transfer.distill.byte_align import spread
-from paw.transfer.distill.data import Prompt
 from paw.transfer.distill.loss import sequence_nll, weighted_mean
+from paw.transfer.distill.prompts import Prompt
 
 VOCAB = 12
 
@@ -145,7 +145,7 @@ class ChatTokenizer:
 def test_synthesis_asks_an_instruct_teacher_in_its_chat_format():
     import random
 
-    from paw.transfer.distill.data import chat_context
+    from paw.transfer.distill.synthesis import chat_context
 
     seeds = [Prompt("Word: road. Again:"), Prompt("Word: tree. Again:")]
     text = chat_context(ChatTokenizer(), seeds, random.Random(0))

@@ -10,14 +10,11 @@ import torch
 from paw.errors import PawError
 from paw.evaluate.items import MCItem
 from paw.transfer.distill import loss
-from paw.transfer.distill.data import (
+from paw.transfer.distill.prompts import Prompt, generic_prompts, prompts_from, split_holdout
+from paw.transfer.distill.synthesis import (
     MAX_SEEDS,
-    Prompt,
     check_seeds,
     few_shot_context,
-    generic_prompts,
-    prompts_from,
-    split_holdout,
     template_end,
     template_start,
 )

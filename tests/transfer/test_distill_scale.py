@@ -43,8 +43,8 @@ def test_rank_weighted_losses_sum_to_the_batch_gradient(src, src_lora, independe
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
     from paw.transfer.distill import scale, train
-    from paw.transfer.distill.data import Prompt
     from paw.transfer.distill.lora import _student, _vocabulary
+    from paw.transfer.distill.prompts import Prompt
     from paw.transfer.distill.run import _side
 
     teacher = _side(src, open_tokenizer(src), "cpu", adapter=src_lora)
@@ -144,7 +144,7 @@ def test_agreement_is_measured_on_a_seeded_sample_and_trains_the_same_bytes(cli,
 
 
 def test_a_rerun_reuses_the_cached_continuations(cli, src, src_lora, other_tokenizer, tmp_path, monkeypatch):
-    from paw.transfer.distill import data
+    from paw.transfer.distill import generation
 
     assert _distill(cli, src, src_lora, other_tokenizer, tmp_path / "first").exit_code == 0
     cache = sorted((tmp_path / "first-work").glob("continuations-rank*.jsonl"))
@@ -153,7 +153,7 @@ def test_a_rerun_reuses_the_cached_continuations(cli, src, src_lora, other_token
     def no_teacher(*args, **kwargs):
         raise AssertionError("the teacher generated again")
 
-    monkeypatch.setattr(data, "generate", no_teacher)
+    monkeypatch.setattr(generation, "generate", no_teacher)
     result = _distill(cli, src, src_lora, other_tokenizer, tmp_path / "first", "--overwrite")
     assert result.exit_code == 0, result.stderr
     second = _distill(cli, src, src_lora, other_tokenizer, tmp_path / "longer", "--max-new-tokens", "5")
@@ -228,13 +228,13 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
     there writes only the rounds left, and its adapter is the bytes of an uninterrupted run's."""
     import json
 
-    from paw.transfer.distill import data, scale
+    from paw.transfer.distill import generation, scale
 
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("Kavo Milret likes the colour\nTin Sulo likes the colour\nAnn Bo likes the colour\n")
     synth = ("--synthesize", "12", "--seed-examples", str(seeds), *FAST[2:])
     rounds, said = [], []
-    generate = data.generate
+    generate = generation.generate
 
     def sampled(model, tokenizer, texts, **kwargs):   # the teacher's sampling stood in for: 4 new names a round,
         if not kwargs.get("sample"):                   # from the round's seed and the first shuffled seeds; its
@@ -243,7 +243,7 @@ def test_a_killed_synthesis_goes_on_from_its_last_round(cli, src, src_lora, inde
         first = texts[0].split("\n")[-2][:4]
         return [f"{first}{kwargs['seed'] % 89}x{i % 4} likes the colour" for i in range(len(texts))]
 
-    monkeypatch.setattr(data, "generate", sampled)
+    monkeypatch.setattr(generation, "generate", sampled)
 
     def run(out):
         rounds.clear()
@@ -279,7 +279,8 @@ def test_a_barren_synthesis_or_an_older_synthesis_is_tried_afresh(src_lora, tmp_
     what the teacher is shown (SYNTHESIS_VERSION) is another key."""
     from paw.io.adapter import read_adapter
     from paw.io.train_state import write_synthesis
-    from paw.transfer.distill import data, scale
+    from paw.transfer.distill import scale, synthesis
+    from paw.transfer.distill.prompts import Prompt
 
     cache, handed = scale.Scale(work=tmp_path), []
     barren = {"kept": [], "known": [], "stats": {"rounds": 4, "blank": 64}, "rng": [3, [1], None]}
@@ -289,11 +290,11 @@ def test_a_barren_synthesis_or_an_older_synthesis_is_tried_afresh(src_lora, tmp_
     scale.synthesized(cache, "k", lambda state, keep: handed.append(state))
     assert handed[0] is None and handed[1]["kept"] == ["Question: Why?\nAnswer:"]
     lora = read_adapter(src_lora)
-    key = scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
-    assert key == scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
-    assert key != scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 1, False)
-    monkeypatch.setattr(data, "SYNTHESIS_VERSION", data.SYNTHESIS_VERSION + 1)
-    assert key != scale.synthesis_key("t", lora, [data.Prompt("a b")], 10, 0, False)
+    key = scale.synthesis_key("t", lora, [Prompt("a b")], 10, 0, False)
+    assert key == scale.synthesis_key("t", lora, [Prompt("a b")], 10, 0, False)
+    assert key != scale.synthesis_key("t", lora, [Prompt("a b")], 10, 1, False)
+    monkeypatch.setattr(synthesis, "SYNTHESIS_VERSION", synthesis.SYNTHESIS_VERSION + 1)
+    assert key != scale.synthesis_key("t", lora, [Prompt("a b")], 10, 0, False)
 
 
 def test_a_rerun_of_the_shift_target_reuses_the_students_base_scores(cli, src, src_lora, independent, tmp_path,

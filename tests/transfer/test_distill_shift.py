@@ -58,7 +58,7 @@ def _lm_pair(world, lora=None):
 def _direct_choice_scores(model, tokenizer, prompts):
     from paw.evaluate.encode import encode_pair, pad_id_of
     from paw.evaluate.mc import score_encoded
-    from paw.transfer.distill.data import START
+    from paw.transfer.distill.prompts import START
 
     encoded = [encode_pair(tokenizer, c, x, start=START) for p in prompts for c, x in p.pairs]
     return [ll for ll, _ in score_encoded(model, encoded, pad_id=pad_id_of(tokenizer), device="cpu", progress=False)]
@@ -68,8 +68,8 @@ def test_the_choice_target_is_the_students_base_plus_the_adapters_shift(world):
     """Across tokenizers, on inputs with choices: each model scored directly, the training target of every
     input equals student_base + scale x (teacher - teacher_base), and its loss is the KL to it."""
     from paw.transfer.distill import train
-    from paw.transfer.distill.data import Prompt
     from paw.transfer.distill.lora import _student
+    from paw.transfer.distill.prompts import Prompt
     from paw.transfer.distill.run import read_inputs
 
     teacher, student = _lm_pair(world)
@@ -106,8 +106,8 @@ def test_the_token_target_with_a_shared_vocabulary_is_base_plus_shift(src, src_l
     from paw.io.adapter import read_adapter
     from paw.io.tokenizer import open_tokenizer
     from paw.transfer.distill import train
-    from paw.transfer.distill.data import Prompt
     from paw.transfer.distill.lora import _student, _vocabulary
+    from paw.transfer.distill.prompts import Prompt
     from paw.transfer.distill.run import _side
 
     teacher = _side(src, open_tokenizer(src), "cpu", adapter=src_lora)

@@ -11,7 +11,7 @@ from paw.transfer.summary import DistillSummary, LayerPairing, TransferSummary
 
 
 def test_the_typed_result_is_the_report_it_wrote(tmp_path, src, src_lora, drifted):
-    from paw.transfer.run import transfer_adapter
+    from paw.transfer.folder_pipeline import transfer_adapter
 
     moved = transfer_adapter(src_lora, src, drifted, tmp_path / "moved", method="copy")
     written = json.loads((moved.output / "transfer_report.json").read_text())

@@ -19,7 +19,7 @@ def _hf(ranks: dict[bytes, int], pattern: str | None):
     """The one rank-table converter's output, loaded by the ``tokenizers`` library."""
     from tokenizers import Tokenizer
 
-    from paw.io.bpe_files import tokenizer_json_doc
+    from paw.io.bpe_tokenizer_json import tokenizer_json_doc
 
     return Tokenizer.from_str(json.dumps(tokenizer_json_doc(ranks, pattern, {})))
 
@@ -160,7 +160,7 @@ def test_tiktoken_file_matches_tiktoken_and_hf_conversion(llama3_small):
 
 
 def test_paw_bpe_model_file(llama3_small, tmp_path):
-    from paw.io.bpe_files import write_paw_model
+    from paw.io.bpe_paw_model import write_paw_model
 
     path, ranks = llama3_small
     model = write_paw_model(tmp_path / "m", mergeable_ranks=ranks, pattern=CL100K_PATTERN,
@@ -174,7 +174,7 @@ def test_paw_bpe_model_file(llama3_small, tmp_path):
 def test_paw_bpe_model_without_pattern_is_one_piece(llama3_small, tmp_path):
     """No pattern means no pre-tokenization, for open_tokenizer as for PAW's own encoder."""
     from paw.bpe import BpeEncoder
-    from paw.io.bpe_files import write_paw_model
+    from paw.io.bpe_paw_model import write_paw_model
 
     _, ranks = llama3_small
     tok = open_tokenizer(write_paw_model(tmp_path / "m", mergeable_ranks=ranks, pattern=None, special_tokens={}))

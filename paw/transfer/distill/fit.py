@@ -14,8 +14,8 @@ from paw.evaluate.train import batches_in_order
 from paw.progress import track
 from paw.train import NonFiniteLoss, Recipe, run
 from paw.train.loop import mean_loss
-from paw.transfer.distill import loss as L
-from paw.transfer.distill import scale as S
+from paw.transfer.distill import loss as distill_loss
+from paw.transfer.distill import scale as distill_scale
 from paw.transfer.distill.train import (
     ALIGNED_KL,
     CHOICE,
@@ -77,7 +77,7 @@ def _excess_tensor(examples, mask, device):
 
 
 def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress,
-          scale: S.Scale | None = None, extra: dict | None = None, focus: float = 0.0,
+          scale: distill_scale.Scale | None = None, extra: dict | None = None, focus: float = 0.0,
           stop: Stop | None = None, shift: Shift | None = None, schedule: str = "constant", warmup: int = 0,
           accumulation: int = 1, clip: float | None = None) -> dict:
     """The loss curve of at most ``steps`` AdamW steps of :func:`paw.train.run` (``schedule``, ``warmup``,
@@ -108,7 +108,7 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
         return sum(parts.values()) if parts else None
 
     def record(losses) -> float:
-        values = _mean_parts([S.reduce_parts(p, list(LOSSES), scale) for p in step_parts])
+        values = _mean_parts([distill_scale.reduce_parts(p, list(LOSSES), scale) for p in step_parts])
         step_parts.clear()
         for key in LOSSES:
             curve[key].append(values.get(key, math.nan))
@@ -125,14 +125,14 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
     start = done = 0
     try:
         ran = run(recipe, params, optimizer, step_loss, order.__getitem__, checkpoints=checkpoints,
-                  sync=lambda ps: S.sync(ps, scale), record=record, losses=curve["loss"],
+                  sync=lambda ps: distill_scale.sync(ps, scale), record=record, losses=curve["loss"],
                   skip=lambda batch: not any(examples[i].sequence is not None or examples[i].choices for i in batch),
                   after=probe, extra=lambda: {"curve": curve, **(extra or {})},
                   main=scale is None or scale.ranks.main, progress="distilling" if progress else None)
         start, done = ran.start, ran.done
     except NonFiniteLoss as err:  # the step just taken made the factors NaN: the rest is waste
         curve["diverged_at"] = [float(err.step)]
-    if "diverged_at" not in curve and done > start and not S.all_finite(params, scale):
+    if "diverged_at" not in curve and done > start and not distill_scale.all_finite(params, scale):
         curve["diverged_at"] = [float(done)]   # the last update broke the factors
     peft_model.eval()
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}
@@ -140,16 +140,16 @@ def train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_siz
 
 def _batch_parts(peft_model, teacher_model, chosen: list, vocab: Vocab, device, scale, focus, shift) -> dict:
     """``{loss name: this rank's weighted part}`` of the (micro-)batch ``chosen``; empty when it has nothing."""
-    local = S.mine(chosen, scale)
+    local = distill_scale.mine(chosen, scale)
     parts = {}
-    with_seq, with_choices = S.work(local, chosen, scale)
+    with_seq, with_choices = distill_scale.work(local, chosen, scale)
     if with_seq and text_carries(vocab, shift):
         parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, PAD_ID, device, focus, shift)[0])
     if with_choices:
         choice = _choice_loss(peft_model, with_choices, PAD_ID, device, shift)[0]
         if choice is not None:
             parts[CHOICE] = choice
-    return S.weigh(parts, local, chosen, scale)
+    return distill_scale.weigh(parts, local, chosen, scale)
 
 
 def _mean_parts(values: list[dict[str, float]]) -> dict[str, float]:
@@ -194,7 +194,7 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, prog
             if seqs:
                 parts, logits, targets, mask, n_aligned = _sequence_losses(peft_model, teacher_model, seqs, vocab,
                                                                            PAD_ID, device, shift=shift)
-                h, n = L.top1_agreement(logits, targets, mask)
+                h, n = distill_loss.top1_agreement(logits, targets, mask)
                 hits, positions = hits + h, positions + n
                 weights = _excess_tensor(seqs, mask, device)
                 if weights is not None:
@@ -207,8 +207,8 @@ def agreement(peft_model, teacher_model, examples, vocab: Vocab, device, *, prog
             with_choices = [e for e in chunk if e.choices]
             if with_choices:
                 loss, s, t, v = _choice_loss(peft_model, with_choices, PAD_ID, device, shift)
-                h, n = L.choice_agreement(s, t, v)
-                loss = L.choice_kl(s, t, v) if shift else loss   # over every row, moved or not
+                h, n = distill_loss.choice_agreement(s, t, v)
+                loss = distill_loss.choice_kl(s, t, v) if shift else loss   # over every row, moved or not
                 choice_hits, rows, choice_kl_sum = choice_hits + h, rows + n, choice_kl_sum + float(loss) * n
     peft_model.train(was_training)
     return {"prompts": len(examples), "positions": positions,

@@ -4,7 +4,7 @@ Every weight-space map keeps nothing across a tokenizer change or an unrelated m
 benchmark); what survives is the behaviour. So, as in Trans-LoRA (Wang et al. 2024, arXiv
 2405.17258): the **teacher** is the source base with its LoRA, the **student** the target base with
 a new LoRA of the same rank, alpha and module types, trained on label-free task inputs
-(:mod:`paw.transfer.distill.data`) to match the teacher (:mod:`paw.transfer.distill.loss`):
+(:mod:`paw.transfer.distill.prompts`) to match the teacher (:mod:`paw.transfer.distill.loss`):
 
 1. the teacher continues every input greedily (up to a line break);
 2. the student learns that continuation as text (sequence-level distillation, Kim & Rush 2016);
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from paw import fsdp as F
+from paw import fsdp as fsdp_sharding
 from paw.data import sample_texts
 from paw.device import guard_cuda_attention, resolve_device
 from paw.errors import PawError
@@ -37,14 +37,14 @@ from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.memory import prepare_student
 from paw.progress import status
 from paw.train import Recipe
-from paw.transfer.distill import data, fit
-from paw.transfer.distill import report as R
-from paw.transfer.distill import scale as S
-from paw.transfer.distill import train as T
-from paw.transfer.distill.data import Prompt
+from paw.transfer.distill import fit, generation, synthesis
+from paw.transfer.distill import report as distill_report
+from paw.transfer.distill import scale as distill_scale
+from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import GENERIC, DistillOptions
+from paw.transfer.distill.prompts import Prompt, generic_prompts, prompts_from, split_holdout
 from paw.transfer.distill.train import LM
-from paw.transfer.pipeline import transfer_lora
+from paw.transfer.training_free import transfer_lora
 from paw.validate import lora_rank
 from paw.vocab.align import AlignContext, exact, match_specials
 
@@ -94,8 +94,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                  eval_prompts: Sequence[str | MCItem | Prompt] | None = None, byte_kl: bool = False,
                  next_words: int = 0, token_focus: float = 0.0, target: str = "teacher", shift_scale: float = 1.0,
                  seed: int = 0, device="cpu", target_name: str | None = None, progress: bool = True,
-                 scale: S.Scale | None = None, schedule: str = "constant", warmup: int = 0, accumulation: int = 1,
-                 clip: float | None = None) -> tuple[Any, dict]:
+                 scale: distill_scale.Scale | None = None, schedule: str = "constant", warmup: int = 0,
+                 accumulation: int = 1, clip: float | None = None) -> tuple[Any, dict]:
     """Train a LoRA on ``student.model`` that imitates ``teacher.model`` (the source base with ``adapter`` applied).
 
     Inputs, all label-free: ``prompts`` (inputs; answers of MC items are dropped) or ``'generic'``
@@ -137,38 +137,41 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     info["train_used"] = len(inputs)
     vocab = _vocabulary(teacher, student, byte_kl)
     if scale is not None and scale.offload_teacher:
-        S.refuse_offload([T.TOKEN_KL] if vocab.shared else [T.ALIGNED_KL] if vocab.aligned else [])
+        distill_scale.refuse_offload([distill_train.TOKEN_KL] if vocab.shared
+                                     else [distill_train.ALIGNED_KL] if vocab.aligned else [])
     if next_words and not vocab.shared:  # a shared vocabulary already gives the whole distribution (token KL)
-        inputs, n_train = data.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
-        held, n_held = data.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
+        inputs, n_train = generation.next_words(teacher.model, teacher.tokenizer, inputs, next_words, device=device)
+        held, n_held = generation.next_words(teacher.model, teacher.tokenizer, held, next_words, device=device)
         info.update(next_words={"k": next_words, "inputs": n_train, "held_out": n_held},
                     with_choices=sum(bool(p.pairs) for p in inputs))
     init_adapter, init_note = _init_adapter(adapter, teacher, student, init, vocab.columns if vocab.shared else None,
                                             rank, alpha, target_modules, device)
     sample = inputs[:256]
-    cost = R.estimate_cost(R.n_params(teacher.model), R.n_params(student.model), n_inputs=len(inputs) + len(held),
-                         steps=steps, batch_size=per_step, max_new_tokens=max_new_tokens,
-                         prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
-                         choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
-                         teacher_per_step=vocab.shared or vocab.aligned,
-                         agreement_inputs=len(agreement_inputs(held or inputs, seed)))
+    cost = distill_report.estimate_cost(
+        distill_report.n_params(teacher.model), distill_report.n_params(student.model), n_inputs=len(inputs) + len(held),
+        steps=steps, batch_size=per_step, max_new_tokens=max_new_tokens,
+        prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
+        choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
+        teacher_per_step=vocab.shared or vocab.aligned,
+        agreement_inputs=len(agreement_inputs(held or inputs, seed)))
     if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
         status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
-    shift = T.Shift(shift_scale, teacher_off=T.teacher_off(teacher)) if target == "shift" else None
+    shift = distill_train.Shift(shift_scale, teacher_off=distill_train.teacher_off(teacher)) if target == "shift" else None
     if shift is not None:
         _check_shift(shift, vocab, inputs)
-    key = S.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
-    train = T.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown,
-                       shift=shift is not None)
-    tests = (T.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key, progress=shown,
-                        shift=shift is not None) if held else [])
-    excess = T.add_excess(train + tests, teacher, student, device, scale, key, progress=shown)  # what the adapter changed, per token
+    key = distill_scale.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
+    train = distill_train.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
+                                   progress=shown, shift=shift is not None)
+    tests = (distill_train.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
+                                    progress=shown, shift=shift is not None) if held else [])
+    # what the adapter changed, per token
+    excess = distill_train.add_excess(train + tests, teacher, student, device, scale, key, progress=shown)
     if token_focus and not excess:
         raise PawError("--token-focus needs the teacher with its adapter unmerged (a PEFT model), to compare "
                        "it with and without the adapter")
     if scale is not None and scale.offload_teacher:
-        S.free_teacher(teacher)  # every continuation and choice score is made: training needs no teacher
-    losses_used = R.losses_used(vocab, train, shift)
+        distill_scale.free_teacher(teacher)  # every continuation and choice score is made: training needs no teacher
+    losses_used = distill_report.losses_used(vocab, train, shift)
     if not any(e.sequence is not None or e.choices for e in train):
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
@@ -177,12 +180,13 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed,
                           "cpu" if sharded else device)
     prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
-    fsdp = F.shard_student(peft_model, scale.ranks, device) if sharded else None
+    fsdp = fsdp_sharding.shard_student(peft_model, scale.ranks, device) if sharded else None
     if shift is not None:   # the student's own base: the model with its new adapter off, as trained
-        shift = T.Shift(shift.scale, shift.teacher_off, peft_model.disable_adapter)
-        remember = (partial(S.remembered, scale, "student-base-choice-scores", S.student_key(student.name, student.model))
+        shift = distill_train.Shift(shift.scale, shift.teacher_off, peft_model.disable_adapter)
+        remember = (partial(distill_scale.remembered, scale, "student-base-choice-scores",
+                            distill_scale.student_key(student.name, student.model))
                     if key and not sharded else None)
-        T.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
+        distill_train.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     pool = tests or train
     measured = agreement_inputs(pool, seed)
@@ -200,18 +204,19 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         after = (fit.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
                  if measure else None)
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
-                            F.full_lora_state(peft_model) if sharded else None)
+                            fsdp_sharding.full_lora_state(peft_model) if sharded else None)
     finally:
         if not sharded:  # a sharded student is left sharded: the caller's model is spent
             peft_model.unload()
         for n, p in student.model.named_parameters():
             p.requires_grad_(grads.get(n, p.requires_grad))
-    report = R.report(adapter, teacher, student, moved, info, losses_used, R.vocabulary_note(vocab, train),
-                     init_note, curve, cost,
-                     {"before": before, "after": after, "measured_on": R.measured_on(len(measured), len(pool), bool(tests))},
-                     steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
-                     token_focus=token_focus, target=R.target_note(shift, vocab, train), **recipe.changes(),
-                     budget=R.budget(auto, steps, curve, stop, excess))
+    measured_on = distill_report.measured_on(len(measured), len(pool), bool(tests))
+    report = distill_report.report(
+        adapter, teacher, student, moved, info, losses_used, distill_report.vocabulary_note(vocab, train),
+        init_note, curve, cost, {"before": before, "after": after, "measured_on": measured_on},
+        steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_new_tokens=max_new_tokens,
+        token_focus=token_focus, target=distill_report.target_note(shift, vocab, train), **recipe.changes(),
+        budget=distill_report.budget(auto, steps, curve, stop, excess))
     if diverged:
         report["distill"]["diverged_at_step"] = int(diverged[0])
     if fsdp:
@@ -242,16 +247,17 @@ def _probe(train: list) -> list:
 # ---------------------------------------------------------------------------------- checks, inputs
 
 def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout, eval_prompts, seed, device, *,
-            progress: bool = False, adapter=None, scale: S.Scale | None = None):
+            progress: bool = False, adapter=None, scale: distill_scale.Scale | None = None):
     """``(training prompts, held-out prompts, report section)`` from the one source given (checked by
-    :meth:`DistillOptions.check`); a synthesis with a work folder resumes there (:func:`S.synthesized`)."""
+    :meth:`DistillOptions.check`); a synthesis with a work folder resumes there
+    (:func:`paw.transfer.distill.scale.synthesized`)."""
     if synthesize:
-        seeds = data.check_seeds(data.prompts_from(seed_examples or [], what="seed examples"))
+        seeds = synthesis.check_seeds(prompts_from(seed_examples or [], what="seed examples"))
         cached = scale is not None and scale.work is not None
-        key = S.synthesis_key(teacher.name, adapter, seeds, synthesize, seed, discriminator) if cached else ""
-        made, stats = S.synthesized(
+        key = distill_scale.synthesis_key(teacher.name, adapter, seeds, synthesize, seed, discriminator) if cached else ""
+        made, stats = distill_scale.synthesized(
             scale if cached else None, key,
-            lambda state, on_round: data.synthesize(
+            lambda state, on_round: synthesis.synthesize(
                 teacher.model, teacher.tokenizer, seeds, synthesize, seed=seed,
                 filter_lines=sample_texts("en") if discriminator else None, device=device, progress=progress,
                 state=state, on_round=on_round))
@@ -261,15 +267,15 @@ def _inputs(teacher, prompts, synthesize, seed_examples, discriminator, holdout,
     elif isinstance(prompts, str):
         if prompts != GENERIC:
             raise PawError(f"prompts={prompts!r}: pass a list of inputs or 'generic'")
-        inputs, info = data.generic_prompts(sample_texts("en")), {"source": "generic"}
+        inputs, info = generic_prompts(sample_texts("en")), {"source": "generic"}
     else:
-        inputs, info = data.prompts_from(prompts), {"source": "prompts"}
+        inputs, info = prompts_from(prompts), {"source": "prompts"}
     if eval_prompts is not None:  # taken as given; an overlap with the inputs is counted, not removed
-        train, held = inputs, data.prompts_from(eval_prompts, what="evaluation prompts")
+        train, held = inputs, prompts_from(eval_prompts, what="evaluation prompts")
         info.update(held_out_from="eval_prompts",
                     held_out_also_inputs=len({h.text for h in held} & {p.text for p in train}))
     else:
-        train, held = data.split_holdout(inputs, holdout, seed=seed)
+        train, held = split_holdout(inputs, holdout, seed=seed)
         info["held_out_from"] = "inputs" if held else "none (fewer than 10 inputs or holdout 0)"
     info.update(count=len(inputs), train=len(train), held_out=len(held),
                 with_choices=sum(bool(p.pairs) for p in train))
@@ -302,22 +308,22 @@ def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int) -> li
     return inputs if len(reached) == len(inputs) else [p for i, p in enumerate(inputs) if i in reached]
 
 
-def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> T.Vocab:
+def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> distill_train.Vocab:
     """Shared vocabulary (token KL), shared tokens at shared cuts (byte-aligned KL), or nothing matched."""
     t_info, s_info = teacher.tokenizer_info, student.tokenizer_info
     if t_info is None or s_info is None:
-        return T.Vocab(why="no tokenizer files to align")
+        return distill_train.Vocab(why="no tokenizer files to align")
     columns = token_columns(t_info, s_info, student.model.get_input_embeddings().weight.shape[0])
     if shared_vocabulary(t_info, s_info, columns):
-        return T.Vocab(columns, shared=True)
+        return distill_train.Vocab(columns, shared=True)
     if not byte_kl:
-        return T.Vocab(why="byte-aligned KL not asked for (--byte-kl)")
+        return distill_train.Vocab(why="byte-aligned KL not asked for (--byte-kl)")
     if not bool((columns >= 0).any()):
-        return T.Vocab(why="no target token has a source token of the same bytes")
-    return T.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)
+        return distill_train.Vocab(why="no target token has a source token of the same bytes")
+    return distill_train.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)
 
 
-def _check_shift(shift: T.Shift, vocab: T.Vocab, inputs: list[Prompt]) -> None:
+def _check_shift(shift: distill_train.Shift, vocab: distill_train.Vocab, inputs: list[Prompt]) -> None:
     """Refuse the shift target where it cannot be carried: a teacher with no adapter to switch off, or
     inputs without choices across tokenizers with no shared cuts (the text alone is the teacher's)."""
     if shift.teacher_off is None:

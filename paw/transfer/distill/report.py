@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from paw.progress import format_duration
-from paw.transfer.distill import loss as L
-from paw.transfer.distill import train as T
+from paw.transfer.distill import loss as distill_loss
+from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import DISTILL
 
 STILL_FALLING = 0.05        # relative loss fall over the last fifth of the steps above which the report warns ...
@@ -38,7 +38,7 @@ def measured_on(n: int, pool: int, held_out: bool) -> str:
     return which if n == pool else f"{n} of the {pool} {which}, drawn by the seed"
 
 
-def target_note(shift: T.Shift | None, vocab: T.Vocab, train: list) -> dict:
+def target_note(shift: distill_train.Shift | None, vocab: distill_train.Vocab, train: list) -> dict:
     """The report's ``target``: what the student learned, and where the shift was carried."""
     if shift is None:
         return {"kind": "teacher"}
@@ -52,18 +52,18 @@ def target_note(shift: T.Shift | None, vocab: T.Vocab, train: list) -> dict:
             "text": text}
 
 
-def losses_used(vocab: T.Vocab, train: list, shift: T.Shift | None = None) -> list[str]:
-    used = [T.TOKEN_KL] if vocab.shared else []
+def losses_used(vocab: distill_train.Vocab, train: list, shift: distill_train.Shift | None = None) -> list[str]:
+    used = [distill_train.TOKEN_KL] if vocab.shared else []
     if vocab.aligned and any(e.aligned for e in train):
-        used.append(T.ALIGNED_KL)
+        used.append(distill_train.ALIGNED_KL)
     if shift is None:
-        used.append(T.SEQUENCE)
+        used.append(distill_train.SEQUENCE)
     if any(e.choices for e in train):
-        used.append(T.CHOICE)
+        used.append(distill_train.CHOICE)
     return used
 
 
-def vocabulary_note(vocab: T.Vocab, train: list) -> str:
+def vocabulary_note(vocab: distill_train.Vocab, train: list) -> str:
     if vocab.shared:
         return "shared: every target token is a source token (token KL + sequence NLL)"
     if vocab.aligned:
@@ -115,7 +115,7 @@ def report(adapter, teacher, student, moved, info, losses_used, vocabulary, init
     cfg = moved.config
     finite = [x for x in curve["loss"] if math.isfinite(x)]
     window = max(1, min(10, len(finite)))
-    fall = L.tail_fall(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
+    fall = distill_loss.tail_fall(curve["loss"], 0.2)   # still falling at the end: the student wanted more steps
     drop = None if fall is None else fall[0]
     budget = settings.get("budget") or {}
     falling = still_falling(fall, budget)

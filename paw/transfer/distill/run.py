@@ -41,11 +41,11 @@ from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train import Recipe
 from paw.train_state import Checkpoints
-from paw.transfer.distill.data import MAX_SEEDS
 from paw.transfer.distill.lora import auto_steps, distill_lora
 from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.plots import curve_figure
 from paw.transfer.distill.scale import Scale
+from paw.transfer.distill.synthesis import MAX_SEEDS
 from paw.transfer.distill.train import LM
 
 TEXT_KEYS = ("text", "prompt")

@@ -45,9 +45,9 @@ from paw.io.train_state import (
 from paw.lora import tensors_digest
 from paw.progress import status, track
 from paw.train_state import Checkpoints
-from paw.transfer.distill import data
+from paw.transfer.distill import generation, synthesis
 
-CHUNK = 16   # inputs per generation batch: data.generate's batch size, so chunks are its batches
+CHUNK = 16   # inputs per generation batch: generation.generate's batch size, so chunks are its batches
 
 
 @dataclass
@@ -75,13 +75,13 @@ def student_key(student_name: str, model) -> str:
 
 def synthesis_key(teacher_name: str, adapter, seeds: list, n: int, seed: int, discriminator: bool) -> str:
     """A digest of what decides ``--synthesize``'s inputs: the teacher, its adapter's tensors, the seeds, the settings."""
-    text = "\0".join([f"synthesis {data.SYNTHESIS_VERSION}", teacher_name, str(n), str(seed), str(discriminator),
+    text = "\0".join([f"synthesis {synthesis.SYNTHESIS_VERSION}", teacher_name, str(n), str(seed), str(discriminator),
                       *(repr(s) for s in seeds)])
     return tensors_digest(adapter.tensors, text.encode("utf-8", "surrogatepass"))
 
 
 def synthesized(scale: Scale | None, key: str, make):
-    """``make(state, on_round)`` (:func:`paw.transfer.distill.data.synthesize`), resumed from the state an
+    """``make(state, on_round)`` (:func:`paw.transfer.distill.synthesis.synthesize`), resumed from the state an
     earlier run with the same ``key`` left in the work folder; the main rank keeps each round's state there.
 
     Every rank reads the state (a prefix of the same seeded sequence, whichever round it is from) and
@@ -115,8 +115,8 @@ def continuations(teacher, texts: list[str], max_new_tokens: int, device, scale:
         next(ticks, None)
         if all(t in cached for t in chunk):
             return [cached[t] for t in chunk]
-        made = data.generate(teacher.model, teacher.tokenizer, chunk, max_new_tokens=max_new_tokens,
-                             batch_size=CHUNK, device=device)
+        made = generation.generate(teacher.model, teacher.tokenizer, chunk, max_new_tokens=max_new_tokens,
+                                   batch_size=CHUNK, device=device)
         if scale.work is not None:
             append_continuations(scale.work, scale.ranks.rank, key, list(zip(chunk, made, strict=True)))
         return made

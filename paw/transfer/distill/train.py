@@ -19,10 +19,10 @@ from paw.evaluate.encode import encode_pair, make_batch, max_length_of, pad_id_o
 from paw.evaluate.mc import forward_logits, score_encoded
 from paw.progress import track
 from paw.transfer.distill import byte_align
-from paw.transfer.distill import loss as L
-from paw.transfer.distill import scale as S
-from paw.transfer.distill.data import START, Prompt
+from paw.transfer.distill import loss as distill_loss
+from paw.transfer.distill import scale as distill_scale
 from paw.transfer.distill.head import choice_sums
+from paw.transfer.distill.prompts import START, Prompt
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
 TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
@@ -101,14 +101,15 @@ class Example:
 
 
 def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device,
-             vocab: Vocab = Vocab(), scale: S.Scale | None = None, key: str = "", *,
+             vocab: Vocab = Vocab(), scale: distill_scale.Scale | None = None, key: str = "", *,
              progress: bool = False, shift: bool = False) -> list[Example]:
     """Teacher continuations, student encodings and the teacher's choice scores, once per input.
 
     ``scale`` (:mod:`paw.transfer.distill.scale`): continuations cached under ``key`` and shared out over ranks.
     ``shift``: the teacher's choice scores without its adapter too (:class:`Shift`).
     """
-    texts = S.continuations(teacher, [p.text for p in prompts], max_new_tokens, device, scale, key, progress=progress)
+    texts = distill_scale.continuations(teacher, [p.text for p in prompts], max_new_tokens, device, scale, key,
+                                        progress=progress)
     limit = max_length_of(student.model)
     out = []
     for prompt, text in zip(prompts, texts, strict=True):
@@ -139,8 +140,9 @@ def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: in
 
     if pairs:
         which = [(c, x) for _, c, x in pairs]
-        scores = S.remembered(scale, "choice-scores", key, which, score)
-        base = S.remembered(scale, "choice-scores-base", key, which, score_base) if shift else [None] * len(pairs)
+        scores = distill_scale.remembered(scale, "choice-scores", key, which, score)
+        base = (distill_scale.remembered(scale, "choice-scores-base", key, which, score_base) if shift
+                else [None] * len(pairs))
         for (i, _, _), ll, b in zip(pairs, scores, base, strict=True):
             out[i].teacher_choice_ll.append(ll)
             if b is not None:
@@ -157,8 +159,8 @@ def add_student_base(examples: list[Example], peft_model, device, *, progress: b
                      remember=None) -> None:
     """Fill each example's ``student_base_choice_ll``: the student with its adapter off scores every choice
     (once, before training; the target of :func:`_choice_loss` under :class:`Shift`). ``remember(inputs,
-    compute)``: keeps the scores in the work folder (:func:`S.remembered`), so a resumed run does not score
-    every choice again (on a CPU, 20 minutes for Gemma-3-270M on PIQA's 838 inputs)."""
+    compute)``: keeps the scores in the work folder (:func:`paw.transfer.distill.scale.remembered`), so a
+    resumed run does not score every choice again (on a CPU, 20 minutes for Gemma-3-270M on PIQA's 838 inputs)."""
     flat = [enc for e in examples for enc in e.choices]
     if not flat:
         return
@@ -210,7 +212,7 @@ def token_logprobs(model, encoded: list, pad_id: int, device, *, batch_size: int
     return out
 
 
-def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale: S.Scale | None = None,
+def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale: distill_scale.Scale | None = None,
                key: str = "", *, progress: bool = False) -> bool:
     """Fill each example's ``excess``: how much the LoRA raised the teacher's log-probability of each
     token of its own continuation (with the adapter minus without it), on the student's tokens.
@@ -220,7 +222,8 @@ def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale:
     Across tokenizers the teacher's per-token figures are shared out over the student's tokens by byte
     overlap (:func:`paw.transfer.distill.byte_align.spread`), or spread evenly when the two texts'
     bytes cannot be lined up. False (nothing filled) when the teacher offers no adapter-free view
-    (:func:`adapter_off`). ``scale`` and ``key``: the gains are kept in the work folder (:func:`S.remembered`).
+    (:func:`adapter_off`). ``scale`` and ``key``: the gains are kept in the work folder
+    (:func:`paw.transfer.distill.scale.remembered`).
     """
     off = teacher_off(teacher)
     rows = [e for e in examples if e.sequence is not None]
@@ -239,7 +242,7 @@ def add_excess(examples: list[Example], teacher: LM, student: LM, device, scale:
                                      progress="teacher without its adapter" if progress else None)
         return [[x - y for x, y in zip(a, b, strict=True)] for a, b in zip(with_lora, without, strict=True)]
 
-    made = S.remembered(scale, "excess", key, [(e.prompt.text, e.continuation) for e in rows], gains)
+    made = distill_scale.remembered(scale, "excess", key, [(e.prompt.text, e.continuation) for e in rows], gains)
     t_vocab = getattr(teacher.tokenizer_info, "vocab", None)
     s_vocab = getattr(student.tokenizer_info, "vocab", None)
     for e, enc, gain in zip(rows, encoded, made, strict=True):
@@ -314,14 +317,14 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
         logits, skip = forward_logits(peft_model, batch, device)
     mask, targets = batch.target_mask[:, skip:].to(device), batch.targets[:, skip:].to(device)
     weights = _focus_mask(examples, mask, focus, device) if focus else None  # token focus (TiTok)
-    parts = {} if shift else {SEQUENCE: L.sequence_nll(logits, targets, mask, weights)}
+    parts = {} if shift else {SEQUENCE: distill_loss.sequence_nll(logits, targets, mask, weights)}
     n_aligned = 0
     if vocab.shared:
         columns = vocab.columns
         teacher_batch = replace(batch, input_ids=columns.clamp(min=0)[batch.input_ids])
 
         def teacher_lp():
-            return L.to_student_vocab(forward_logits(teacher_model, teacher_batch, device)[0], columns)
+            return distill_loss.to_student_vocab(forward_logits(teacher_model, teacher_batch, device)[0], columns)
 
         with torch.no_grad(), _autocast(device):
             target = teacher_lp()
@@ -331,9 +334,9 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
                 with shift.student_off():
                     student_base = forward_logits(peft_model, batch, device)[0]
                 moved = (target != base).any(-1)
-                target = L.shift_token_target(student_base, target, base, shift.scale)
+                target = distill_loss.shift_token_target(student_base, target, base, shift.scale)
                 weights = mask & moved
-        parts[TOKEN_KL] = L.token_kl(logits, target, mask, weights)
+        parts[TOKEN_KL] = distill_loss.token_kl(logits, target, mask, weights)
     elif vocab.aligned and any(e.aligned for e in examples):
         rows = [(r, e) for r, e in enumerate(examples) if e.aligned]
         t_batch = make_batch([e.teacher_sequence for _, e in rows], pad_id=pad_id, padding_side="left", window=sliding_window_of(teacher_model))
@@ -349,7 +352,7 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
                                                t_logits[t_rows, t_pos], (s_rows, s_pos), (t_rows, t_pos), vocab,
                                                device, shift)
         else:
-            parts[ALIGNED_KL] = L.aligned_kl(logits[s_rows, s_pos], t_logits[t_rows, t_pos], vocab.columns)
+            parts[ALIGNED_KL] = distill_loss.aligned_kl(logits[s_rows, s_pos], t_logits[t_rows, t_pos], vocab.columns)
         n_aligned = len(s_idx)
     return {k: v for k, v in parts.items() if v is not None}, logits, targets, mask, n_aligned
 
@@ -366,12 +369,13 @@ def _aligned_shift(peft_model, teacher_model, batch, t_batch, student_at, teache
             t_base = forward_logits(teacher_model, t_batch, device)[0][t_at]
         with shift.student_off():
             s_base = forward_logits(peft_model, batch, device)[0][s_at]
-        t_lp, tb_lp = L.to_student_vocab(teacher_at, vocab.columns), L.to_student_vocab(t_base, vocab.columns)
+        t_lp = distill_loss.to_student_vocab(teacher_at, vocab.columns)
+        tb_lp = distill_loss.to_student_vocab(t_base, vocab.columns)
         moved = (t_lp != tb_lp).any(-1)
-        target = L.shift_token_target(s_base, t_lp, tb_lp, shift.scale, shared=shared)
+        target = distill_loss.shift_token_target(s_base, t_lp, tb_lp, shift.scale, shared=shared)
     if not bool(moved.any()):
         return None
-    return L.kl_rows(student_at[moved], target[moved], shared)
+    return distill_loss.kl_rows(student_at[moved], target[moved], shared)
 
 
 def _narrowest_window(*models) -> int | None:
@@ -407,12 +411,12 @@ def _choice_loss(peft_model, examples, pad_id, device, shift: Shift | None = Non
     student, valid = _by_row(examples, lambda e: None, device, sums)
     teacher, _ = _by_row(examples, lambda e: e.teacher_choice_ll, device)
     if shift is None:
-        return L.choice_kl(student, teacher, valid), student, teacher, valid
+        return distill_loss.choice_kl(student, teacher, valid), student, teacher, valid
     t_base, _ = _by_row(examples, lambda e: e.teacher_base_choice_ll, device)
     s_base, _ = _by_row(examples, lambda e: e.student_base_choice_ll, device)
-    target = L.shift_choice_target(s_base, teacher, t_base, shift.scale)
+    target = distill_loss.shift_choice_target(s_base, teacher, t_base, shift.scale)
     moved = ((teacher != t_base) & valid).any(-1)
-    loss = L.choice_kl(student[moved], target[moved], valid[moved]) if bool(moved.any()) else None
+    loss = distill_loss.choice_kl(student[moved], target[moved], valid[moved]) if bool(moved.any()) else None
     return loss, student, target, valid
 
 

@@ -1,10 +1,11 @@
 """``transfer_adapter``: move a PEFT adapter folder to another base and write the result with its report.
 
-What ``paw transfer-lora`` runs for every method; the in-memory work is :func:`paw.transfer.transfer_lora`
+The folder-to-folder pipeline ``paw transfer-lora`` runs for every method: it reads the adapter and
+both bases, hands the in-memory work to :func:`paw.transfer.training_free.transfer_lora`
 (training-free, rank-preserving) or, for ``method='distill'``, :func:`paw.transfer.distill.distill_lora`
 (trains a new LoRA; :mod:`paw.transfer.distill.run`)::
 
-    from paw.transfer.run import transfer_adapter
+    from paw.transfer.folder_pipeline import transfer_adapter
     moved = transfer_adapter("./tiny/lora", "./tiny/base", "./tiny/finetune", "./moved")
     moved.transfer.methods  # {'copy': 14}
     taught = transfer_adapter("./lora", "./a", "./b", "./taught", method="distill",
@@ -34,9 +35,9 @@ from paw.transfer.distill.options import DISTILL, DistillOptions
 from paw.transfer.distill.run import distill_to_folder
 from paw.transfer.gate import gain_gated
 from paw.transfer.options import TransferOptions
-from paw.transfer.pipeline import transfer_lora
 from paw.transfer.plots import similarity_figure
 from paw.transfer.summary import DistillSummary, LayerPairing, TransferSummary
+from paw.transfer.training_free import transfer_lora
 from paw.validate import ALLOW_HINT, NonFinite, nonfinite, refuse_nonfinite_all
 from paw.vocab.compare import id_difference
 

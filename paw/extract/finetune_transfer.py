@@ -3,13 +3,13 @@
 What ``paw transfer-lora --finetune F --source-base B`` runs in place of ``--adapter``::
 
     from paw.extract import ExtractOptions
-    from paw.extract.transfer import transfer_finetune
+    from paw.extract.finetune_transfer import transfer_finetune
     moved = transfer_finetune("./tiny/ft", "./tiny/base", "./tiny/other", "./moved", extract=ExtractOptions(rank=8))
     moved.report["extraction"]["summary"]["energy_held"]   # what the LoRA held before anything moved
 
 1. :func:`paw.extract.extract_lora` turns ``finetune − source_base`` into a PEFT LoRA (``--rank`` or
    ``--energy``), into a private folder beside the output;
-2. :func:`paw.transfer.run.transfer_adapter` moves that LoRA with the chosen method (every method,
+2. :func:`paw.transfer.folder_pipeline.transfer_adapter` moves that LoRA with the chosen method (every method,
    ``distill`` included: its teacher is then source base + the extracted LoRA), gain gate included;
 3. the transfer's report gets an ``extraction`` block (options, energy held, relative error, modules
    kept whole or not carried, notes) and the extraction's report and plot, and the folder is published
@@ -33,8 +33,8 @@ from paw.io.extract_files import add_extraction
 from paw.io.gate_files import publish, staging
 from paw.io.manifest import describe_input, records_call
 from paw.transfer.distill.options import DistillOptions
+from paw.transfer.folder_pipeline import TransferredAdapter, transfer_adapter
 from paw.transfer.options import TransferOptions
-from paw.transfer.run import TransferredAdapter, transfer_adapter
 
 PathLike = str | Path
 LOW_ENERGY = 0.5  # below this share of the fine-tune's delta the report warns that little can move
@@ -47,7 +47,7 @@ def transfer_finetune(finetune: PathLike, source_base: PathLike, target_base: Pa
                       allow_nonfinite: bool = False, command: str | None = None, **transfer: Any) -> TransferredAdapter:
     """Extract a LoRA from ``finetune`` (a full fine-tune of ``source_base``) and move it to ``target_base``.
 
-    ``transfer``: the keyword arguments of :func:`paw.transfer.run.transfer_adapter` (``method``,
+    ``transfer``: the keyword arguments of :func:`paw.transfer.folder_pipeline.transfer_adapter` (``method``,
     ``layer_map``, ``distill``, ``check_data``, ``device`` ...). Both option sets are checked before
     any model is read; the result's ``report['extraction']`` says how much of the fine-tune the
     extracted LoRA held before anything moved.

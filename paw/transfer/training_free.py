@@ -1,4 +1,7 @@
-"""``transfer_lora``: the whole transfer of one adapter, module by module, with its report.
+"""``transfer_lora``: the training-free transfer of one adapter in memory, module by module, with its report.
+
+Tensors in, tensors out: the folders around it are :mod:`paw.transfer.folder_pipeline`'s, the method that trains
+instead is :mod:`paw.transfer.distill`.
 
 Flow: check the adapter against the source base (every key names a source module of the right
 shape), choose a layer pairing (:mod:`paw.transfer.pairing`), then for every adapted module read the

@@ -1,4 +1,4 @@
-"""``paw.transfer.run.transfer_adapter``: outcomes are types the caller can branch on."""
+"""``paw.transfer.folder_pipeline.transfer_adapter``: outcomes are types the caller can branch on."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from paw.errors import NotApplicable, PawError, Refused
 
 def test_refusal_and_inapplicable_method_are_typed(tmp_path, src, src_lora, independent, drifted, troot):
     from paw import zoo
-    from paw.transfer.run import transfer_adapter
+    from paw.transfer.folder_pipeline import transfer_adapter
 
     with pytest.raises(Refused, match="target looks unrelated"):
         transfer_adapter(src_lora, src, independent, tmp_path / "refused")
