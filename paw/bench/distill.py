@@ -9,7 +9,7 @@ budgets, none with a label:
   held-out items; for the memorisation task ``facts`` the questions coincide with the held-out
   questions, which ask the same facts against new distractors);
 - ``synth``: 5 of those prompts as seeds; the teacher writes as many inputs as ``inputs`` has,
-  kept by the likelihood-ratio filter (:mod:`paw.transfer.distill.data`);
+  kept by the likelihood-ratio filter (:mod:`paw.transfer.distill.synthesis`);
 - ``generic``: the embedded sample text, no task data.
 
 Each budget also has a ``-shift`` row (``inputs-shift`` ...): the same inputs with distill's
@@ -35,7 +35,7 @@ from paw.errors import PawError
 from paw.io.checkpoint import open_checkpoint
 from paw.io.tokenizer import open_tokenizer
 from paw.transfer.distill import LM, distill_lora
-from paw.transfer.distill.data import Prompt, prompts_from
+from paw.transfer.distill.prompts import Prompt, prompts_from
 from paw.transfer.summary import DistillSummary
 
 N_SEEDS = 5

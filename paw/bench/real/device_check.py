@@ -36,8 +36,8 @@ from paw.bench.testbed import choice_lls, load_base, load_model, picked_right
 from paw.evaluate.encode import encode_pair, max_length_of, pad_id_of
 from paw.evaluate.mc import score_encoded
 from paw.io.json_file import read_json
-from paw.transfer.distill.data import START
 from paw.transfer.distill.lora import _visited
+from paw.transfer.distill.prompts import START
 
 SCORE_TASK, SCORE_ITEMS = "piqa", 40
 SENTENCE = "The capital of France is Paris. The capital of Germany is Berlin."

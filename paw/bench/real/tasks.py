@@ -49,8 +49,9 @@ from paw.io.train_state import load_train_state, read_synthesized, save_train_st
 from paw.progress import status
 from paw.train_state import Checkpoints
 from paw.transfer.distill import LM, distill_lora
-from paw.transfer.distill.data import Prompt, discriminator_passes
+from paw.transfer.distill.prompts import Prompt
 from paw.transfer.distill.scale import Scale
+from paw.transfer.distill.synthesis import discriminator_passes
 from paw.transfer.summary import DistillSummary
 
 MIN_SOURCE_Z = 5.0    # the source's gain must reach this many paired stderrs for the task to count
@@ -331,7 +332,7 @@ def discriminator_check(source, lora_s: LoraAdapter, inputs: list[Prompt], recip
     The synthesized move trains on every usable input the teacher writes (the setting fixed before any
     result); this only measures: of :data:`DISCRIMINATOR_SAMPLE` synthesized inputs and as many real
     label-free inputs (the seeds left out), drawn seeded, the fraction the teacher (source + LoRA) finds
-    at least as task-like as its least task-like seed (:func:`paw.transfer.distill.data.discriminator_passes`).
+    at least as task-like as its least task-like seed (:func:`paw.transfer.distill.synthesis.discriminator_passes`).
     The real inputs' fraction is the yardstick: a discriminator that passes half the real inputs says less of
     a synthetic one it drops. ``{"unavailable": why}`` where the synthesized inputs were not kept.
     """

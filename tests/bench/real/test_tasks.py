@@ -101,7 +101,7 @@ def test_synthesized_inputs_reuse_the_cached_scores_and_say_what_the_teacher_wro
     assert len(written["state"]["kept"]) == judged["sampled"]["synthesized"]
     from paw.bench.testbed import adapter_deltas, applied
     from paw.data import sample_texts
-    from paw.transfer.distill.data import discriminator_passes
+    from paw.transfer.distill.synthesis import discriminator_passes
 
     a, lora = sides["a"], real_tasks.own_lora(sides["a"], items, cache, recipe=recipe)[0]
     with applied(a.model, adapter_deltas(lora)):
