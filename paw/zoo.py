@@ -210,8 +210,9 @@ def fine_tune(base: str | Path, folder: str | Path, *, seed: int, scale: float =
 
 def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: float = 8.0,
               target_modules: list[str] | str = "all-linear", seed: int = 0, scale: float = 0.1,
-              modules_to_save: list[str] | None = None) -> Path:
-    """Save a PEFT LoRA adapter for ``base`` whose B factors are random (non-zero), deterministic in ``seed``."""
+              modules_to_save: list[str] | None = None, use_dora: bool = False) -> Path:
+    """Save a PEFT LoRA adapter for ``base`` whose B factors are random (non-zero), deterministic in ``seed``;
+    ``use_dora``: a DoRA adapter, whose magnitude vectors are its initial row norms scaled by ``1 ± scale``."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -219,7 +220,7 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
     model = AutoModelForCausalLM.from_pretrained(base)
     targets = ALL_LINEAR if target_modules == "all-linear" else list(target_modules)
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
-                        modules_to_save=modules_to_save, task_type="CAUSAL_LM")
+                        modules_to_save=modules_to_save, task_type="CAUSAL_LM", use_dora=use_dora)
     torch.manual_seed(seed)
     peft_model = get_peft_model(model, config)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -227,6 +228,8 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
         for name, p in peft_model.named_parameters():
             if "lora_B" in name or "lora_embedding_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * scale)
+            elif "lora_magnitude_vector" in name:
+                p.mul_(1 + torch.randn(p.shape, generator=gen) * scale)
     peft_model.peft_config["default"].base_model_name_or_path = str(base)
     sort_target_modules(peft_model.peft_config["default"])
     with atomic_dir(folder, overwrite=True) as tmp:

@@ -11,6 +11,7 @@ with another row count fails inside ``load_state_dict`` with ``size mismatch for
 
 - LoRA pair on a linear layer of base shape (out, in): A (r, in), B (out, r);
 - LoRA pair on an embedding of base shape (V, d): ``lora_embedding_A`` (r, V), ``lora_embedding_B`` (d, r);
+- a DoRA magnitude vector: ``out`` entries for a linear layer, ``d`` for an embedding;
 - a full copy: the same shape as the base tensor;
 - trainable tokens: rows (n, d), every index < V.
 """
@@ -22,10 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paw import arch
-from paw.io.adapter import split_adapter_key, strip_prefix
+from paw.io.adapter import COPY_SEGMENTS, split_adapter_key, strip_prefix
 
-# segments PEFT puts between the module path and ".weight" in saved copies of whole layers
-_COPY_SEGMENTS = re.compile(r"\.(modules_to_save|original_module|base_layer)(?=\.weight$)")
 TRAINABLE_TOKENS = ".token_adapter.trainable_tokens_delta"
 
 
@@ -112,11 +111,14 @@ def _group(adapter_shapes):
         split = split_adapter_key(key)
         if split:
             module, factor, kind = split
-            pairs.setdefault(module, {"kind": kind})[factor] = tuple(shape)
+            entry = pairs.setdefault(module, {"kind": "linear"})
+            entry[factor] = tuple(shape)
+            if kind is not None:  # a magnitude vector does not say; its A and B do
+                entry["kind"] = kind
         elif key.endswith(TRAINABLE_TOKENS):
             tokens[strip_prefix(key[: -len(TRAINABLE_TOKENS)])] = tuple(shape)
         else:
-            copies.setdefault(_COPY_SEGMENTS.sub("", strip_prefix(key)), tuple(shape))
+            copies.setdefault(COPY_SEGMENTS.sub("", strip_prefix(key)), tuple(shape))
     return pairs, copies, tokens
 
 
@@ -145,9 +147,9 @@ def _check_targets(config: Mapping, base: Mapping, report: FitReport) -> None:
 
 
 def _check_lora(module: str, parts: dict, base: Mapping, report: FitReport, vocab_sizes: list) -> None:
-    a, b, kind = parts.get("A"), parts.get("B"), parts["kind"]
+    a, b, kind, m = parts.get("A"), parts.get("B"), parts["kind"], parts.get("m")
     w = base.get(f"{module}.weight")
-    shown = f"A{_shape(a)} B{_shape(b)}"
+    shown = f"A{_shape(a)} B{_shape(b)}" + (f" m{_shape(m)}" if m is not None else "")
     if w is None:
         report.rows.append(Row("lora", module, shown, "-", False, "not in base"))
         return
@@ -158,6 +160,7 @@ def _check_lora(module: str, parts: dict, base: Mapping, report: FitReport, voca
         implied, ok = (a[1], b[0]), a[0] == b[1] and (a[1], b[0]) == tuple(w)
     else:  # A (r, in), B (out, r) for a base (out, in)
         implied, ok = (b[0], a[1]), a[0] == b[1] and (b[0], a[1]) == tuple(w)
+    ok = ok and (m is None or tuple(m) == (b[0],))  # DoRA: one magnitude per row of B
     if arch.is_vocab_tensor(module):
         vocab_sizes.append((implied[0], True))
     note = "" if ok else f"adapter implies {_shape(implied)}"

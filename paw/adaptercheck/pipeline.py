@@ -90,7 +90,7 @@ def resize_base(options: ResizeOptions, run: RunOptions = RunOptions(), *, comma
         raise PawError("the adapter carries no vocabulary-sized tensor; pass --vocab-size", path=adapter)
     if rows == old:
         raise PawError(f"base already has {old} rows, the size the adapter expects; nothing to resize", path=base)
-    sources = vocab_sources(read_adapter(adapter).tensors, header.config, keys)
+    sources = vocab_sources(read_adapter(adapter, dora=None).tensors, header.config, keys)
     manifest = {"paw_version": __version__, "command": command,
                 "inputs": {"adapter": describe_input(adapter), "base": describe_input(base)},
                 "old_rows": old, "rows": rows, "tokenizer_from": str(tok_source),

@@ -4,6 +4,11 @@ PEFT saves keys such as ``base_model.model.model.layers.0.mlp.down_proj.lora_A.w
 weight it modifies is ``model.layers.0.mlp.down_proj.weight``. :func:`split_adapter_key` and
 :func:`adapter_key` convert between the two for every decoder-only architecture whose PEFT wrapper
 adds ``base_model.model.`` (Llama, Qwen2, Gemma, Mistral and the rest of the causal LMs).
+
+DoRA adapters (``use_dora: true``) add one ``<module>.lora_magnitude_vector`` per module (factor
+``m``: ``out`` entries for a linear module, ``hidden`` for an embedding; ``lora_B``'s row count in
+both). :func:`read_adapter` refuses them unless its caller honours the magnitude (``dora=None``):
+a command that uses only A and B would silently drop it.
 """
 
 from __future__ import annotations
@@ -13,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paw.errors import PawError
+from paw.errors import NotApplicable, PawError
 from paw.io.atomic import atomic_dir
 from paw.io.finite import nonfinite_policy
 from paw.io.hub import resolve_path
 from paw.io.json_file import read_json
 from paw.io.lazy_checkpoint import SafetensorsFile, load_pickle
 from paw.io.manifest import write_json
-from paw.lora import lora_delta, lora_scaling
+from paw.lora import apply_lora, lora_delta, lora_scaling
 from paw.validate import NonFinite, nonfinite
 
 PEFT_PREFIX = "base_model.model."
@@ -33,14 +38,24 @@ _SUFFIXES = {
     ".lora_embedding_A": ("A", "embedding"),
     ".lora_embedding_B": ("B", "embedding"),
 }
+MAGNITUDE = ".lora_magnitude_vector"   # DoRA's per-module magnitude, saved without ``.weight`` by PEFT
+# segments PEFT puts between a module path and ".weight" in saved copies of whole layers
+COPY_SEGMENTS = re.compile(r"\.(modules_to_save|original_module|base_layer)(?=\.weight$)")
+DORA_UNSUPPORTED = ("this command uses only the LoRA factors A and B and would drop the magnitude vector "
+                    "(lora_magnitude_vector)")
 
 
-def split_adapter_key(key: str) -> tuple[str, str, str] | None:
+def split_adapter_key(key: str) -> tuple[str, str, str | None] | None:
     """``'base_model.model.model.layers.0.q_proj.lora_A.weight'`` -> ``('model.layers.0.q_proj', 'A', 'linear')``.
 
     Returns None for keys that are not LoRA factors (``modules_to_save`` copies, biases, ...).
     An adapter name left in the key by hand-made files (``lora_A.default.weight``) is accepted.
+    A DoRA magnitude vector gives factor ``'m'`` and kind None (its module's A and B tell the kind):
+    ``'...q_proj.lora_magnitude_vector'`` -> ``('...q_proj', 'm', None)``.
     """
+    magnitude = re.sub(r"\.lora_magnitude_vector(\.[^.]+)?(\.weight)?$", MAGNITUDE, key)
+    if magnitude.endswith(MAGNITUDE):
+        return strip_prefix(magnitude[: -len(MAGNITUDE)]), "m", None
     key = re.sub(r"\.(lora_[AB])\.(?!weight$)[^.]+\.weight$", r".\1.weight", key)
     key = re.sub(r"\.(lora_embedding_[AB])\.[^.]+$", r".\1", key)
     for suffix, (factor, kind) in _SUFFIXES.items():
@@ -70,13 +85,14 @@ def _pattern_value(patterns: dict[str, Any], module: str, default):
 
 @dataclass
 class LoraModule:
-    """One adapted module: factors A (r, in) and B (out, r), and its scaling."""
+    """One adapted module: factors A (r, in) and B (out, r), its scaling and, for DoRA, its magnitude (out,)."""
 
     module: str
     A: Any
     B: Any
     scaling: float
     kind: str = "linear"
+    magnitude: Any = None   # DoRA's lora_magnitude_vector, or None for plain LoRA
 
     @property
     def base_key(self) -> str:
@@ -87,8 +103,18 @@ class LoraModule:
         return int(self.A.shape[0])
 
     def delta(self):
-        """ΔW in the base weight's layout (float32)."""
+        """ΔW in the base weight's layout (float32). A DoRA module has no delta without its base weight:
+        :meth:`apply` it instead (asking for its delta is a programming error, refused)."""
+        if self.magnitude is not None:
+            raise PawError(f"module {self.module!r} is DoRA: its update depends on the base weight")
         return lora_delta(self.A, self.B, self.scaling, embedding=self.kind == "embedding")
+
+    def apply(self, W, *, rows: tuple[int, int] | None = None):
+        """The merged weight (float32) from the base weight ``W`` (or rows ``[start, stop)`` of it), as PEFT's
+        ``merge_and_unload`` computes it: ``W + ΔW``, or DoRA's ``m ⊙ (W + ΔW) / ||W + ΔW||``
+        (:func:`paw.lora.apply_lora`)."""
+        return apply_lora(W, self.A, self.B, self.scaling, magnitude=self.magnitude,
+                          embedding=self.kind == "embedding", rows=rows)
 
 
 @dataclass
@@ -121,6 +147,11 @@ class LoraAdapter:
     def base_model(self) -> str | None:
         return self.config.get("base_model_name_or_path")
 
+    @property
+    def dora(self) -> bool:
+        """True for a DoRA adapter (``use_dora``): every module carries a magnitude vector."""
+        return bool(self.config.get("use_dora"))
+
     def rank_of(self, module: str) -> int:
         return int(_pattern_value(self.config.get("rank_pattern") or {}, module, self.r))
 
@@ -141,13 +172,14 @@ class LoraAdapter:
                 if split:
                     module, factor, kind = split
                     parts.setdefault(module, {})[factor] = tensor
-                    kinds[module] = kind
-            broken = [m for m, p in parts.items() if len(p) != 2]
+                    if kind is not None:
+                        kinds[module] = kind
+            broken = [m for m, p in parts.items() if not {"A", "B"} <= set(p)]
             if broken:
-                raise PawError(f"LoRA module {broken[0]!r} has only factor {list(parts[broken[0]])[0]}",
-                               path=self.path)
+                have = " and ".join(sorted(f for f in parts[broken[0]]))
+                raise PawError(f"LoRA module {broken[0]!r} has only factor {have}", path=self.path)
             self._modules = {
-                m: LoraModule(m, p["A"], p["B"], self.scaling_of(m), kinds[m])
+                m: LoraModule(m, p["A"], p["B"], self.scaling_of(m), kinds[m], p.get("m"))
                 for m, p in sorted(parts.items())
             }
         return self._modules
@@ -157,13 +189,17 @@ class LoraAdapter:
         return {strip_prefix(k): v for k, v in self.tensors.items() if split_adapter_key(k) is None}
 
 
-def read_adapter(spec: str | Path) -> LoraAdapter:
+def read_adapter(spec: str | Path, *, dora: str | None = DORA_UNSUPPORTED) -> LoraAdapter:
     """Read a PEFT adapter folder (``adapter_model.safetensors`` or ``adapter_model.bin``).
 
     The config is checked against the tensors (:func:`check_adapter`), so an adapter PEFT would
-    refuse to load is refused here too, with the module at fault named.
+    refuse to load is refused here too, with the module at fault named. A DoRA adapter is refused
+    (:class:`~paw.errors.NotApplicable`, naming the adapter) with ``dora`` as the reason, unless the
+    caller honours its magnitude vectors and passes ``dora=None``.
     """
     folder, config = read_adapter_config(spec)
+    if config.get("use_dora") and dora is not None:
+        raise NotApplicable(f"a DoRA adapter (use_dora: true): {dora}", path=folder)
     st, binf = folder / WEIGHTS_NAME, folder / "adapter_model.bin"
     if st.exists():
         source = SafetensorsFile(st)
@@ -194,7 +230,7 @@ def refuse_nonfinite_adapter(adapter: LoraAdapter, *, why: str) -> None:
 
 
 def read_adapter_config(spec: str | Path) -> tuple[Path, dict]:
-    """The adapter folder and its checked ``adapter_config.json`` (a LoRA, not DoRA, sane values)."""
+    """The adapter folder and its checked ``adapter_config.json`` (a LoRA or DoRA, sane values)."""
     folder = resolve_path(spec, what="adapter")
     if folder.is_file():
         folder = folder.parent
@@ -204,9 +240,6 @@ def read_adapter_config(spec: str | Path) -> tuple[Path, dict]:
     peft_type = str(config.get("peft_type", "LORA")).upper()
     if peft_type != "LORA":
         raise PawError(f"adapter type {peft_type} is not supported (only LoRA)", path=folder / CONFIG_NAME)
-    if config.get("use_dora"):
-        raise PawError("DoRA adapters are not supported (the magnitude vector does not transfer as a "
-                       "rank-r factor)", path=folder / CONFIG_NAME)
     check_adapter_config(config, path=folder / CONFIG_NAME)
     return folder, config
 
@@ -239,6 +272,8 @@ def check_adapter_config(config: dict, *, path: Path | None = None) -> None:
     dropout = config.get("lora_dropout", 0.0)
     if not (_finite_number(dropout) and 0 <= dropout < 1):
         bad("lora_dropout", "a number in [0, 1)")
+    if not isinstance(config.get("use_dora", False), bool):
+        bad("use_dora", "true or false")
     for key, check, want in (("rank_pattern", _positive_int, "positive integers"),
                              ("alpha_pattern", _finite_number, "finite numbers")):
         pattern = config.get(key) or {}
@@ -256,14 +291,17 @@ def check_adapter(config: dict, shapes: dict[str, tuple[int, ...]], *, path: Pat
 
     Each module's ``lora_A`` is (r, in) and ``lora_B`` (out, r) with r the config's rank for that
     module (``r`` or its ``rank_pattern``); every adapted module must be one ``target_modules``
-    selects. ``shapes`` maps saved keys to shapes (read from headers; no tensor is needed).
+    selects. A DoRA adapter has one magnitude vector per module, as long as ``lora_B`` has rows, and
+    only a DoRA adapter has them. ``shapes`` maps saved keys to shapes (read from headers; no tensor
+    is needed).
     """
     check_adapter_config(config, path=path)
     probe = LoraAdapter(config=config, tensors={})
     targets = config.get("target_modules")
+    _check_magnitudes(config, shapes, path=path)
     for key, shape in sorted(shapes.items()):
         split = split_adapter_key(key)
-        if split is None:
+        if split is None or split[1] == "m":
             continue
         module, factor, _kind = split
         if len(shape) != 2:
@@ -278,6 +316,30 @@ def check_adapter(config: dict, shapes: dict[str, tuple[int, ...]], *, path: Pat
         if targets is not None and not _targets(targets, module):
             raise PawError(f"module {module!r} has LoRA weights but is not in target_modules {targets!r} "
                            "(PEFT would not create it, and its weights would be dropped)", path=path)
+
+
+def _check_magnitudes(config: dict, shapes: dict[str, tuple[int, ...]], *, path: Path | None) -> None:
+    """DoRA's magnitude vectors against ``use_dora`` and each module's ``lora_B`` (shapes only)."""
+    rows: dict[str, int] = {}
+    magnitudes: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for key, shape in shapes.items():
+        split = split_adapter_key(key)
+        if split and split[1] == "m":
+            magnitudes[split[0]] = (key, tuple(shape))
+        elif split and split[1] == "B" and len(shape) == 2:
+            rows[split[0]] = shape[0]
+    dora = bool(config.get("use_dora"))
+    if magnitudes and not dora:
+        raise PawError(f"holds DoRA magnitude vectors ({sorted(magnitudes)[0]} and others) but {CONFIG_NAME} does not "
+                       "say use_dora: true (PEFT would load it as a plain LoRA and drop them)", path=path)
+    for module in sorted(rows) if dora else ():
+        if module not in magnitudes:
+            raise PawError(f"module {module!r} has no lora_magnitude_vector though {CONFIG_NAME} says use_dora: true",
+                           path=path)
+        key, shape = magnitudes[module]
+        if shape != (rows[module],):
+            raise PawError(f"tensor {key!r} has shape {list(shape)}; DoRA's magnitude vector of this module has "
+                           f"{rows[module]} entries, one per row of lora_B", path=path)
 
 
 def _targets(targets: str | list[str], module: str) -> bool:

@@ -37,7 +37,7 @@ from paw.transfer.gate import gain_gated
 from paw.transfer.options import TransferOptions
 from paw.transfer.plots import similarity_figure
 from paw.transfer.summary import DistillSummary, LayerPairing, TransferSummary
-from paw.transfer.training_free import transfer_lora
+from paw.transfer.training_free import DORA_REFUSAL, transfer_lora
 from paw.validate import ALLOW_HINT, NonFinite, nonfinite, refuse_nonfinite_all
 from paw.vocab.compare import id_difference
 
@@ -132,7 +132,7 @@ def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLik
 
     method, vocab_map = o.method, o.vocab_map
     dev = resolve_device(device)
-    lora = read_adapter(adapter)
+    lora = read_adapter(adapter, dora=DORA_REFUSAL)
     source, target = open_checkpoint(source_base), open_checkpoint(target_base)
     check_output(output, overwrite=overwrite, inputs=[lora.path, source.path, target.path, vocab_map])
     mapping = None if vocab_map is None else read_vocab_map(vocab_map)

@@ -39,6 +39,10 @@ from paw.transfer.vocab import DISTILL_HINT, VocabIndex, auto_refusal, vocabular
 
 AUTO = "auto"
 
+# why no training-free transfer takes a DoRA adapter (read_adapter and transfer_lora say it, naming the adapter)
+DORA_REFUSAL = ("transfer-lora maps the LoRA factors A and B into the target base's coordinates; DoRA's magnitude "
+                "vector rescales each row of the source's own W + BA and has no counterpart on another base")
+
 
 def method_names() -> list[str]:
     return [AUTO, *METHODS]
@@ -79,6 +83,8 @@ def transfer_lora(adapter, source, target, *, method: str = AUTO, subspace_rank:
     if ridge <= 0:
         raise PawError(f"--ridge must be positive, got {ridge}")
     device = torch.device(device) if isinstance(device, str) else device
+    if adapter.dora:
+        raise NotApplicable(f"a DoRA adapter (use_dora: true): {DORA_REFUSAL}", path=adapter.path)
     modules = adapter.modules()
     if not modules:
         raise PawError("the adapter holds no LoRA factors", path=adapter.path)

@@ -76,7 +76,8 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
     if o.eval_prompts is not None:
         held = read_inputs(o.eval_prompts, what="evaluation prompt file")
         inputs["eval_prompts"] = describe_input(o.eval_prompts)
-    lora = read_adapter(adapter)
+    lora = read_adapter(adapter, dora="distillation starts the student from a weight-space transfer of A and B "
+                                      "and does not carry the magnitude vector (lora_magnitude_vector)")
     refuse_nonfinite_adapter(lora, why="the source adapter cannot teach")
     ranks, dev = setup(resolve_device(device))
     infos = open_tokenizer(source_base), open_tokenizer(target_base)  # before any model is loaded
