@@ -47,8 +47,9 @@ def merge_command(spec: MergeSpec, adapters: AdapterInputs, out: MergeRun, run: 
     if adapters.adapters:
         _merge_adapters(spec, adapters, out, run, write, given)
         return
-    if adapters.rank is not None or spec.method in ADAPTER_METHODS:
-        shown = "--rank" if adapters.rank is not None else f"--method {spec.method}"
+    only = [f for f in ("rank", "majority_sign_method") if f in given.names()]
+    if only or spec.method in ADAPTER_METHODS:
+        shown = _flags()[only[0]] if only else f"--method {spec.method}"
         raise PawError(f"{shown} applies to adapter merges only: pass --adapters A1 A2 ...")
     _run(prepare(MergeOptions.of(spec, out, run, write)), run.track)
 

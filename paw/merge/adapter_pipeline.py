@@ -4,8 +4,9 @@
     merged = merge_adapters(AdapterMergeOptions(adapters=["./lora1", "./lora2"], output="./both", method="cat"))
     merged.ranks   # {'model.layers.0.mlp.down_proj': 12, ...}
 
-Ranks, alphas and target modules may differ. A module adapted by only some adapters is merged from
-those that adapt it (as PEFT does). The math is :mod:`paw.merge.adapters`; the folder holds
+Ranks, alphas and target modules may differ (the ``peft-*`` methods need one rank per module). A module
+adapted by only some adapters is merged from those that adapt it (as PEFT does). The math is
+:mod:`paw.merge.adapters`; the folder holds
 ``adapter_config.json`` + ``adapter_model.safetensors`` (scaling 1: ``lora_alpha = r`` per module),
 ``adapter_merge.json`` (per-module rank and, for the SVD methods, the relative truncation error)
 and ``paw_merge.json`` (provenance).
@@ -26,13 +27,25 @@ from paw.io.adapter import LoraAdapter, LoraModule, adapter_key, lora_config_dic
 from paw.io.atomic import check_output
 from paw.io.manifest import describe_input, records_call
 from paw.knobs import RunOptions, WriteOptions
-from paw.merge.adapters import ADAPTER_METHODS, AdapterMethod, concat_factors, lora_norm, svd_factors
+from paw.merge.adapters import (
+    ADAPTER_METHODS,
+    SIGN_METHODS,
+    AdapterMethod,
+    combine_factors,
+    concat_factors,
+    lora_norm,
+    svd_factors,
+)
 from paw.merge.methods import METHODS, tensor_seed
 from paw.merge.options import MergeRun, MergeSpec
 from paw.merge.weights import WEIGHT_MODES, weights_from_norms
 from paw.validate import ALLOW_HINT, FLOAT32_MAX, NonFinite, finite, finite_all, nonfinite
 
 REPORT = "adapter_merge.json"
+# why an adapter-space merge cannot take a DoRA adapter (paw.io.adapter.read_adapter names the adapter)
+DORA_REFUSAL = ("an adapter-space merge combines LoRA factors, and a DoRA magnitude vector rescales the rows of "
+                "its own W + BA, which no factor of the merged adapter can carry; apply it to its base with "
+                "'BASE+ADAPTER' as a model of a full merge instead")
 MANIFEST = "paw_merge.json"
 
 
@@ -49,20 +62,18 @@ class AdapterMergeOptions:
     alpha: float = MergeSpec.alpha       # power mode exponent
     scale: float = MergeSpec.scale       # the merged update is scale x the combination
     rank: int | None = None              # svd methods: output rank (None: the largest input rank)
-    density: float = MergeSpec.density   # ties-svd, magnitude-prune-svd: fraction of entries kept
-    drop_rate: float = MergeSpec.drop_rate  # dare-*-svd: probability of dropping an entry
-    seed: int = MergeRun.seed            # dare-*-svd: same seed, same output
+    density: float | None = None         # PEFT's density: fraction kept (ties, magnitude-prune: by magnitude,
+    #                                       default MergeSpec.density; dare: keep probability, 1 - drop_rate)
+    drop_rate: float | None = None       # dare methods: probability of dropping an entry (default MergeSpec's)
+    majority_sign_method: str = "total"  # ties methods: elect the sign of the sum (total) or of the sign count
+    seed: int = MergeRun.seed            # dare methods: same seed, same output
     device: str = RunOptions.device      # where the SVDs run: auto, cpu, cuda, cuda:N
     overwrite: bool = RunOptions.overwrite  # replace an existing output folder
     allow_nonfinite: bool = WriteOptions.allow_nonfinite  # write NaN/Inf factors instead of refusing
 
     def check(self) -> None:
         """Judge everything the options alone decide, before any file is read; each message names its flag."""
-        if METHODS.canonical(self.method) is not None:
-            raise PawError(f"--method {self.method} merges full models; with --adapters choose one of: "
-                           f"{', '.join(ADAPTER_METHODS)}")
-        method = ADAPTER_METHODS.lookup(self.method, what="adapter merge method")
-        self.method = method.name  # ties_svd -> ties-svd
+        method = self._method()
         if not self.adapters:
             raise PawError("no adapters to merge: pass --adapters A1 [A2 ...]")
         if not self.output:
@@ -77,13 +88,46 @@ class AdapterMergeOptions:
             finite(f"--{flag.replace('_', '-')}", getattr(self, flag), limit=FLOAT32_MAX)
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
             raise PawError(f"--rank {self.rank!r} must be a positive integer")
-        if self.rank is not None and method.exact:
-            raise PawError("--rank applies to the svd methods; cat's rank is the sum of the input ranks")
-        if not 0.0 < self.density <= 1.0:
+        if self.rank is not None and not method.svd:
+            kept = "the sum of the input ranks" if method.exact else "the adapters' common rank"
+            raise PawError(f"--rank applies to the svd methods; {method.name}'s rank is {kept}")
+        if self.density is not None and not 0.0 < self.density <= 1.0:
             raise PawError(f"--density {self.density} is outside (0, 1]")
-        if not 0.0 <= self.drop_rate < 1.0:
+        if self.drop_rate is not None and not 0.0 <= self.drop_rate < 1.0:
             raise PawError(f"--drop-rate {self.drop_rate} is outside [0, 1)")
+        if self.majority_sign_method not in SIGN_METHODS:
+            raise PawError(f"--majority-sign-method {self.majority_sign_method!r}: choose one of "
+                           f"{', '.join(SIGN_METHODS)}")
+        self.keep()
         check_device(self.device)
+
+    def _method(self) -> AdapterMethod:
+        """The registered method (``peft_dare_ties`` finds ``peft-dare-ties``). A full-model or unknown name is
+        refused, naming PAW's method for PEFT's combination type of that name (``ties`` -> ``peft-ties``)."""
+        found = ADAPTER_METHODS.canonical(self.method) if isinstance(self.method, str) else None
+        if found is None:
+            peft = ADAPTER_METHODS.canonical(f"peft-{self.method}") if isinstance(self.method, str) else None
+            hint = (f"; PEFT's add_weighted_adapter combination_type {ADAPTER_METHODS[peft].peft_name!r} is "
+                    f"--method {peft} here" if peft else "")
+            what = ("merges full models" if isinstance(self.method, str) and METHODS.canonical(self.method)
+                    else "is not an adapter merge method")
+            raise PawError(f"--method {self.method} {what}{hint}; with --adapters choose one of: "
+                           f"{', '.join(ADAPTER_METHODS)}")
+        self.method = found  # ties_svd -> ties-svd
+        return ADAPTER_METHODS[found]
+
+    def keep(self) -> float:
+        """The ``density`` the method reads, as PEFT names it: the fraction kept by magnitude (TIES, magnitude
+        pruning) or, for DARE, the keep probability (``1 - drop_rate``)."""
+        if not ADAPTER_METHODS[self.method].random:
+            return MergeSpec.density if self.density is None else float(self.density)
+        if self.density is not None and self.drop_rate is not None and \
+                not math.isclose(self.density + self.drop_rate, 1.0, abs_tol=1e-9):
+            raise PawError(f"--density {self.density} and --drop-rate {self.drop_rate} disagree: DARE keeps each "
+                           "entry with probability density = 1 - drop-rate; give one of them")
+        if self.density is not None:
+            return float(self.density)
+        return 1.0 - (MergeSpec.drop_rate if self.drop_rate is None else float(self.drop_rate))
 
 
 FIELDS = tuple(f.name for f in fields(AdapterMergeOptions))  # the knobs an adapter merge reads
@@ -111,9 +155,12 @@ def merge_adapters(options: AdapterMergeOptions, *, command: str | None = None) 
     options.check()
     method = ADAPTER_METHODS[options.method]
     check_output(options.output, overwrite=options.overwrite, inputs=options.adapters)
-    adapters = [read_adapter(a) for a in options.adapters]
+    adapters = [read_adapter(a, dora=DORA_REFUSAL) for a in options.adapters]
     _refuse_nonfinite(adapters, options.adapters, allow=options.allow_nonfinite and method.exact)
     groups = _module_groups(adapters, options.adapters)
+    if method.space == "factor":  # every module checked before any is merged
+        for name, members in groups.items():
+            _same_rank(method, name, members, options.adapters)
     weights = _weights(options, adapters)
     device = resolve_device(options.device)
     rank = options.rank or max(_max_rank(a) for a in adapters)
@@ -193,18 +240,34 @@ def _weights(options: AdapterMergeOptions, adapters: list[LoraAdapter]) -> list[
 
 def _merge_module(method: AdapterMethod, name: str, members, weights, options, rank, device):
     """One module's ``(A, B, relative error or None)`` from the adapters that adapt it."""
-    import torch
-
     ws = [weights[i] for i, _ in members]
     factors = [(m.A.to(device), m.B.to(device), m.scaling) for _, m in members]
+    params = {"density": options.keep(), "majority_sign_method": options.majority_sign_method}
     if method.exact:
         A, B = concat_factors(factors, ws, scale=options.scale)
         return A, B, None
+    if method.space == "factor":
+        gens = tuple(_generators(options.seed, f"{name}.lora_{f}", members, device) for f in "AB")
+        A, B = combine_factors(method, factors, ws, scale=options.scale, generators=gens, **params)
+        return A, B, None
     deltas = [(b.float() @ a.float()).mul_(s) for a, b, s in factors]  # (out, in) in the factor layout
-    gens = [torch.Generator(device=device).manual_seed(tensor_seed(options.seed, name, i)) for i, _ in members]
-    D = method.combine(deltas, ws, density=options.density, drop_rate=options.drop_rate, generators=gens)
-    A, B, error = svd_factors(D.mul_(options.scale), rank)
-    return A, B, error
+    D = method.combine(deltas, ws, generators=_generators(options.seed, name, members, device), **params)
+    return svd_factors(D.mul_(options.scale), rank)
+
+
+def _generators(seed: int, name: str, members, device) -> list:
+    """One seeded generator per adapter of a module (``name``: the module, or its factor)."""
+    import torch
+
+    return [torch.Generator(device=device).manual_seed(tensor_seed(seed, name, i)) for i, _ in members]
+
+
+def _same_rank(method: AdapterMethod, name: str, members, specs: list[str]) -> None:
+    ranks = {m.rank for _, m in members}
+    if len(ranks) > 1:
+        shown = ", ".join(f"{m.rank} ({specs[i]})" for i, m in members)
+        raise PawError(f"--method {method.name} combines the A and B factors entry by entry, so the adapters need "
+                       f"one rank, but module {name!r} has ranks {shown}; use cat or an svd method")
 
 
 def _config(adapters: list[LoraAdapter], modules: dict[str, dict[str, Any]]) -> dict:
@@ -228,7 +291,8 @@ def _report(options, method: AdapterMethod, adapters, weights, modules) -> dict[
     partial = {m: v["adapters"] for m, v in modules.items() if len(v["adapters"]) < len(adapters)}
     return {
         "method": method.name, "reference": method.reference,
-        "parameters": {k: getattr(options, k) for k in method.params},
+        "parameters": {k: options.keep() if k == "density" else getattr(options, k) for k in method.params},
+        "peft_combination_type": method.peft_name,
         "seed": options.seed if method.random else None,
         "scale": options.scale,
         "weights": weights,

@@ -43,6 +43,7 @@ from paw.merge.rules import (
 )
 from paw.merge.slices import SliceSource, SliceSpec
 from paw.merge.union import ZERO, TokenOverride
+from paw.registry import same_name
 
 __all__ = ["MERGEKIT_METHODS", "MergekitRules", "evaluate_setting", "is_mergekit_config", "options_from_mergekit"]
 
@@ -96,7 +97,8 @@ def _method(data: Mapping[str, Any]) -> tuple[str, MethodSpec]:
     name = data.get("merge_method")
     if not isinstance(name, str):
         raise PawError(f"merge_method: expected a method name, got {name!r}")
-    name = name.strip().replace("-", "_")  # mergekit's spelling; dare-ties is read as dare_ties
+    # mergekit's spelling of the name; dare-ties is read as dare_ties (paw.registry.same_name, the one rule)
+    name = next((k for k in (*MERGEKIT_METHODS, *NOT_IN_PAW) if same_name(k) == same_name(name.strip())), name.strip())
     if name in NOT_IN_PAW:
         raise PawError(f"merge_method: {name!r} is a mergekit method PAW does not have; PAW has: "
                        f"{', '.join(MERGEKIT_METHODS)}")

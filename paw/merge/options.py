@@ -22,7 +22,7 @@ from paw.device import check_device
 from paw.errors import PawError
 from paw.io.writer import parse_size
 from paw.knobs import RunOptions, WriteOptions, from_mapping, knob
-from paw.merge.adapters import ADAPTER_METHODS  # light, like METHODS
+from paw.merge.adapters import ADAPTER_METHODS, SIGN_METHODS  # light, like METHODS
 from paw.merge.knobs import check_della, check_knob, check_weight_sum
 from paw.merge.methods import METHODS
 from paw.merge.weights import WEIGHT_MODES
@@ -61,8 +61,8 @@ class MergeSpec:
                                   "optional for --method linear.")
     models: tuple[str, ...] = knob((), "Fine-tunes of the base, space separated: --models A B C.")
     method: str = knob("task-arithmetic", "A merge method (see docs/commands/merge.md for each one's paper); with "
-                       "--adapters: cat (default, exact, ranks add), svd, ties-svd, dare-linear-svd, dare-ties-svd "
-                       "or magnitude-prune-svd.", choices=_methods, judge=_name)
+                       "--adapters: cat (default, exact, ranks add), svd or a *-svd method, or PEFT's factor-wise "
+                       "peft-linear, peft-ties, peft-dare-ties, ... (equal ranks).", choices=_methods, judge=_name)
     mode: str = knob("exp", "Weights from task-vector L2 norms: exp (w ∝ exp(-beta L/mean L)), linear (1/L), "
                             "power (L^-alpha) or equal.", choices=WEIGHT_MODES.names, judge=_name)
     l2_norms: tuple[float, ...] | None = knob(None, "Task-vector L2 norms, one per model (else --stats-dir, else "
@@ -74,7 +74,8 @@ class MergeSpec:
     beta: float = knob(1.0, "exp mode sharpness.", judge=_judged("beta"))
     alpha: float = knob(1.5, "power mode exponent.", judge=_judged("alpha"))
     scale: float = knob(1.0, "Result = base + scale x merged task vector.", judge=_judged("scale"))
-    density: float = knob(0.2, "ties/breadcrumbs: fraction of entries kept per tensor.", judge=_judged("density"))
+    density: float = knob(0.2, "ties/breadcrumbs: fraction of entries kept per tensor (--adapters dare: the keep "
+                               "probability, PEFT's density).", judge=_judged("density"))
     drop_rate: float = knob(0.9, "dare-*: probability of dropping each entry (survivors rescaled by 1/(1-p)).",
                             judge=_judged("drop_rate"))
     gamma: float = knob(0.01, "breadcrumbs: fraction of the largest entries dropped.", judge=_judged("gamma"))
@@ -127,6 +128,9 @@ class AdapterInputs:
                                          "--mode.")
     rank: int | None = knob(None, "With --adapters and an svd method: the output rank (default: the largest input "
                                   "rank).")
+    majority_sign_method: str = knob("total", "With --adapters and a ties method: elect each entry's sign from the "
+                                              "sum (total) or the count of signs (frequency), as PEFT does.",
+                                     choices=SIGN_METHODS, judge=_name)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ def test_options_keep_the_registered_spelling():
     adapters = AdapterMergeOptions(adapters=["a", "b"], output="o", method="dare_ties_svd")
     adapters.check()
     assert adapters.method == "dare-ties-svd"
-    with pytest.raises(PawError, match="--method dare_ties merges full models; with --adapters choose one of: cat"):
+    with pytest.raises(PawError, match="--method dare_ties merges full models; PEFT's add_weighted_adapter "
+                                       "combination_type 'dare_ties' is --method peft-dare-ties here; with --adapters "
+                                       "choose one of: cat"):
         AdapterMergeOptions(adapters=["a", "b"], output="o", method="dare_ties").check()
 
 
