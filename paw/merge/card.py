@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paw.io.lora_model import ref_paths
 from paw.merge.methods import get_method
 
 # the options each method's card shows besides its own knobs (MergeMethod.params)
@@ -21,8 +22,8 @@ _RANDOM = ("seed",)
 def model_card(record: dict[str, Any], *, name: str) -> str:
     """Markdown text of the card; ``record`` is :func:`paw.merge.pipeline.manifest`'s, ``name`` the title.
 
-    The front matter lists every input as ``base_model`` (base first), as mergekit does, so the Hub
-    links the merge to its parents; the body names the method with its paper, the base, each model
+    The front matter lists every input as ``base_model`` (base first; a ``MODEL+LORA`` as the model and
+    the adapter, each once), as mergekit does, so the Hub links the merge to its parents; the body names the method with its paper, the base, each model
     with its weight, the parameters that took part and the command (or mergekit YAML) to redo it.
     """
     method = get_method(record["method"])
@@ -48,7 +49,8 @@ def _front_matter(inputs: list[str], method: str) -> list[str]:
     import json
 
     tags = list(dict.fromkeys(["merge", "paw", method]))
-    return ["base_model:", *(f"- {json.dumps(str(m), ensure_ascii=False)}" for m in inputs),
+    paths = dict.fromkeys(p for m in inputs for p in ref_paths(m))
+    return ["base_model:", *(f"- {json.dumps(p, ensure_ascii=False)}" for p in paths),
             "library_name: transformers", "tags:", *(f"- {t}" for t in tags)]
 
 

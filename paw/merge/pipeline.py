@@ -21,10 +21,11 @@ from paw.device import resolve_device
 from paw.errors import PawError
 from paw.io.atomic import check_output
 from paw.io.chat_template import with_chat_template
-from paw.io.checkpoint import Checkpoint, distinct_names, open_checkpoint
+from paw.io.checkpoint import Checkpoint, distinct_names
 from paw.io.input_guard import input_scope
 from paw.io.json_file import read_json
-from paw.io.manifest import call_text, describe_input
+from paw.io.lora_model import describe_ref, open_model, ref_paths
+from paw.io.manifest import call_text
 from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
 from paw.io.writer import tokenizer_source, write_checkpoint
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
@@ -78,7 +79,8 @@ def prepare(options: MergeOptions) -> MergeJob:
     """Validate options and inputs, plan the tensors, find norms and weights. Raises PawError."""
     options.check()   # every key judged before a file is opened
     method = get_method(options.method)
-    inputs = [*options.models, *([options.base] if options.base else []), options.stats_dir]
+    inputs = [p for ref in [*options.models, *([options.base] if options.base else [])] for p in ref_paths(ref)]
+    inputs.append(options.stats_dir)
     check_output(options.output, overwrite=options.overwrite, inputs=inputs)
     device = resolve_device(options.device)
     if options.tokenizer_from is not None:
@@ -89,11 +91,11 @@ def prepare(options: MergeOptions) -> MergeJob:
             where = options.rules.path if options.rules is not None else None
             raise PawError(str(err), path=where) from None
     if options.slices:  # mergekit slices: each role is a lazy view stacking layer ranges of its sources
-        base, models = open_sliced(options.slices, open_checkpoint, stacking=method.name == "passthrough")
+        base, models = open_sliced(options.slices, open_model, stacking=method.name == "passthrough")
         reference = base if base is not None else models[0]
     else:
-        models = [open_checkpoint(m) for m in options.models]
-        reference = open_checkpoint(options.base) if options.base is not None else models[0]
+        models = [open_model(m) for m in options.models]   # MODEL+LORA: the LoRA applied as tensors are read
+        reference = open_model(options.base) if options.base is not None else models[0]
         distinct_names([reference, *models])  # messages tell a/base from b/base
     check_output(options.output, overwrite=options.overwrite, inputs=[m.path for m in [reference, *models]])
     plan = plan_merge(reference, models, vocab_policy=options.vocab_policy)
@@ -305,8 +307,8 @@ def manifest(job: MergeJob, command: str) -> dict[str, Any]:
     return {
         "paw_version": __version__,
         "command": command,
-        "inputs": {"base": describe_input(opts.base) if opts.base else None,
-                   "models": [describe_input(m) for m in opts.models]},
+        "inputs": {"base": describe_ref(opts.base) if opts.base else None,
+                   "models": [describe_ref(m) for m in opts.models]},
         "method": job.method.name,
         "parameters": used,
         "mode": None if opts.weights is not None else opts.mode,

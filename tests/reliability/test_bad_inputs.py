@@ -31,6 +31,14 @@ def _cases() -> list[tuple[str, list[str], str]]:
         add(f"merge-model-{name}", f"merge --base {{fx}}/base --models {{fx}}/bad/{name} --output {{out}} --weights 1")
     for name in ("neg_offset", "overlap", "str_offset", "idx_escape", "evil_bin", "truncated"):
         add(f"merge-base-{name}", f"merge --base {{fx}}/bad/{name} --models {{fx}}/ft --output {{out}} --weights 1")
+    # ---- merge: mergekit's MODEL+LORA references with broken adapters, and over the adapter itself
+    for name in ("r_string", "missing_b", "dora", "a_3d", "bad_weights", "evil_bin", "no_config"):
+        add(f"merge-model-plus-{name}", f"merge --base {{fx}}/base --models {{fx}}/base+{{fx}}/adapters/{name} "
+            "--output {out} --weights 1")
+    add("merge-model-plus-three", "merge --base {fx}/base --models {fx}/base+{fx}/lora+{fx}/lora --output {out}",
+        "one '+'")
+    add("merge-over-lora", "merge --base {fx}/base --models {fx}/base+{fx}/lora --output {fx}/lora --overwrite",
+        "never modifies its inputs")
     add("merge-into-input-folder", "merge --base {fx}/victim/base --models {fx}/victim/finetune --output {fx}/victim "
         "--overwrite", "never modifies its inputs")
     add("merge-into-base", "merge --base {fx}/victim/base --models {fx}/ft --output {fx}/victim/base --overwrite",
