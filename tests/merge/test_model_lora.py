@@ -202,3 +202,16 @@ def test_output_over_the_lora_is_refused(cli, adapters, tiny_llama, tmp_path):
     r = cli("merge", "--base", tiny_llama, "--models", f"{tiny_llama}+{lora}", "--weights", "1", "--output", lora,
             "--overwrite")
     assert r.exit_code == 2 and "never modifies its inputs" in r.stderr
+
+
+def test_a_dora_adapter_loads_where_peft_applies_it(adapters, peft_merged, tiny_llama):
+    """``paw eval --adapter`` and the distillation teacher load adapters through PEFT, which honours DoRA."""
+    from transformers import AutoModelForCausalLM
+
+    from paw.io.lm import load_lm
+
+    model, _tokenizer = load_lm(tiny_llama, adapter=adapters["dora"], device="cpu")
+    merged = AutoModelForCausalLM.from_pretrained(peft_merged["dora"]).eval()
+    ids = torch.tensor([[1, 5, 9, 42, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, merged(ids).logits, atol=1e-5, rtol=0)
