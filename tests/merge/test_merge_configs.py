@@ -57,7 +57,7 @@ def test_a_bad_key_is_refused_before_any_model_is_read(cli, family, tmp_path, mo
     def never(*args, **kwargs):
         raise AssertionError("a model was opened before the options were checked")
 
-    monkeypatch.setattr(paw.merge.pipeline, "open_checkpoint", never)
+    monkeypatch.setattr(paw.merge.pipeline, "open_model", never)
     data = {"models": [str(m) for m in family.models], "base": str(family.base),
             "output": str(tmp_path / "out"), key: value}
     cfg = tmp_path / "bad.yaml"
