@@ -278,7 +278,8 @@ def missing_inputs(page: Path) -> list[str]:
         created.update(re.findall(r"cat\s*>\s*(\S+)\s*<<", block.code))  # cat > f <<'EOF'
         created.update(re.findall(r"open\(['\"]([^'\"]+)['\"],\s*['\"]w", block.code))  # python -c "open('f', 'w')"
         for words in commands(block.code):
-            for path in _inputs(words):
+            # mergekit's MODEL+LORA reads two paths (paw.io.lora_model.split_model_ref)
+            for path in (part for given in _inputs(words) for part in given.split("+")):
                 norm = os.path.normpath(path)
                 parts = Path(norm).parts
                 known = any(os.path.normpath(os.path.join(*parts[: i + 1])) in created for i in range(len(parts)))
