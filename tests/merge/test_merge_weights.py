@@ -65,7 +65,7 @@ def test_cli_prints_the_weight_table_and_records_it(cli, family, tmp_path, mode,
     r = cli("merge", "--base", family.base, "--models", *family.models, "--output", out,
             "--l2-norms", "1", "2", "3", "--mode", mode)
     assert r.exit_code == 0, r.stderr
-    lines = [line for line in r.stdout.splitlines() if "ft" in line]
+    lines = [line for line in r.stdout.splitlines() if line.startswith("│") and "ft" in line]  # table rows only
     assert len(lines) == 3
     for line, name, norm, weight in zip(lines, ["ft0", "ft1", "ft2"], ["1", "2", "3"], expected, strict=True):
         assert line.split("│")[1:4] == [f" {name}   ", f"  {norm} ", f" {weight} "] or \
