@@ -205,7 +205,7 @@ def test_output_over_the_lora_is_refused(cli, adapters, tiny_llama, tmp_path):
 
 
 def test_a_dora_adapter_loads_where_peft_applies_it(adapters, peft_merged, tiny_llama):
-    """``paw eval --adapter`` and the distillation teacher load adapters through PEFT, which honours DoRA."""
+    """``paw eval --adapter`` loads adapters through PEFT (paw.io.lm.load_lm), which honours DoRA."""
     from transformers import AutoModelForCausalLM
 
     from paw.io.lm import load_lm
