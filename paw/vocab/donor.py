@@ -40,6 +40,18 @@ class DonorFit:
     record: dict[str, Any]
 
 
+def open_embeddings(folder: str | Path, what: str = "model"):
+    """``(checkpoint, vocabulary rows, names of its embedding and head)`` of a model folder, or a clear error."""
+    ckpt = open_checkpoint(folder)
+    if not ckpt.config:
+        raise PawError(f"{what} folder has no config.json", path=folder)
+    rows = vocab_rows(ckpt.config)
+    names = embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
+    if not names:
+        raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=folder)
+    return ckpt, rows, names
+
+
 def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerInfo, *, tied: bool,
                    k: int, batch: int, device: Any, work: Path | None = None, resume: bool = False) -> DonorFit:
     """Exact/special matches, then OMP fits on the donor's rows for every other target id.
@@ -48,13 +60,7 @@ def donor_mappings(donor: str | Path, source: TokenizerInfo, target: TokenizerIn
     with ``resume`` too, the batches kept there by a stopped run under the same key (the donor's rows, the
     anchors, the tokens, ``k``, the batch size, the device type) are taken as they are and only the rest
     fitted, so the result is the uninterrupted run's."""
-    ckpt = open_checkpoint(donor)
-    if not ckpt.config:
-        raise PawError("donor model folder has no config.json", path=donor)
-    rows = vocab_rows(ckpt.config)
-    names = embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
-    if not names:
-        raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=donor)
+    ckpt, rows, names = open_embeddings(donor, "donor model")
     _check_vocabulary(donor, rows, target)
     base = anchor_entries(align(AlignContext(source, target), ["exact"]), target)
     anchors = sorted((t, src[0]) for t, (_, src, _) in base.entries.items())

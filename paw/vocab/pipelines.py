@@ -43,7 +43,7 @@ from paw.vocab import transplant
 from paw.vocab.align import DEFAULT_METHODS, AlignContext, align, check_methods
 from paw.vocab.analyze import analyze
 from paw.vocab.compare import token_counts
-from paw.vocab.donor import donor_mappings
+from paw.vocab.donor import donor_mappings, open_embeddings
 from paw.vocab.embed import FALLBACKS
 from paw.vocab.heal_pipeline import heal_transplant
 from paw.vocab.options import AlignOptions, AnalyzeOptions, HealOptions, TransplantOptions
@@ -213,13 +213,7 @@ def transplant_tokenizer(options: TransplantOptions, run: RunOptions = RunOption
     if head not in transplant.HEAD_POLICIES:
         raise PawError(f"unknown --head {head!r}; choose from {', '.join(transplant.HEAD_POLICIES)}")
     dev = resolve_device(run.device)
-    ckpt = open_checkpoint(model)
-    if not ckpt.config:
-        raise PawError("model folder has no config.json", path=model)
-    rows = vocab_rows(ckpt.config)
-    names = embedding_names({n: ckpt.shape(n) for n in ckpt}, rows)
-    if not names:
-        raise PawError(f"no input embedding or output head with {rows} rows (config vocab_size)", path=model)
+    ckpt, rows, names = open_embeddings(model)
     src, tgt = open_tokenizer_spec(model, o.rank_pattern), open_tokenizer_spec(tokenizer, o.rank_pattern)
     if src.size > rows:
         raise PawError(f"the model's tokenizer has {src.size} ids but its embedding only {rows} rows", path=model)
