@@ -141,7 +141,7 @@ def test_token_focus_reaches_the_distill_rows_and_is_range_checked():
 def test_distill_rows_learn_at_the_lora_rate_unless_given_their_own(monkeypatch, distill_lr, expected):
     from types import SimpleNamespace
 
-    import paw.bench.distill as D
+    import paw.bench.distill as bench_distill
     from paw.bench.options import BenchOptions, for_run
     from paw.errors import PawError
 
@@ -151,16 +151,16 @@ def test_distill_rows_learn_at_the_lora_rate_unless_given_their_own(monkeypatch,
         seen.update(kw)
         raise PawError("recorded")   # the row ends as not applicable: nothing to score
 
-    monkeypatch.setattr(D, "distill_lora", record)
-    monkeypatch.setattr(D, "_side", lambda base, model=None: SimpleNamespace(model=SimpleNamespace(
+    monkeypatch.setattr(bench_distill, "distill_lora", record)
+    monkeypatch.setattr(bench_distill, "_side", lambda base, model=None: SimpleNamespace(model=SimpleNamespace(
         named_parameters=lambda: [])))
-    monkeypatch.setattr(D, "merged_copy", lambda model, adapter: model)
-    monkeypatch.setattr(D, "without_adapter", lambda model, adapter: None)
-    monkeypatch.setattr(D, "inputs_for", lambda kind, task, seed: {})
+    monkeypatch.setattr(bench_distill, "merged_copy", lambda model, adapter: model)
+    monkeypatch.setattr(bench_distill, "without_adapter", lambda model, adapter: None)
+    monkeypatch.setattr(bench_distill, "inputs_for", lambda kind, task, seed: {})
     source = SimpleNamespace(model=None)
     out = {"status": {}, "summaries": {}, "reasons": {}, "outcomes": {}}
     opts = BenchOptions(distill_lr=distill_lr)
-    D.run(out, SimpleNamespace(name="t"), source, None, SimpleNamespace(test=[]), opts, 0, None, "cpu",
+    bench_distill.run(out, SimpleNamespace(name="t"), source, None, SimpleNamespace(test=[]), opts, 0, None, "cpu",
           names={"inputs": "distill[inputs]"})
     assert seen["lr"] == expected and out["reasons"]["distill[inputs]"] == "recorded"
     with pytest.raises(PawError, match="--distill-lr 0.0: must be a positive number"):

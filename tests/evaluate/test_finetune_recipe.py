@@ -42,10 +42,10 @@ def test_the_default_clip_bounds_the_gradient_norm(fact_model, colour_task):
 
 
 def test_a_nan_loss_at_step_3_stops_naming_step_3(fact_model, colour_task, monkeypatch):
-    from paw.evaluate import finetune as T
+    from paw.evaluate import finetune as finetune_module
     from tests.train.spy import poisoned_call
 
-    calls = poisoned_call(monkeypatch, T, "batch_answer_loss", 3)
+    calls = poisoned_call(monkeypatch, finetune_module, "batch_answer_loss", 3)
     with pytest.raises(PawError, match="became nan at step 3; lower --lr"):
         tuned(fact_model, colour_task, steps=5, batch_size=2)
     assert len(calls) == 3

@@ -55,10 +55,10 @@ def test_clipping_bounds_the_gradient_norm(fact_model, colour_task):
 
 
 def test_a_nan_loss_at_step_3_stops_naming_step_3(fact_model, colour_task, monkeypatch):
-    from paw.evaluate import train as T
+    from paw.evaluate import train as lora_train
     from tests.train.spy import poisoned_call
 
-    calls = poisoned_call(monkeypatch, T, "batch_answer_loss", 3)
+    calls = poisoned_call(monkeypatch, lora_train, "batch_answer_loss", 3)
     with pytest.raises(PawError, match="at step 3;"):
         trained(fact_model, colour_task, steps=6, batch_size=2)
     assert len(calls) == 3

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from paw import fsdp as F
+from paw import fsdp as fsdp_sharding
 from paw.device import guard_cuda_attention, resolve_device
 from paw.distributed import Ranks, all_sum, setup, shard, share, sync_gradients
 from paw.errors import PawError
@@ -25,7 +25,7 @@ from paw.evaluate.train import (_answer_tokens, batch_answer_loss, batches_in_or
 from paw.memory import prepare_student
 from paw.progress import track
 from paw.train_state import Checkpoints
-from paw.transfer.distill import scale as S
+from paw.transfer.distill import scale as distill_scale
 from paw.vocab.heal import HealPlan, trainable_matrices
 from paw.bench.lm import Schedule
 from paw.transfer.distill.fit import Stop, probe_score, text_carries
@@ -68,7 +68,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
         model.to(device)
     guard_cuda_attention(model)
     ranks, device = setup(next(model.parameters()).device if not fsdp else torch.device(device or "cpu"))
-    F.check(fsdp, save_every=checkpoints and checkpoints.save_every, resume=bool(checkpoints and checkpoints.state),
+    fsdp_sharding.check(fsdp, save_every=checkpoints and checkpoints.save_every, resume=bool(checkpoints and checkpoints.state),
             ranks=ranks)
     evaluating = bool(eval_items) and (ranks.main or fsdp)   # under FSDP a forward pass needs every rank
     progress = progress and ranks.main
@@ -82,7 +82,7 @@ def train_lora(model, tokenizer, items: Sequence[MCItem], *, rank: int = 16, alp
     peft_model = wrap_lora(model, rank=rank, alpha=alpha, target_modules=target_modules, seed=seed)
     prepare_student(peft_model, gradient_checkpointing=gradient_checkpointing)
     if fsdp:
-        metrics["fsdp"] = F.shard_student(peft_model, ranks, device)
+        metrics["fsdp"] = fsdp_sharding.shard_student(peft_model, ranks, device)
         if evaluating:
             metrics.update(prefixed("base", evaluate_items(peft_model, tokenizer, eval_items, batch_size, progress)))
     device = next(peft_model.parameters()).device
@@ -130,7 +130,7 @@ def _step_loss(peft_model, batch_items: list[Encoded], pad_id: int, device, rank
     tokens, so that the ranks' losses sum to the loss of the whole batch; None for an empty share
     (under FSDP an empty share runs a stand-in item at weight 0: every rank must run the forward pass)."""
     mine = shard(batch_items, ranks) if ranks.parallel else batch_items
-    run = F.stand_in(mine, batch_items, ranks) if fsdp else mine
+    run = fsdp_sharding.stand_in(mine, batch_items, ranks) if fsdp else mine
     if not run:
         return None
     loss = batch_answer_loss(peft_model, run, pad_id, device)
@@ -216,7 +216,7 @@ def _train(model, tokenizer, items, params, options: FinetuneOptions, progress: 
 # ---------------------------------------------------------------- paw/transfer/distill/train.py at b84fcb3
 
 def distill_train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, batch_size, lr, seed, device, progress,
-          scale: S.Scale | None = None, extra: dict | None = None, focus: float = 0.0,
+          scale: distill_scale.Scale | None = None, extra: dict | None = None, focus: float = 0.0,
           stop: Stop | None = None, shift: Shift | None = None) -> dict:
     """The loss curve of at most ``steps`` AdamW steps; under ``scale`` each rank trains its share of every
     batch and checkpoints (with ``extra`` beside the curve) let a killed run resume. ``focus`` > 0 keeps
@@ -243,9 +243,9 @@ def distill_train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, b
         chosen = [examples[i] for i in order[step]]
         if not any(e.sequence is not None or e.choices for e in chosen):
             continue
-        local = S.mine(chosen, scale)
+        local = distill_scale.mine(chosen, scale)
         parts = {}
-        with_seq, with_choices = S.work(local, chosen, scale)
+        with_seq, with_choices = distill_scale.work(local, chosen, scale)
         if with_seq and text_carries(vocab, shift):
             parts.update(_sequence_losses(peft_model, teacher_model, with_seq, vocab, pad_id, device, focus,
                                           shift)[0])
@@ -253,15 +253,15 @@ def distill_train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, b
             choice = _choice_loss(peft_model, with_choices, pad_id, device, shift)[0]
             if choice is not None:
                 parts[CHOICE] = choice
-        parts = S.weigh(parts, local, chosen, scale)
+        parts = distill_scale.weigh(parts, local, chosen, scale)
         loss = sum(parts.values()) if parts else None
         optimizer.zero_grad(set_to_none=True)
         if loss is not None:
             loss.backward()
-        S.sync(params, scale)
+        distill_scale.sync(params, scale)
         optimizer.step()
         done = step + 1
-        values = S.reduce_parts(parts, list(LOSSES), scale)
+        values = distill_scale.reduce_parts(parts, list(LOSSES), scale)
         own = 0.0 if loss is None else float(loss.detach())   # None: nothing in the batch to learn (shift 0)
         curve["loss"].append(own if scale is None or not scale.ranks.parallel else sum(values.values()))
         for key in LOSSES:
@@ -278,7 +278,7 @@ def distill_train(peft_model, teacher_model, examples, vocab: Vocab, *, steps, b
             checkpoints.after(step + 1, steps, params, optimizer, curve=curve, **(extra or {}))
         if stopping:
             break
-    if "diverged_at" not in curve and done > start and not S.all_finite(params, scale):
+    if "diverged_at" not in curve and done > start and not distill_scale.all_finite(params, scale):
         curve["diverged_at"] = [float(done)]   # the last update broke the factors
     peft_model.eval()
     return {k: v for k, v in curve.items() if any(math.isfinite(x) for x in v)}

@@ -10,9 +10,9 @@ import torch
 
 from paw.evaluate.encode import Encoded
 from paw.transfer.distill import fit
-from paw.transfer.distill import lora as D
-from paw.transfer.distill import report as R
-from paw.transfer.distill import train as T
+from paw.transfer.distill import lora as distill_lora
+from paw.transfer.distill import report as distill_report
+from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.byte_align import spread
 from paw.transfer.distill.loss import sequence_nll, weighted_mean
 from paw.transfer.distill.prompts import Prompt
@@ -49,12 +49,12 @@ EXCESS = [0.1, 3.0, -0.2]                  # the adapter taught the second conti
 
 
 def _examples():
-    return [T.Example(Prompt("q"), "c", sequence=Encoded(SEQ, 3), excess=list(EXCESS))]
+    return [distill_train.Example(Prompt("q"), "c", sequence=Encoded(SEQ, 3), excess=list(EXCESS))]
 
 
 def _agreement(wrong):
     model = Memoriser([SEQ], wrong=wrong)
-    return fit.agreement(model, None, _examples(), T.Vocab(), "cpu")
+    return fit.agreement(model, None, _examples(), distill_train.Vocab(), "cpu")
 
 
 def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learned():
@@ -68,7 +68,7 @@ def test_agreement_weighed_by_the_excess_falls_when_only_generic_text_was_learne
 
 def test_probe_score_and_stop_rule_use_that_agreement():
     model = Memoriser([SEQ], wrong=[SEQ[:3]])
-    assert fit.probe_score(model, None, _examples(), T.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
+    assert fit.probe_score(model, None, _examples(), distill_train.Vocab(), "cpu") == pytest.approx(0.1 / 3.1, abs=1e-6)
     stop = fit.Stop([], every=10, patience=2, min_gain=0.01, min_steps=0)
     assert not stop.done([0.1, 0.5]) and not stop.done([0.1, 0.5, 0.6, 0.6])
     assert stop.done([0.1, 0.5, 0.6, 0.605, 0.6]) and not stop.done([0.1, 0.5, 0.6, 0.605, 0.62])
@@ -78,13 +78,13 @@ def test_probe_score_and_stop_rule_use_that_agreement():
 
 
 def test_token_focus_keeps_the_tokens_the_adapter_changed_most():
-    examples = _examples() + [T.Example(Prompt("r"), "d", sequence=Encoded((1, 9, 10), 2), excess=[2.0, 0.5])]
+    examples = _examples() + [distill_train.Example(Prompt("r"), "d", sequence=Encoded((1, 9, 10), 2), excess=[2.0, 0.5])]
     mask = torch.tensor([[True, True, True], [False, True, True]])
-    kept = T._focus_mask(examples, mask, 0.4, "cpu")   # 40% of 5 tokens -> the 2 largest: 3.0 and 2.0
+    kept = distill_train._focus_mask(examples, mask, 0.4, "cpu")   # 40% of 5 tokens -> the 2 largest: 3.0 and 2.0
     assert kept.tolist() == [[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
-    assert T._focus_mask(examples, mask, 1.0, "cpu").sum() == 5
+    assert distill_train._focus_mask(examples, mask, 1.0, "cpu").sum() == 5
     examples[1].excess = None
-    assert T._focus_mask(examples, mask, 0.4, "cpu") is None
+    assert distill_train._focus_mask(examples, mask, 0.4, "cpu") is None
 
 
 def test_weighted_losses_against_hand_values():
@@ -106,8 +106,8 @@ def test_excess_is_shared_out_by_bytes_across_tokenizations():
 
 
 def test_automatic_budget_and_probe_interval():
-    assert (D.auto_steps(16, 8), D.auto_steps(300, 16), D.auto_steps(10**6, 8)) == (200, 563, 3000)
-    assert (D.check_every(16, 8), D.check_every(2000, 8), D.check_every(10**6, 8)) == (10, 100, 100)
+    assert (distill_lora.auto_steps(16, 8), distill_lora.auto_steps(300, 16), distill_lora.auto_steps(10**6, 8)) == (200, 563, 3000)
+    assert (distill_lora.check_every(16, 8), distill_lora.check_every(2000, 8), distill_lora.check_every(10**6, 8)) == (10, 100, 100)
 
 
 @pytest.mark.parametrize(("fall", "budget", "falling"), [
@@ -118,9 +118,9 @@ def test_automatic_budget_and_probe_interval():
     (None, {}, False),                                  # too few steps to tell
 ])
 def test_still_falling_needs_a_real_fall(fall, budget, falling):
-    assert R.still_falling(fall, budget) is falling
+    assert distill_report.still_falling(fall, budget) is falling
     drop = None if fall is None else fall[0]
-    warned = R.warnings(drop if falling else None, {"train_used": 10, "train": 10})
+    warned = distill_report.warnings(drop if falling else None, {"train_used": 10, "train": 10})
     assert bool(warned) is falling
 
 
