@@ -1,0 +1,249 @@
+"""Greedy generation in batches, scored by exact match (``paw eval --generate``): lm-eval's ``generate_until``.
+
+Each prompt is tokenised as lm-eval's ``hf`` model tokenises a generation context (the tokenizer's own
+special tokens, none when the text already starts with the BOS text, as a chat template writes it) and
+keeps its last ``max_length - max_new_tokens`` tokens. The model then appends its most likely token, one
+at a time, until
+
+- the text generated so far holds one of the stop sequences ``until`` (lm-eval's default for a task that
+  names none: the few-shot delimiter ``"\\n\\n"``),
+- it produces an end-of-sequence token (the tokenizer's EOS and those of the model's
+  ``generation_config``, which ``transformers.generate`` stops on), or
+- ``max_new_tokens`` are generated (lm-eval's ``max_gen_toks``, 256 by default).
+
+The text is decoded without special tokens and cut before the first stop sequence, as lm-eval's
+``postprocess_generated_text`` cuts it. Greedy decoding is per row, so a row that has stopped is fed padding
+while the others go on, and what one row generates does not depend on the others.
+
+Batches: prompts sorted longest first (then by text, lm-eval's order, so equal batch sizes give equal batches),
+laid out as :func:`paw.evaluate.encode.left_columns` lays out a scored batch: each row's first token in
+column 0, the rest at the right end, so every row continues at the last column and no query attends to
+nothing (which gives NaN on CUDA); position ids count real tokens. Keys and values are cached, so each new
+token costs one position. A model with sliding-window attention generates one row at a time when a batch
+would outgrow its window (the window counts columns, padding included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paw.device import guard_cuda_attention
+from paw.errors import PawError
+from paw.evaluate.encode import left_columns, pad_id_of, sliding_window_of
+from paw.evaluate.exact import Rules, matches
+from paw.evaluate.items import GenItem
+from paw.evaluate.mc import AUTO_BATCH, model_device
+from paw.evaluate.perplexity import context_length
+from paw.evaluate.stats import mean_stderr
+from paw.progress import track
+
+MAX_GEN_TOKENS = 256     # lm-eval's max_gen_toks
+UNTIL = ("\n\n",)        # lm-eval's default stop sequence: the few-shot delimiter
+STOPS = ("until", "eos", "length")   # why a row stopped
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What the model generated after one prompt: ``text`` cut before the first stop sequence, the ``tokens``
+    it produced (an end-of-sequence token counted) and why it stopped (one of :data:`STOPS`)."""
+
+    text: str
+    tokens: int
+    stop: str
+
+
+def cut(text: str, until: Sequence[str]) -> str:
+    """``text`` before the first of the stop sequences (lm-eval's ``postprocess_generated_text``).
+
+    >>> cut(" Paris.\\n\\nQuestion: ...", ["\\n\\n", "."])
+    ' Paris'
+    """
+    for stop in until:
+        if stop:
+            text = text.split(stop)[0]
+    return text
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """The prompt's tokens as lm-eval's ``tok_batch_encode`` makes them (no special tokens added when the text
+    starts with the BOS text)."""
+    bos = getattr(tokenizer, "bos_token", None)
+    special = {"add_special_tokens": False} if bos and text.startswith(str(bos)) else {}
+    return [int(t) for t in tokenizer.encode(text, **special)]
+
+
+def stop_tokens(model, tokenizer) -> frozenset[int]:
+    """The end-of-sequence ids: the tokenizer's and the model's ``generation_config.eos_token_id`` (one or a list)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for token in eos if isinstance(eos, list | tuple) else [eos]:
+        if isinstance(token, int):
+            ids.add(token)
+    return frozenset(ids)
+
+
+def generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int = MAX_GEN_TOKENS,
+             until: Sequence[str] = UNTIL, batch_size: int | str = 8, max_length: int | None = None,
+             stops: frozenset[int] | None = None, progress: bool = True) -> list[Generated]:
+    """Greedy continuations of ``prompts``, in their order (module docstring).
+
+    ``max_length``: the longest sequence, prompt and generation (default: the model's, as lm-eval finds it);
+    ``stops``: end-of-sequence ids (default :func:`stop_tokens`); ``batch_size="auto"``: :data:`AUTO_BATCH`
+    rows, halved when a batch runs out of memory.
+    """
+    import torch
+
+    if not prompts:
+        raise PawError("no prompts to generate from")
+    length = max_length or context_length(model, tokenizer)
+    room = length - max_new_tokens
+    if room < 1:
+        raise PawError(f"--max-gen-tokens {max_new_tokens} leaves no room for a prompt in a sequence of at most "
+                       f"{length} tokens (--max-length)")
+    full = [encode_prompt(tokenizer, p) for p in prompts]
+    ids = [x[-room:] for x in full]
+    empty = next((k for k, x in enumerate(ids) if not x), None)
+    if empty is not None:
+        raise PawError(f"item {empty}: the prompt encodes to no tokens")
+    device = model_device(model)
+    guard_cuda_attention(model)
+    stops = stop_tokens(model, tokenizer) if stops is None else stops
+    auto = batch_size == "auto"
+    size = AUTO_BATCH.get(device.type, AUTO_BATCH["cpu"]) if auto else int(batch_size)
+    order = sorted(range(len(ids)), key=lambda i: (-len(full[i]), prompts[i]))
+    step = _Stepper(model, tokenizer, pad_id=pad_id_of(tokenizer), max_new=max_new_tokens, until=tuple(until),
+                    stops=stops, window=sliding_window_of(model), device=device)
+    results: list[Generated | None] = [None] * len(ids)
+    starts = range(0, len(order), size)
+    cap = size   # what fits: lowered when a batch runs out of memory under "auto"
+    batches = track(starts, "generating", total=len(starts), unit="batches") if progress else starts
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in batches:
+                pending = [order[start:start + size]]
+                while pending:
+                    rows = pending.pop()
+                    if len(rows) > cap:   # a smaller batch fitted since this one was queued
+                        pending += [rows[i:i + cap] for i in range(0, len(rows), cap)][::-1]
+                        continue
+                    try:
+                        out = step.rows([ids[i] for i in rows])
+                    except _out_of_memory() as err:
+                        if not auto or len(rows) == 1:
+                            raise PawError(f"out of memory on {device.type} generating for {len(rows)} prompts of up "
+                                           f"to {max(len(ids[i]) for i in rows)} tokens; try a smaller --batch-size, "
+                                           "or --batch-size auto") from err
+                        cap = len(rows) // 2
+                        if device.type == "cuda":
+                            torch.cuda.empty_cache()
+                        pending += [rows[cap:], rows[:cap]]
+                        continue
+                    for i, generated in zip(rows, out, strict=True):
+                        results[i] = generated
+    finally:
+        model.train(was_training)
+    return [r for r in results if r is not None]
+
+
+def _out_of_memory() -> type[BaseException]:
+    import torch
+
+    return getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+class _Stepper:
+    """Greedy decoding of one batch of token lists, with the key/value cache."""
+
+    def __init__(self, model, tokenizer, *, pad_id: int, max_new: int, until: tuple[str, ...], stops: frozenset[int],
+                 window: int | None, device):
+        self.model, self.tokenizer, self.pad_id, self.max_new = model, tokenizer, pad_id, max_new
+        self.until, self.stops, self.window, self.device = until, stops, window, device
+
+    def rows(self, rows: list[list[int]]) -> list[Generated]:
+        width = max(len(r) for r in rows) + self.max_new
+        if self.window is not None and len(rows) > 1 and width > self.window:
+            return [g for row in rows for g in self._batch([row])]
+        return self._batch(rows)
+
+    def _batch(self, rows: list[list[int]]) -> list[Generated]:
+        """Greedy continuations of ``rows`` (token lists), laid out as the module docstring says."""
+        import torch
+
+        width, n = max(len(r) for r in rows), len(rows)
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for r, ids in enumerate(rows):
+            cols = left_columns(len(ids), width)
+            input_ids[r, cols] = torch.tensor(ids, dtype=torch.long)
+            mask[r, cols] = 1
+        mask = mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self._forward(input_ids=input_ids.to(self.device), attention_mask=mask, position_ids=positions,
+                            use_cache=True)
+        tokens: list[list[int]] = [[] for _ in rows]
+        stopped: list[str | None] = [None] * n
+        following = positions[:, -1:] + 1
+        for produced in range(1, self.max_new + 1):
+            picked = out.logits[:, -1].float().argmax(-1).tolist()
+            for r, token in enumerate(picked):
+                if stopped[r] is None:
+                    stopped[r] = self._take(tokens[r], int(token))
+            if all(stopped) or produced == self.max_new:
+                break
+            feed = torch.tensor([[t if s is None else self.pad_id] for t, s in zip(picked, stopped, strict=True)],
+                                device=self.device)
+            mask = torch.cat([mask, mask.new_ones((n, 1))], dim=-1)
+            out = self._forward(input_ids=feed, attention_mask=mask, position_ids=following, use_cache=True,
+                                **_cache_of(out))
+            following = following + 1
+        return [Generated(cut(self._text(t), self.until), len(t) + (s == "eos"), s or "length")
+                for t, s in zip(tokens, stopped, strict=True)]
+
+    def _take(self, tokens: list[int], token: int) -> str | None:
+        """Add ``token`` to a row; why the row stops there, or None while it goes on."""
+        if token in self.stops:
+            return "eos"
+        tokens.append(token)
+        text = self._text(tokens)
+        return "until" if any(stop and stop in text for stop in self.until) else None
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _forward(self, **inputs):
+        """The model's outputs, the logits of the last position only; a NaN/Inf logit is refused."""
+        import torch
+
+        try:
+            out = self.model(**inputs, logits_to_keep=1)
+        except TypeError:  # models without logits_to_keep
+            out = self.model(**inputs)
+        if not bool(torch.isfinite(out.logits[:, -1]).all()):
+            raise PawError(f"the model gave NaN/Inf logits while generating on {self.device.type}; try --dtype "
+                           "float32, or another --device to compare")
+        return out
+
+
+def _cache_of(out) -> dict:
+    """The key/value cache of a forward pass, under the name the model takes it back by (``cache`` from
+    transformers 5.2x, ``past_key_values`` before)."""
+    name = next((k for k in ("cache", "past_key_values") if k in out.keys()), None)
+    if name is None:
+        raise PawError("the model returned no key/value cache; generation needs one (use_cache)")
+    return {name: out[name]}
+
+
+def score(items: Sequence[GenItem], generated: Sequence[Generated], rules: Rules = Rules()) -> tuple[dict, list[int]]:
+    """``(metrics, match per item)``: ``exact_match`` (the share of items whose generation matches a reference),
+    lm-eval's ``stderr`` of it (:func:`paw.evaluate.stats.mean_stderr`), ``n``, the tokens generated and how
+    many rows stopped by a stop sequence, an end-of-sequence token or the length limit."""
+    hits = [int(matches(g.text, item.references, rules)) for item, g in zip(items, generated, strict=True)]
+    metrics = {"exact_match": sum(hits) / len(hits), "stderr": mean_stderr(hits), "n": len(hits),
+               "n_generated_tokens": sum(g.tokens for g in generated),
+               "stopped": {why: sum(g.stop == why for g in generated) for why in STOPS}}
+    return metrics, hits
