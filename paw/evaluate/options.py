@@ -92,8 +92,9 @@ class EvalOptions:
     apply_chat_template: bool = knob(False, "Render each context with the model's chat template, as lm-eval's "
                                             "--apply_chat_template.")
     system_instruction: str | None = knob(None, "With --apply-chat-template: this system message first.")
-    fewshot_as_multiturn: bool = knob(False, "With --apply-chat-template: each few-shot example a user and an "
-                                             "assistant turn.")
+    fewshot_as_multiturn: bool | None = knob(None, "With --apply-chat-template: each few-shot example a user and "
+                                                    "an assistant turn (default: on, as in lm-eval).",
+                                             flag="--fewshot-as-multiturn/--no-fewshot-as-multiturn")
     generate: bool = knob(False, "Generation instead: --data holds prompts and answers; greedy, scored by exact "
                                  "match.")
     max_gen_tokens: int = knob(MAX_GEN_TOKENS, "With --generate: new tokens at most per item (lm-eval's "
@@ -128,6 +129,11 @@ class EvalOptions:
         if not 0 < self.proxy_scale <= 10:
             raise PawError(f"--proxy-scale {self.proxy_scale}: must be in (0, 10] (1: the adapter's shift as it is)")
 
+    def multiturn(self) -> bool:
+        """Whether a chat template shows each few-shot example as turns of its own: lm-eval 0.4's default with
+        ``--apply_chat_template`` (``--fewshot_as_multiturn false`` turns it off), unless turned off here."""
+        return self.apply_chat_template and self.fewshot_as_multiturn is not False
+
     def rules(self) -> Rules:
         """What ``--generate``'s exact match ignores."""
         return Rules(regexes_to_ignore=self.regexes_to_ignore or (), ignore_case=self.ignore_case,
@@ -143,8 +149,9 @@ class EvalOptions:
             raise PawError("--system-instruction is a chat template's system message: add --apply-chat-template")
         if self.system_instruction is not None and not self.system_instruction.strip():
             raise PawError("--system-instruction is empty")
-        if self.fewshot_as_multiturn and not (self.apply_chat_template and self.num_fewshot):
-            raise PawError("--fewshot-as-multiturn needs --apply-chat-template and --num-fewshot K (K >= 1)")
+        if self.fewshot_as_multiturn and not self.apply_chat_template:
+            raise PawError("--fewshot-as-multiturn is how a chat template shows the few-shot examples: add "
+                           "--apply-chat-template")
 
     def _check_generation(self) -> None:
         """``--generate`` and the flags that go only with it."""

@@ -149,17 +149,16 @@ def _chat(o: EvalOptions, tokenizer) -> ChatFormat | None:
     refused, naming the model."""
     if not o.apply_chat_template:
         return None
-    return ChatFormat(renderer(tokenizer, model=o.model), system=o.system_instruction,
-                      multiturn=o.fewshot_as_multiturn)
+    return ChatFormat(renderer(tokenizer, model=o.model), system=o.system_instruction, multiturn=o.multiturn())
 
 
 def _shared_settings(o: EvalOptions) -> dict:
     """What the results file records of the few-shot and chat flags, when they are set."""
     settings = {"num_fewshot": o.num_fewshot, "seed": o.seed} if o.num_fewshot else {}
     if o.apply_chat_template:
-        settings["apply_chat_template"] = True
-        settings |= {k: v for k, v in (("system_instruction", o.system_instruction),
-                                       ("fewshot_as_multiturn", o.fewshot_as_multiturn)) if v}
+        settings |= {"apply_chat_template": True, "fewshot_as_multiturn": o.multiturn()}
+        if o.system_instruction is not None:
+            settings["system_instruction"] = o.system_instruction
     return settings
 
 
