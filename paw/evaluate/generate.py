@@ -25,6 +25,7 @@ would outgrow its window (the window counts columns, padding included).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -163,30 +164,19 @@ class _Stepper:
                  window: int | None, device):
         self.model, self.tokenizer, self.pad_id, self.max_new = model, tokenizer, pad_id, max_new
         self.until, self.stops, self.window, self.device = until, stops, window, device
+        self.cache = cache_argument(model)
 
     def rows(self, rows: list[list[int]]) -> list[Generated]:
-        width = max(len(r) for r in rows) + self.max_new
-        if self.window is not None and len(rows) > 1 and width > self.window:
-            return [g for row in rows for g in self._batch([row])]
-        return self._batch(rows)
+        return [g for part in padded_chunks(rows, self.window, self.max_new) for g in self._batch(part)]
 
     def _batch(self, rows: list[list[int]]) -> list[Generated]:
         """Greedy continuations of ``rows`` (token lists), laid out as the module docstring says."""
         import torch
 
-        width, n = max(len(r) for r in rows), len(rows)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for r, ids in enumerate(rows):
-            cols = left_columns(len(ids), width)
-            input_ids[r, cols] = torch.tensor(ids, dtype=torch.long)
-            mask[r, cols] = 1
-        mask = mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self._forward(input_ids=input_ids.to(self.device), attention_mask=mask, position_ids=positions,
-                            use_cache=True)
+        ids, mask, positions = left_padded(rows, self.pad_id, self.device)
+        out = self._forward(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         tokens: list[list[int]] = [[] for _ in rows]
-        stopped: list[str | None] = [None] * n
+        stopped: list[str | None] = [None] * len(rows)
         following = positions[:, -1:] + 1
         for produced in range(1, self.max_new + 1):
             picked = out.logits[:, -1].float().argmax(-1).tolist()
@@ -197,9 +187,9 @@ class _Stepper:
                 break
             feed = torch.tensor([[t if s is None else self.pad_id] for t, s in zip(picked, stopped, strict=True)],
                                 device=self.device)
-            mask = torch.cat([mask, mask.new_ones((n, 1))], dim=-1)
+            mask = torch.cat([mask, torch.ones_like(feed)], dim=-1)
             out = self._forward(input_ids=feed, attention_mask=mask, position_ids=following, use_cache=True,
-                                **_cache_of(out))
+                                **{self.cache: getattr(out, self.cache)})
             following = following + 1
         return [Generated(cut(self._text(t), self.until), len(t) + (s == "eos"), s or "length")
                 for t, s in zip(tokens, stopped, strict=True)]
@@ -229,13 +219,40 @@ class _Stepper:
         return out
 
 
-def _cache_of(out) -> dict:
-    """The key/value cache of a forward pass, under the name the model takes it back by (``cache`` from
-    transformers 5.2x, ``past_key_values`` before)."""
-    name = next((k for k in ("cache", "past_key_values") if k in out.keys()), None)
-    if name is None:
-        raise PawError("the model returned no key/value cache; generation needs one (use_cache)")
-    return {name: out[name]}
+def left_padded(chunk: Sequence[Sequence[int]], pad: int, device):
+    """``(ids, mask, positions)`` of id lists left-padded into one batch (positions count real tokens).
+
+    Each row's first token stays in column 0 (:func:`paw.evaluate.encode.left_columns`): a row that
+    began with padding would hold queries that attend to nothing, NaN under CUDA's SDPA.
+    """
+    import torch
+
+    width = max(len(c) for c in chunk)
+    ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, c in enumerate(chunk):
+        cols = left_columns(len(c), width)
+        ids[row, cols] = torch.tensor(list(c), dtype=torch.long)
+        mask[row, cols] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def padded_chunks(chunk: list, window: int | None, max_new_tokens: int) -> list[list]:
+    """``chunk`` as one batch, or one row at a time where padding would move a row's first token out
+    of a sliding window it falls inside unpadded (windows count columns, padding adds columns)."""
+    width = max(len(c) for c in chunk)
+    if window is None or width + max_new_tokens <= window or all(len(c) == width for c in chunk):
+        return [chunk]
+    return [[c] for c in chunk]
+
+
+def cache_argument(model) -> str:
+    """The name under which this transformers version takes and returns the key/value cache: ``cache`` from
+    5.24 (``past_key_values`` still works there, with a deprecation warning on every call), before it
+    ``past_key_values``. A PEFT model passes its keywords through: its base model's signature decides."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def score(items: Sequence[GenItem], generated: Sequence[Generated], rules: Rules = Rules()) -> tuple[dict, list[int]]:
