@@ -64,7 +64,8 @@ class EvalOptions:
     multiple-choice file."""
 
     model: str | None = knob(None, "Model folder, .gguf file or cached Hugging Face id.")
-    data: str | Path | None = knob(None, "Multiple-choice JSON-lines file.", cli=Path)
+    data: str | Path | None = knob(None, "Multiple-choice JSON-lines file (with --generate: question and answer).",
+                                   cli=Path)
     text: str | Path | None = knob(None, "Perplexity instead: a text file (one document) or .jsonl of {\"text\": ...}.",
                                    cli=Path)
     num_fewshot: int = knob(0, "Solved examples from --fewshot-data before each question.", min=0, max=1000)
@@ -80,8 +81,8 @@ class EvalOptions:
     batch_size: int | str = knob(8, "Sequences per forward pass, or auto (CUDA: from 64, halved on out of memory).",
                                  min=1, cli=str, parse=batch_size_value)
     output: str | Path | None = knob(None, "Write the metrics to this JSON file.", cli=Path)
-    per_item: str | Path | None = knob(None, "Write every item's choices, log-likelihoods and pick to this "
-                                             "JSON-lines file.", cli=Path)
+    per_item: str | Path | None = knob(None, "Write every item's scores (choices and pick, or generated text) to "
+                                             "this JSON-lines file.", cli=Path)
     dtype: str = knob("auto", "Model dtype: auto (float32 on CPU, checkpoint dtype on GPU), float32, bfloat16, "
                               "float16.", choices=DTYPES)
     proxy_base: str | None = knob(None, "Proxy-tuning: the base model that --proxy-adapter was trained on (any "
