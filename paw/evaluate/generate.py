@@ -97,58 +97,73 @@ def generate(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int = 
     """
     import torch
 
-    if not prompts:
-        raise PawError("no prompts to generate from")
-    length = max_length or context_length(model, tokenizer)
-    room = length - max_new_tokens
-    if room < 1:
-        raise PawError(f"--max-gen-tokens {max_new_tokens} leaves no room for a prompt in a sequence of at most "
-                       f"{length} tokens (--max-length)")
-    full = [encode_prompt(tokenizer, p) for p in prompts]
-    ids = [x[-room:] for x in full]
-    empty = next((k for k, x in enumerate(ids) if not x), None)
-    if empty is not None:
-        raise PawError(f"item {empty}: the prompt encodes to no tokens")
+    ids, order = _prompt_ids(tokenizer, prompts, room=_room(model, tokenizer, max_length, max_new_tokens))
     device = model_device(model)
     guard_cuda_attention(model)
-    stops = stop_tokens(model, tokenizer) if stops is None else stops
-    auto = batch_size == "auto"
-    size = AUTO_BATCH.get(device.type, AUTO_BATCH["cpu"]) if auto else int(batch_size)
-    order = sorted(range(len(ids)), key=lambda i: (-len(full[i]), prompts[i]))
     step = _Stepper(model, tokenizer, pad_id=pad_id_of(tokenizer), max_new=max_new_tokens, until=tuple(until),
-                    stops=stops, window=sliding_window_of(model), device=device)
-    results: list[Generated | None] = [None] * len(ids)
-    starts = range(0, len(order), size)
-    cap = size   # what fits: lowered when a batch runs out of memory under "auto"
-    batches = track(starts, "generating", total=len(starts), unit="batches") if progress else starts
+                    stops=stop_tokens(model, tokenizer) if stops is None else stops,
+                    window=sliding_window_of(model), device=device)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            for start in batches:
-                pending = [order[start:start + size]]
-                while pending:
-                    rows = pending.pop()
-                    if len(rows) > cap:   # a smaller batch fitted since this one was queued
-                        pending += [rows[i:i + cap] for i in range(0, len(rows), cap)][::-1]
-                        continue
-                    try:
-                        out = step.rows([ids[i] for i in rows])
-                    except _out_of_memory() as err:
-                        if not auto or len(rows) == 1:
-                            raise PawError(f"out of memory on {device.type} generating for {len(rows)} prompts of up "
-                                           f"to {max(len(ids[i]) for i in rows)} tokens; try a smaller --batch-size, "
-                                           "or --batch-size auto") from err
-                        cap = len(rows) // 2
-                        if device.type == "cuda":
-                            torch.cuda.empty_cache()
-                        pending += [rows[cap:], rows[:cap]]
-                        continue
-                    for i, generated in zip(rows, out, strict=True):
-                        results[i] = generated
+            return _in_batches(step, ids, order, batch_size=batch_size, device=device, progress=progress)
     finally:
         model.train(was_training)
-    return [r for r in results if r is not None]
+
+
+def _room(model, tokenizer, max_length: int | None, max_new_tokens: int) -> int:
+    """The prompt tokens kept: the longest sequence less the new tokens (lm-eval's ``max_length - max_gen_toks``)."""
+    length = max_length or context_length(model, tokenizer)
+    if length - max_new_tokens < 1:
+        raise PawError(f"--max-gen-tokens {max_new_tokens} leaves no room for a prompt in a sequence of at most "
+                       f"{length} tokens (--max-length)")
+    return length - max_new_tokens
+
+
+def _prompt_ids(tokenizer, prompts: Sequence[str], *, room: int) -> tuple[list[list[int]], list[int]]:
+    """Every prompt's last ``room`` tokens, and the order they are generated in: longest first, then by text
+    (lm-eval's ``Collator`` order, on the untruncated lengths)."""
+    if not prompts:
+        raise PawError("no prompts to generate from")
+    full = [encode_prompt(tokenizer, p) for p in prompts]
+    empty = next((k for k, x in enumerate(full) if not x), None)
+    if empty is not None:
+        raise PawError(f"item {empty}: the prompt encodes to no tokens")
+    order = sorted(range(len(full)), key=lambda i: (-len(full[i]), prompts[i]))
+    return [x[-room:] for x in full], order
+
+
+def _in_batches(step: _Stepper, ids: list[list[int]], order: list[int], *, batch_size: int | str, device,
+                progress: bool) -> list[Generated]:
+    """``step.rows`` over batches of ``order``, results in input order; under ``batch_size="auto"`` a batch that
+    runs out of memory is halved, and so is every later one."""
+    import torch
+
+    auto = batch_size == "auto"
+    size = AUTO_BATCH.get(device.type, AUTO_BATCH["cpu"]) if auto else int(batch_size)
+    cap = size   # what fits: lowered when a batch runs out of memory under "auto"
+    results: dict[int, Generated] = {}
+    starts = range(0, len(order), size)
+    for start in track(starts, "generating", total=len(starts), unit="batches") if progress else starts:
+        pending = [order[start:start + size]]
+        while pending:
+            rows = pending.pop()
+            if len(rows) > cap:   # a smaller batch fitted since this one was queued
+                pending += [rows[i:i + cap] for i in range(0, len(rows), cap)][::-1]
+                continue
+            try:
+                results.update(zip(rows, step.rows([ids[i] for i in rows]), strict=True))
+            except _out_of_memory() as err:
+                if not auto or len(rows) == 1:
+                    raise PawError(f"out of memory on {device.type} generating for {len(rows)} prompts of up to "
+                                   f"{max(len(ids[i]) for i in rows)} tokens; try a smaller --batch-size, or "
+                                   "--batch-size auto") from err
+                cap = len(rows) // 2
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                pending += [rows[cap:], rows[:cap]]
+    return [results[i] for i in range(len(ids))]
 
 
 def _out_of_memory() -> type[BaseException]:

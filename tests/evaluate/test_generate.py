@@ -148,6 +148,31 @@ def test_generation_stops_at_max_new_tokens(llama):
     assert {g.stop for g in got} == {"length"} and {g.tokens for g in got} == {2}
 
 
+def test_auto_batch_halves_on_out_of_memory_and_generates_the_same(llama, monkeypatch):
+    """Under ``--batch-size auto`` a prompt batch that does not fit is halved (here: more than 3 rows), and
+    every prompt gets what a fixed batch gives it; a fixed batch that does not fit is one error."""
+    from paw.evaluate.mc import AUTO_BATCH
+
+    model, tok = llama
+    prompts = [f"Question {i}: which colour is item {i}?" for i in range(11)]
+    fixed = generate(model, tok, prompts, max_new_tokens=4, batch_size=1, progress=False)
+    forward, seen = model.forward, []
+
+    def small_memory(*args, **kwargs):
+        rows = kwargs["input_ids"].shape[0]
+        if kwargs["input_ids"].shape[1] > 1:   # the prompt's pass: one per batch
+            seen.append(rows)
+        if rows > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", small_memory)
+    assert generate(model, tok, prompts, max_new_tokens=4, batch_size="auto", progress=False) == fixed
+    assert seen[:3] == [AUTO_BATCH["cpu"], 4, 2] and max(seen[3:]) <= 2
+    with pytest.raises(PawError, match="out of memory on cpu generating for 8 prompts.*--batch-size auto"):
+        generate(model, tok, prompts, max_new_tokens=4, batch_size=8, progress=False)
+
+
 def test_generate_refuses_what_cannot_run(llama):
     model, tok = llama
     with pytest.raises(PawError, match="--max-gen-tokens 30 leaves no room for a prompt in a sequence of at most 30"):
