@@ -61,7 +61,7 @@ def batch_size_value(value: int | str) -> int | str:
 @dataclass(frozen=True)
 class EvalOptions:
     """One evaluation: a model (with an adapter, or with another model's adapter shift: proxy-tuning) on one
-    multiple-choice file."""
+    multiple-choice file, one text (``text``: perplexity) or one file of questions to answer (``generate``)."""
 
     model: str | None = knob(None, "Model folder, .gguf file or cached Hugging Face id.")
     data: str | Path | None = knob(None, "Multiple-choice JSON-lines file (with --generate: question and answer).",
