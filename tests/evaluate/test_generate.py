@@ -85,37 +85,56 @@ def test_batched_cached_generation_equals_transformers_generate_one_prompt_at_a_
         assert all(g.tokens == 12 and g.stop == "length" for g in got)
 
 
-def test_padded_batches_under_cuda_like_attention_and_a_sliding_window():
+class IdPrompts:
+    """What :func:`generate` reads of a tokenizer, for prompts that are the indices of token lists."""
+
+    bos_token, eos_token_id, pad_token_id, model_max_length = None, None, 0, 64
+    rows = [[1, 5, 6, 7, 8, 9], [1, 9], [1, 12, 13, 14]]
+
+    def encode(self, text, **_):
+        return self.rows[int(text)]
+
+    def decode(self, ids, **_):
+        return " ".join(map(str, ids))
+
+
+def _batched_and_alone(model) -> tuple[list, list]:
+    prompts = [str(k) for k in range(len(IdPrompts.rows))]
+    batched = generate(model, IdPrompts(), prompts, max_new_tokens=5, until=(), batch_size=3, stops=frozenset(),
+                       progress=False)
+    alone = [generate(model, IdPrompts(), [p], max_new_tokens=5, until=(), stops=frozenset(), progress=False)[0]
+             for p in prompts]
+    return batched, alone
+
+
+def _tiny(arch: str = "llama", **overrides):
+    from paw import zoo
+
+    model = zoo.build_model(arch, seed=0, vocab_size=64, hidden_size=32, num_layers=2, **overrides).eval()
+    model.config._attn_implementation = "sdpa"
+    return model
+
+
+def test_padded_batches_under_cuda_like_attention_and_a_sliding_window(monkeypatch):
     """CUDA's SDPA gives NaN to a query with no key: the layout keeps every row's first token in column 0
     (tests/evaluate/test_padding.py emulates that kernel). A sliding window of 4 counts columns, so such a
     batch is generated a row at a time; both give what each prompt gives alone."""
-    from paw import zoo
     from tests.evaluate.test_padding import cuda_like_sdpa
 
-    rows = [[1, 5, 6, 7, 8, 9], [1, 9], [1, 12, 13, 14]]
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", cuda_like_sdpa)
+    for arch, extra in (("llama", {}), ("mistral", {"sliding_window": 4})):
+        batched, alone = _batched_and_alone(_tiny(arch, **extra))
+        assert batched == alone, arch
 
-    class Tok:   # what generate() reads of a tokenizer, for prompts given as ids
-        bos_token, eos_token_id, pad_token_id, model_max_length = None, None, 0, 64
 
-        def encode(self, text, **_):
-            return rows[int(text)]
-
-        def decode(self, ids, **_):
-            return " ".join(map(str, ids))
-
-    original = torch.nn.functional.scaled_dot_product_attention
-    torch.nn.functional.scaled_dot_product_attention = cuda_like_sdpa
-    try:
-        for arch, extra in (("llama", {}), ("mistral", {"sliding_window": 4})):
-            model = zoo.build_model(arch, seed=0, vocab_size=64, hidden_size=32, num_layers=2, **extra).eval()
-            model.config._attn_implementation = "sdpa"
-            batched = generate(model, Tok(), ["0", "1", "2"], max_new_tokens=5, until=(), batch_size=3,
-                               stops=frozenset(), progress=False)
-            alone = [generate(model, Tok(), [p], max_new_tokens=5, until=(), stops=frozenset(), progress=False)[0]
-                     for p in ("0", "1", "2")]
-            assert batched == alone, arch
-    finally:
-        torch.nn.functional.scaled_dot_product_attention = original
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch, overrides", [("llama", {}), ("mistral", {"sliding_window": 4}),
+                                             ("llama", {"num_key_value_heads": 1})])
+def test_generation_on_cuda_batched_equals_one_prompt_at_a_time(arch, overrides):
+    """The real CUDA kernels: padded batches generate what each prompt generates alone, with no NaN."""
+    batched, alone = _batched_and_alone(_tiny(arch, **overrides).to("cuda"))
+    assert batched == alone and all(g.tokens == 5 for g in batched)
 
 
 @pytest.mark.parametrize("until, texts, stops", [
