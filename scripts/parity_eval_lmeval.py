@@ -18,6 +18,20 @@ YAML, the whole split written as JSON lines). lm-eval draws them with its defaul
 seed 1234, PAW with ``paw.evaluate.fewshot`` and the same seed; "prompt or choice text differs" then
 counts items whose few-shot contexts differ, i.e. whether the two drew the same examples.
 
+``--apply-chat-template`` (with ``--system-instruction TEXT``, ``--no-fewshot-as-multiturn``): both tools render
+every context with the model's chat template (lm-eval's ``--apply_chat_template``, whose few-shot examples are
+turns of their own unless ``--fewshot_as_multiturn false``; PAW's ``paw.evaluate.chat``), and the choices
+are scored without the target delimiter.
+
+``--sets ...,arc_easy_gen``: generation scored by exact match. The first ``--limit`` ARC-Easy test
+questions as ``{"question": "Question: ...\nAnswer:", "answer": <the right choice's text, stripped>}``
+(``paw eval --generate``'s layout; lm-eval reads the same file in a ``generate_until`` task with
+``doc_to_text: "{{question}}"``, ``doc_to_target: "{{answer}}"``), ``--gen-fewshot`` examples (default 3;
+``--num-fewshot`` when given) from the train split written the same way, greedy up to
+``--max-gen-tokens`` (default 32) until ``"\n\n"``, lm-eval's ``remove_whitespace`` filter and
+``exact_match`` with ``ignore_case`` and ``ignore_punctuation``. Compared per item: the prompt, the
+generated text (before stripping) and the match.
+
 ``--sets ...,text``: perplexity. The first ``--text-docs`` BoolQ passages (Wikipedia paragraphs), one
 document each, in a ``loglikelihood_rolling`` task with lm-eval's wikitext metrics (word_perplexity,
 byte_perplexity, bits_per_byte), once per window length in ``--windows`` (0: the model's own; lm-eval's
@@ -27,6 +41,7 @@ byte_perplexity, bits_per_byte), once per window length in ``--windows`` (0: the
     python scripts/parity_eval_lmeval.py --model ~/paw-models/smollm2-135m-instruct --limit 300
     python scripts/parity_eval_lmeval.py --limit 20 --sets piqa           # quick
     python scripts/parity_eval_lmeval.py --limit 100 --sets arc_easy,text --num-fewshot 5 --windows 0,64
+    python scripts/parity_eval_lmeval.py --limit 50 --sets arc_easy,piqa,boolq,arc_easy_gen --apply-chat-template
 
 The model is a local Hugging Face folder (``bash scripts/real_models.sh ~/paw-models``); nothing
 is downloaded (``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``).
@@ -70,7 +85,8 @@ SETS = {
         "doc_to_choice": '["no", "yes"]',
     }),
 }
-TRAIN = {"arc_easy": "arc-easy_train.jsonl"}   # few-shot sources: the set's train split
+TRAIN = {"arc_easy": "arc-easy_train.jsonl", "arc_easy_gen": "arc-easy_train.jsonl"}   # few-shot sources
+GEN = {"arc_easy_gen": "arc-easy_test.jsonl"}   # generation sets: ARC-Easy questions, the right answer's text
 TEXT_SOURCE = "boolq_validation.jsonl"          # the perplexity documents: its passages
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
@@ -96,18 +112,28 @@ def ensure_venv(venv: Path, install: bool) -> Path:
 
 def write_data(data: Path, sets: list[str], limit: int, workdir: Path, *, text_docs: int = 5) -> dict[str, Path]:
     """The first ``limit`` records of each set as JSON lines (ARC's Python reprs become JSON), its whole train
-    split as ``<set>_train`` where it has one, and ``text``: ``text_docs`` BoolQ passages as ``{"text": ...}``."""
+    split as ``<set>_train`` where it has one, and ``text``: ``text_docs`` BoolQ passages as ``{"text": ...}``;
+    a generation set's records in ``paw eval --generate``'s layout (:func:`_gen_record`)."""
     out = {}
     for name in sets:
         if name == "text":
             records = [{"text": r["passage"]} for r in _records(data / TEXT_SOURCE, text_docs)]
             out[name] = _write_lines(workdir / "data" / "text.jsonl", records)
             continue
-        out[name] = _write_lines(workdir / "data" / f"{name}.jsonl", _records(data / SETS[name][0], limit))
+        source = GEN.get(name) or SETS[name][0]
+        shape = _gen_record if name in GEN else (lambda r: r)
+        out[name] = _write_lines(workdir / "data" / f"{name}.jsonl", [shape(r) for r in _records(data / source, limit)])
         if name in TRAIN:
             out[f"{name}_train"] = _write_lines(workdir / "data" / f"{name}_train.jsonl",
-                                                _records(data / TRAIN[name], None))
+                                                [shape(r) for r in _records(data / TRAIN[name], None)])
     return out
+
+
+def _gen_record(record: dict) -> dict:
+    """An ARC record as a generation item: lm-eval's ARC prompt, the right choice's text as the reference."""
+    answer = record["choices"]["text"][record["choices"]["label"].index(record["answerKey"])]
+    return {"question": f"Question: {record['question'].strip()}\nAnswer:", "answer": answer.strip(),
+            "id": record.get("id", "")}
 
 
 def _records(path: Path, limit: int | None) -> list[dict]:
@@ -127,7 +153,7 @@ def _write_lines(path: Path, records: list[dict]) -> Path:
     return path
 
 
-def write_tasks(files: dict[str, Path], workdir: Path) -> Path:
+def write_tasks(files: dict[str, Path], workdir: Path, *, max_gen_tokens: int = 32, gen_fewshot: int = 3) -> Path:
     """One lm-eval task YAML per set, ``paw_<set>``, reading the local file as its test split."""
     folder = workdir / "tasks"
     folder.mkdir(parents=True, exist_ok=True)
@@ -144,6 +170,10 @@ def write_tasks(files: dict[str, Path], workdir: Path) -> Path:
         splits = {"test": str(path)}
         if f"{name}_train" in files:   # the few-shot examples come from here
             splits["train"] = str(files[f"{name}_train"])
+        if name in GEN:
+            body = gen_task(name, splits, max_gen_tokens=max_gen_tokens, num_fewshot=gen_fewshot)
+            (folder / f"paw_{name}.yaml").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+            continue
         body = {"task": f"paw_{name}", "dataset_path": "json",
                 "dataset_kwargs": {"data_files": splits}, "test_split": "test",
                 **({"training_split": "train"} if "train" in splits else {}),
@@ -155,24 +185,42 @@ def write_tasks(files: dict[str, Path], workdir: Path) -> Path:
     return folder
 
 
+def gen_task(name: str, splits: dict[str, str], *, max_gen_tokens: int, num_fewshot: int) -> dict:
+    """A ``generate_until`` task over a file in ``paw eval --generate``'s layout, scored as lm-eval's TriviaQA is
+    (``remove_whitespace``, then ``exact_match`` ignoring case and punctuation)."""
+    return {"task": f"paw_{name}", "dataset_path": "json", "dataset_kwargs": {"data_files": splits},
+            "test_split": "test", **({"training_split": "train"} if "train" in splits else {}),
+            "num_fewshot": num_fewshot, "output_type": "generate_until",
+            "doc_to_text": "{{question}}", "doc_to_target": "{{answer}}",
+            "generation_kwargs": {"until": ["\n\n"], "max_gen_toks": max_gen_tokens, "do_sample": False,
+                                  "temperature": 0.0},
+            "filter_list": [{"name": "remove_whitespace",
+                             "filter": [{"function": "remove_whitespace"}, {"function": "take_first"}]}],
+            "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
+                             "ignore_case": True, "ignore_punctuation": True}]}
+
+
 def run_lm_eval(exe: Path, model: Path, tasks: Path, sets: list[str], batch_size: int, out: Path, *,
-                num_fewshot: int = 0, max_length: int = 0) -> tuple[float, float]:
+                num_fewshot: int = 0, max_length: int = 0, chat: dict | None = None) -> tuple[float, float]:
     window = f",max_length={max_length}" if max_length else ""
     cmd = [str(exe), "--model", "hf", "--model_args", f"pretrained={model},dtype=float32{window}",
            "--tasks", ",".join(f"paw_{s}" for s in sets), "--include_path", str(tasks), "--device", "cpu",
            "--batch_size", str(batch_size), "--log_samples", "--output_path", str(out)]
     if num_fewshot:   # lm-eval's default few-shot seed (1234) is PAW's default --seed
         cmd += ["--num_fewshot", str(num_fewshot)]
+    if chat:
+        cmd += ["--apply_chat_template", "--fewshot_as_multiturn", "true" if chat["multiturn"] else "false"]
+        cmd += ["--system_instruction", chat["system"]] if chat.get("system") else []
     print("+", " ".join(cmd), flush=True)
     return _timed(cmd)
 
 
 def run_paw(model: Path, files: dict[str, Path], batch_size: int, out: Path, *, num_fewshot: int = 0,
-            windows: tuple[int, ...] = ()) -> tuple[float, float]:
+            windows: tuple[int, ...] = (), chat: dict | None = None, gen: dict | None = None) -> tuple[float, float]:
     """``paw eval``'s library calls in a child process, per-item results to ``out`` (JSON)."""
     cmd = [sys.executable, __file__, "--paw-child", str(out), "--model", str(model), "--batch-size", str(batch_size),
            "--files", json.dumps({k: str(v) for k, v in files.items()}), "--num-fewshot", str(num_fewshot),
-           "--windows", ",".join(map(str, windows))]
+           "--windows", ",".join(map(str, windows)), "--child-settings", json.dumps({"chat": chat, "gen": gen})]
     print("+", " ".join(cmd[:4]), "...", flush=True)
     return _timed(cmd, env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
 
@@ -190,13 +238,18 @@ def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, fl
 
 
 def paw_child(out: Path, model: Path, files: dict[str, str], batch_size: int, num_fewshot: int = 0,
-              windows: tuple[int, ...] = ()) -> None:
+              windows: tuple[int, ...] = (), chat: dict | None = None, gen: dict | None = None) -> None:
+    from paw.evaluate.chat import ChatFormat, pairs_of, renderer
     from paw.evaluate.fewshot import with_examples
     from paw.evaluate.formats import read_items
     from paw.evaluate.mc import argmax_choice, evaluate
     from paw.io.lm import load_lm
 
     lm, tokenizer = load_lm(model, dtype="float32")
+    form = None
+    if chat:   # as paw eval --apply-chat-template [--system-instruction S] [--fewshot-as-multiturn]
+        form = ChatFormat(renderer(tokenizer, model=model), system=chat.get("system"),
+                          multiturn=bool(chat.get("multiturn")))
     results = {}
     for name, path in files.items():
         if name.endswith("_train"):
@@ -204,21 +257,84 @@ def paw_child(out: Path, model: Path, files: dict[str, str], batch_size: int, nu
         if name == "text":
             results[name] = paw_perplexity(lm, tokenizer, Path(path), windows, batch_size)
             continue
+        if name in GEN:
+            results[name] = paw_generation(lm, tokenizer, path, files.get(f"{name}_train"), batch_size, form,
+                                           num_fewshot=num_fewshot or gen["fewshot"], max_gen_tokens=gen["max_tokens"])
+            continue
         items = read_items(path, format=SETS[name][1])
         if num_fewshot and f"{name}_train" in files:   # as paw eval --num-fewshot K --fewshot-data TRAIN --seed 1234
             pool = read_items(files[f"{name}_train"], format=SETS[name][1])
             items, _ = with_examples(items, pool, num_fewshot, seed=1234)
-        m = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=False, per_item=True)
+        m = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=False, per_item=True, chat=form)
         lls = m["choice_logprobs"]
         results[name] = {
             "accuracy": m["accuracy"], "accuracy_norm": m["accuracy_norm"], "lls": lls,
             "stderr": m["stderr"], "stderr_norm": m["stderr_norm"],
-            "pairs": [item.pairs() for item in items],
+            "pairs": pairs_of(items, form),
             "pred": [argmax_choice(x) for x in lls],
             "pred_norm": [argmax_choice([ll / n for ll, n in zip(x, item.norm_lengths(), strict=True)])
                           for x, item in zip(lls, items, strict=True)],
         }
     out.write_text(json.dumps(results), encoding="utf-8")
+
+
+def paw_generation(lm, tokenizer, path: str, train: str | None, batch_size: int, chat, *, num_fewshot: int,
+                   max_gen_tokens: int) -> dict:
+    """As ``paw eval --generate --num-fewshot K --fewshot-data TRAIN --max-gen-tokens N --ignore-case
+    --ignore-punctuation [--apply-chat-template]`` (``--until`` its default, ``"\n\n"``)."""
+    from paw.evaluate.chat import prompt_of
+    from paw.evaluate.exact import Rules
+    from paw.evaluate.fewshot import with_examples
+    from paw.evaluate.gendata import read_gen_items
+    from paw.evaluate.generate import generate, score
+
+    items = read_gen_items(path)
+    if num_fewshot and train:
+        items, _ = with_examples(items, read_gen_items(train), num_fewshot, seed=1234)
+    prompts = [prompt_of(item, chat) for item in items]
+    out = generate(lm, tokenizer, prompts, max_new_tokens=max_gen_tokens, batch_size=batch_size, progress=False)
+    metrics, hits = score(items, out, Rules(ignore_case=True, ignore_punctuation=True))
+    return {"prompts": prompts, "texts": [g.text for g in out], "match": hits, "exact_match": metrics["exact_match"],
+            "stderr": metrics["stderr"], "stopped": metrics["stopped"]}
+
+
+def compare_gen(name: str, paw: dict, samples: list[dict], theirs: dict) -> dict:
+    """Item by item: the same prompt, the same generated text (lm-eval's response before its whitespace filter),
+    the same exact match."""
+    prompts_differ = texts_differ = same_match = 0
+    examples = []
+    for k, sample in enumerate(samples):
+        prompt, text = _gen_prompt(sample["arguments"]), sample["resps"][0][0]
+        prompts_differ += prompt != paw["prompts"][k]
+        texts_differ += text != paw["texts"][k]
+        same_match += int(float(sample["exact_match"])) == paw["match"][k]
+        if text != paw["texts"][k] and len(examples) < 3:
+            examples.append({"item": k, "lm-eval": text, "PAW": paw["texts"][k]})
+    n = len(samples)
+    return {"set": name, "n": n, "prompts_differ": prompts_differ, "texts_differ": texts_differ,
+            "same_match": same_match, "paw_em": paw["exact_match"], "lmeval_em": theirs.get("exact_match"),
+            "paw_stderr": paw["stderr"], "lmeval_stderr": theirs.get("exact_match_stderr"),
+            "paw_stopped": paw["stopped"], "differing": examples}
+
+
+def _gen_prompt(arguments) -> str:
+    """The context of a logged ``generate_until`` sample (a list ``[[ctx, kwargs]]`` or a dict of dicts)."""
+    if isinstance(arguments, dict):
+        return next(iter(arguments.values()))["arg_0"]
+    return arguments[0][0]
+
+
+def gen_table(rows: list[dict]) -> str:
+    lines = ["| set | items | prompt differs | generated text differs | same exact match | exact_match PAW / lm-eval "
+             "| stderr PAW / lm-eval |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['set']} | {r['n']} | {r['prompts_differ']} | {r['texts_differ']} | {r['same_match']}/{r['n']} "
+                     f"| {_num(r['paw_em'])} / {_num(r['lmeval_em'])} | {_num(r['paw_stderr'])} / "
+                     f"{_num(r['lmeval_stderr'])} |")
+    for r in rows:
+        for example in r["differing"]:
+            lines.append(f"{r['set']} item {example['item']}: lm-eval {example['lm-eval']!r}, PAW {example['PAW']!r}")
+    return "\n".join(lines)
 
 
 def paw_perplexity(lm, tokenizer, path: Path, windows: tuple[int, ...], batch_size: int) -> dict:
@@ -265,7 +381,7 @@ def text_table(rows: list[dict]) -> str:
 
 def lm_eval_samples(out: Path, name: str) -> list[dict]:
     """lm-eval's logged samples of task ``paw_<name>``, in document order."""
-    found = sorted(out.rglob(f"samples_paw_{name}_*.jsonl"))
+    found = sorted(out.rglob(f"samples_paw_{name}_2*.jsonl"))   # _<date>: not paw_<name>_gen's file
     if not found:
         sys.exit(f"no samples for paw_{name} under {out}")
     rows = [json.loads(line) for line in found[-1].read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -363,52 +479,74 @@ def main() -> None:
     ap.add_argument("--num-fewshot", type=int, default=0, help="K-shot ARC-Easy from its train split (default 0)")
     ap.add_argument("--windows", default="0", help="perplexity window lengths for the text set, 0: the model's own")
     ap.add_argument("--text-docs", type=int, default=5, help="BoolQ passages in the text set (default 5)")
+    ap.add_argument("--apply-chat-template", action="store_true", help="both tools render contexts with the "
+                                                                        "model's chat template")
+    ap.add_argument("--system-instruction", default=None, help="with --apply-chat-template: a system message")
+    ap.add_argument("--no-fewshot-as-multiturn", action="store_true",
+                    help="with --apply-chat-template: examples in the one user turn, not turns of their own")
+    ap.add_argument("--max-gen-tokens", type=int, default=32, help="generation sets: new tokens at most (default 32)")
+    ap.add_argument("--gen-fewshot", type=int, default=3, help="generation sets: examples when --num-fewshot is 0")
     ap.add_argument("--paw-child", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--files", default="{}", help=argparse.SUPPRESS)
+    ap.add_argument("--child-settings", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args()
     windows = tuple(int(w) for w in args.windows.split(",") if w.strip())
     if args.paw_child:
+        settings = json.loads(args.child_settings)
         return paw_child(args.paw_child, args.model, json.loads(args.files), args.batch_size, args.num_fewshot,
-                         windows)
+                         windows, chat=settings.get("chat"), gen=settings.get("gen"))
 
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    unknown = [s for s in sets if s not in (*SETS, "text")]
+    unknown = [s for s in sets if s not in (*SETS, *GEN, "text")]
     if unknown or args.limit < 1:
-        sys.exit(f"--sets: unknown {unknown}; choose from {', '.join(SETS)}, text" if unknown else "--limit must be >= 1")
+        sys.exit(f"--sets: unknown {unknown}; choose from {', '.join([*SETS, *GEN])}, text" if unknown
+                 else "--limit must be >= 1")
+    chat = ({"system": args.system_instruction, "multiturn": not args.no_fewshot_as_multiturn}
+            if args.apply_chat_template else None)
+    gen = {"fewshot": args.gen_fewshot, "max_tokens": args.max_gen_tokens}
     if not (args.model / "config.json").is_file():
         sys.exit(f"{args.model}: not a model folder (bash scripts/real_models.sh ~/paw-models makes one)")
     exe = ensure_venv(args.venv, args.install)
-    mc = [s for s in sets if s != "text"]
+    mc = [s for s in sets if s in SETS]
+    scored = [s for s in sets if s != "text"]
     with tempfile.TemporaryDirectory(prefix="paw-parity-") as tmp:
         work = args.workdir or Path(tmp)
         files = write_data(args.data, sets, args.limit, work, text_docs=args.text_docs)
-        tasks = write_tasks(files, work)
+        tasks = write_tasks(files, work, max_gen_tokens=args.max_gen_tokens, gen_fewshot=args.gen_fewshot)
         model = args.model.resolve()
         lm_s = (0.0, 0.0)
-        if mc:
-            lm_s = run_lm_eval(exe, model, tasks, mc, args.batch_size, work / "lm-eval", num_fewshot=args.num_fewshot)
+        if scored:
+            lm_s = run_lm_eval(exe, model, tasks, scored, args.batch_size, work / "lm-eval",
+                               num_fewshot=args.num_fewshot, chat=chat)
         text_out = {w: work / f"lm-eval-text-{w}" for w in windows} if "text" in sets else {}
         for w, out in text_out.items():
             lm_s = tuple(a + b for a, b in zip(lm_s, run_lm_eval(exe, model, tasks, ["text"], args.batch_size, out,
                                                                   max_length=w), strict=True))
         paw_s = run_paw(model, files, args.batch_size, work / "paw.json", num_fewshot=args.num_fewshot,
-                        windows=windows if text_out else ())
+                        windows=windows if text_out else (), chat=chat, gen=gen)
         paw = json.loads((work / "paw.json").read_text(encoding="utf-8"))
         rows = [compare(name, paw[name], lm_eval_samples(work / "lm-eval", name),
                         lm_eval_metrics(work / "lm-eval", f"paw_{name}")) for name in mc]
+        gen_rows = [compare_gen(name, paw[name], lm_eval_samples(work / "lm-eval", name),
+                                lm_eval_metrics(work / "lm-eval", f"paw_{name}")) for name in sets if name in GEN]
         text_rows = compare_text(paw["text"], text_out) if text_out else []
-    info = {"model": str(args.model), "limit": args.limit, "num_fewshot": args.num_fewshot,
+    info = {"model": str(args.model), "limit": args.limit, "num_fewshot": args.num_fewshot, "chat": chat,
+            **({"generation": gen} if gen_rows else {}),
             "batch_size": args.batch_size, "cpu": cpu_name(), "threads": os.environ.get("OMP_NUM_THREADS", "default"),
             **versions(exe)}
     print()
     for key, value in info.items():
         print(f"{key}: {value}")
     print(table(rows, paw_s, lm_s))
+    if gen_rows:
+        print()
+        print(gen_table(gen_rows))
     if text_rows:
         print()
         print(text_table(text_rows))
     if args.json:
-        args.json.write_text(json.dumps({**info, "rows": rows, "text": text_rows, "paw_s": paw_s[0],
+        args.json.write_text(json.dumps({**info, "rows": rows, "generation_rows": gen_rows, "text": text_rows,
+                                         "paw_s": paw_s[0],
                                          "lm_eval_s": lm_s[0], "paw_cpu_s": paw_s[1], "lm_eval_cpu_s": lm_s[1]},
                                         indent=2) + "\n")
 

@@ -16,13 +16,18 @@ def register(app: typer.Typer) -> None:
 
 def eval_command(options: EvalOptions, run: RunOptions) -> None:
     """Multiple-choice accuracy (raw and length-normalised), its standard error, and the loss and
-    perplexity of the correct answers; or, with --text, a text's word and byte perplexity.
+    perplexity of the correct answers; with --text, a text's word and byte perplexity; with --generate,
+    greedy answers scored by exact match.
 
     Example: paw eval --model ./paw_demo/models/base --data ./paw_demo/data/colour.jsonl --limit 200
 
     5-shot: paw eval --model ./m --data arc-easy_test.jsonl --num-fewshot 5 --fewshot-data arc-easy_train.jsonl
 
     Perplexity (rolling windows, as lm-eval's wikitext): paw eval --model ./m --text notes.txt
+
+    Chat template, as lm-eval's --apply_chat_template: paw eval --model ./m --data d.jsonl --apply-chat-template
+
+    Generation: paw eval --model ./m --data qa.jsonl --generate --until '\\n' --ignore-case --ignore-punctuation
 
     Proxy-tuning (a LoRA of another model, applied at scoring time): paw eval --model ./b --data d.jsonl --proxy-base ./a --proxy-adapter ./a-lora
     """
@@ -35,6 +40,8 @@ def eval_command(options: EvalOptions, run: RunOptions) -> None:
                    f"scale {result.metrics['proxy']['scale']:g})")
     if options.text is not None:
         _print_perplexity(result.metrics)
+    elif options.generate:
+        _print_generation(result.metrics)
     else:
         _print_metrics(result.metrics)
     if result.output is not None:
@@ -72,6 +79,13 @@ def _print_metrics(metrics: dict, prefix: str = "") -> None:
 def _se(stderr: float | None) -> str:
     """lm-eval's stderr, ``N/A`` for a single item as lm-eval prints it."""
     return "N/A" if stderr is None else f"{stderr:.4f}"
+
+
+def _print_generation(m: dict) -> None:
+    stopped = m["stopped"]
+    typer.echo(f"exact_match    {m['exact_match']:.4f} ± {_se(m['stderr'])}   (n={m['n']})")
+    typer.echo(f"generated      {m['n_generated_tokens']} tokens; stopped by --until {stopped['until']}, "
+               f"by end of sequence {stopped['eos']}, at --max-gen-tokens {stopped['length']}")
 
 
 def _print_perplexity(m: dict) -> None:

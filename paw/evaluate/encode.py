@@ -101,13 +101,22 @@ def _as_lm_eval(tokenizer, context: str, continuation: str) -> tuple[list[int], 
         if cont and cont[0] == prefix[0]:
             return cont, len(cont) - 1
         return prefix + cont, len(cont)
-    ctx = tokenizer.encode(context)
-    whole = tokenizer.encode(context + continuation)
+    special = {"add_special_tokens": False} if starts_with_prefix(tokenizer, context) else {}
+    ctx = tokenizer.encode(context, **special)
+    whole = tokenizer.encode(context + continuation, **special)
     cont = whole[len(ctx):]  # even when ctx is not a prefix of whole, as lm-eval does
     if not cont:  # a token spans the boundary and swallows the whole answer: lm-eval would score
         # nothing (log-likelihood 0 for every such choice); score the answer's own tokens instead
         cont = tokenizer.encode(continuation, add_special_tokens=False)
     return ctx + cont, len(cont)
+
+
+def starts_with_prefix(tokenizer, text: str) -> bool:
+    """Whether ``text`` already starts with the text of BOS (else EOS), as a chat template often writes it
+    (``{{ bos_token }}[INST]``): lm-eval's ``tok_encode`` then adds no special tokens, so BOS is not doubled."""
+    prefix = _prefix(tokenizer)
+    starts = tokenizer.decode(prefix) if prefix else ""
+    return bool(starts) and text.startswith(starts)
 
 
 def _with_bos(tokenizer, context: str, continuation: str, prefix: list[int]) -> tuple[list[int], int]:

@@ -23,18 +23,27 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Sequence
+from typing import TypeVar
 
 from paw.errors import PawError
-from paw.evaluate.items import MCItem
+from paw.evaluate.items import GenItem, MCItem
+
+Item = TypeVar("Item", MCItem, GenItem)
 
 FEWSHOT_DELIMITER = "\n\n"   # lm-eval's default, between examples and before the question
 
 
-def _key(item: MCItem) -> tuple:
-    return item.question, item.choices, item.answer, item.fill_blank
+_NOT_CONTENT = ("id", "group", "prefix", "shots")
 
 
-def draw(items: Sequence[MCItem], pool: Sequence[MCItem], k: int, *, seed: int) -> list[list[int]]:
+def _key(item: MCItem | GenItem) -> tuple:
+    """What makes two items the same item: their fields but the id, group and few-shot examples (for an
+    :class:`MCItem` the question, choices, answer and fill_blank; for a :class:`GenItem` the question and
+    references)."""
+    return tuple(getattr(item, f.name) for f in dataclasses.fields(item) if f.name not in _NOT_CONTENT)
+
+
+def draw(items: Sequence[Item], pool: Sequence[Item], k: int, *, seed: int) -> list[list[int]]:
     """Indices into ``pool`` of the ``k`` examples of every item, in order (lm-eval's ``ContextSampler.sample``).
 
     >>> pool = [MCItem(f"q{i}", (" a", " b"), 0) for i in range(5)]
@@ -64,10 +73,11 @@ def draw(items: Sequence[MCItem], pool: Sequence[MCItem], k: int, *, seed: int) 
     return drawn
 
 
-def with_examples(items: Sequence[MCItem], pool: Sequence[MCItem], k: int, *,
-                  seed: int) -> tuple[list[MCItem], list[list[int]]]:
-    """``items`` with ``k`` solved examples of ``pool`` before each question (:attr:`MCItem.prefix`), and the
-    examples' indices into ``pool``.
+def with_examples(items: Sequence[Item], pool: Sequence[Item], k: int, *,
+                  seed: int) -> tuple[list[Item], list[list[int]]]:
+    """``items`` with ``k`` solved examples of ``pool`` before each question (:attr:`MCItem.prefix`, and each
+    example's (context, answer) in :attr:`MCItem.shots` for a multi-turn chat), and the examples' indices into
+    ``pool``. Multiple-choice items or generation items (:class:`GenItem`), the same kind in both.
 
     >>> pool = [MCItem("Q: 1 + 1 =", (" 2", " 3"), 0), MCItem("Q: 2 + 1 =", (" 4", " 3"), 1)]
     >>> shot, _ = with_examples([MCItem("Q: 2 + 2 =", (" 4", " 5"), 0)], pool, 1, seed=0)
@@ -75,6 +85,7 @@ def with_examples(items: Sequence[MCItem], pool: Sequence[MCItem], k: int, *,
     ('Q: 2 + 1 = 3\\n\\nQ: 2 + 2 =', ' 4')
     """
     drawn = draw(items, pool, k, seed=seed)
-    shot = [dataclasses.replace(item, prefix="".join(pool[i].solved() + FEWSHOT_DELIMITER for i in picks))
+    shot = [dataclasses.replace(item, prefix="".join(pool[i].solved() + FEWSHOT_DELIMITER for i in picks),
+                                shots=tuple(pool[i].shot() for i in picks))
             for item, picks in zip(items, drawn, strict=True)]
     return shot, drawn

@@ -29,6 +29,7 @@ class MCItem:
     fill_blank: bool = False
     group: str = ""   # items sharing a group (two questions about one fact) are not independent: paw.evaluate.stats
     prefix: str = ""  # the few-shot examples, then the question
+    shots: tuple[tuple[str, str], ...] = ()  # the examples in ``prefix``, each its own (context, answer) pair
 
     def pairs(self) -> list[tuple[str, str]]:
         """``[(context, continuation), ...]``, one per choice, as the model scores them.
@@ -38,14 +39,20 @@ class MCItem:
         >>> MCItem("2 + 2 =", (" 3", " 4"), 1).pairs()
         [('2 + 2 =', ' 3'), ('2 + 2 =', ' 4')]
         """
-        return [(self.prefix + context, continuation) for context, continuation in self._own_pairs()]
+        return [(self.prefix + context, continuation) for context, continuation in self.own_pairs()]
 
-    def _own_pairs(self) -> list[tuple[str, str]]:
+    def own_pairs(self) -> list[tuple[str, str]]:
+        """:meth:`pairs` without the few-shot ``prefix``: the question's own (context, continuation) pairs."""
         if not self.fill_blank:
             return [(self.question, choice) for choice in self.choices]
         head, _, tail = self.question.partition(BLANK)
         tail = " " + tail.strip()
         return [(head + choice, tail) for choice in self.choices]
+
+    def shot(self) -> tuple[str, str]:
+        """The item as one few-shot example, ``(context, " " + right answer)``: what :meth:`solved` joins, and the
+        user and assistant turns of a multi-turn chat (:mod:`paw.evaluate.chat`)."""
+        return self.own_pairs()[self.answer]
 
     def solved(self) -> str:
         """The item with its right answer, as one few-shot example: lm-eval's ``doc_to_text + target_delimiter
@@ -56,7 +63,7 @@ class MCItem:
         >>> MCItem("Sam hugged Ann because _ was sad.", ("Sam", "Ann"), 1, fill_blank=True).solved()
         'Sam hugged Ann because Ann was sad.'
         """
-        return "".join(self._own_pairs()[self.answer])
+        return "".join(self.shot())
 
     def norm_lengths(self) -> list[int]:
         """The divisor of each choice's log-likelihood for ``accuracy_norm``: lm-eval's ``acc_norm``.
@@ -71,5 +78,37 @@ class MCItem:
         [26, 26]
         """
         if self.fill_blank:
-            return [max(len(context), 1) for context, _ in self._own_pairs()]
+            return [max(len(context), 1) for context, _ in self.own_pairs()]
         return [max(len(choice.removeprefix(" ")), 1) for choice in self.choices]
+
+
+@dataclass(frozen=True)
+class GenItem:
+    """A prompt the model continues by greedy generation, and the reference answers an exact match is sought
+    among (``paw eval --generate``).
+
+    ``GenItem("Question: the capital of France?\\nAnswer:", ("Paris",))``: the model generates after the
+    question, as written; the generation is stripped and compared with each reference
+    (:mod:`paw.evaluate.exact`). ``prefix`` and ``shots``: the few-shot examples, as for :class:`MCItem`.
+    """
+
+    question: str
+    references: tuple[str, ...]
+    id: str = ""
+    prefix: str = ""
+    shots: tuple[tuple[str, str], ...] = ()
+
+    def shot(self) -> tuple[str, str]:
+        """The item as one few-shot example: lm-eval's ``doc_to_text``, target delimiter and first target.
+
+        >>> GenItem("Q: 2 + 2 =", ("4", "four")).shot()
+        ('Q: 2 + 2 =', ' 4')
+        """
+        return self.question, " " + self.references[0]
+
+    def solved(self) -> str:
+        return "".join(self.shot())
+
+    def context(self) -> str:
+        """What the model continues: the few-shot examples, then the question."""
+        return self.prefix + self.question

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 from paw.device import guard_cuda_attention
 from paw.errors import PawError
+from paw.evaluate.chat import ChatFormat, pairs_of
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
 from paw.evaluate.items import MCItem
 from paw.evaluate.stats import mean_stderr
@@ -214,23 +215,24 @@ def model_device(model):
 
 def evaluate(model, tokenizer, items: Sequence[MCItem], *, batch_size: int | str = 8, device=None,
              progress: bool = True, padding_side: str | None = None, per_item: bool = False,
-             max_length: int | None = None) -> dict:
+             max_length: int | None = None, chat: ChatFormat | None = None) -> dict:
     """Score ``items`` with ``model``; returns the metrics in the module docstring.
 
     ``per_item=True`` adds ``correct`` and ``correct_norm`` (0/1 per item, in order) and
     ``choice_logprobs`` (the summed log-likelihood of every choice), for paired tests between models.
+    ``chat``: every context rendered with the model's chat template (:mod:`paw.evaluate.chat`).
 
     >>> evaluate(model, tok, [MCItem("2 + 2 =", (" 3", " 4"), 1)])  # doctest: +SKIP
     {'accuracy': 1.0, 'accuracy_norm': 1.0, 'stderr': 0.0, ..., 'n': 1}
     """
     scores = choice_scores(model, tokenizer, items, batch_size=batch_size, device=device, progress=progress,
-                           padding_side=padding_side, max_length=max_length)
+                           padding_side=padding_side, max_length=max_length, chat=chat)
     return summarize(items, scores, per_item=per_item)
 
 
 def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int | str = 8, device=None,
                   progress: bool = True, padding_side: str | None = None,
-                  max_length: int | None = None) -> list[tuple[float, int]]:
+                  max_length: int | None = None, chat: ChatFormat | None = None) -> list[tuple[float, int]]:
     """``(sum log p(choice | question), n_tokens)`` of every choice of every item, item by item: what
     :func:`summarize` reads, and what proxy-tuning combines across models (:mod:`paw.evaluate.proxy`).
     A sequence longer than ``max_length`` (default: the model's) loses tokens on the left, as in lm-eval."""
@@ -241,12 +243,11 @@ def choice_scores(model, tokenizer, items: Sequence[MCItem], *, batch_size: int 
     device = model_device(model)
     side = padding_side or "left"
     max_length = max_length or max_length_of(model)
-    encoded = []
     for k, item in enumerate(items):
         if not 0 <= item.answer < len(item.choices):
             raise PawError(f"item {item.id or k}: answer {item.answer} out of range for {len(item.choices)} choices")
-        encoded += [encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer")
-                    for context, continuation in item.pairs()]
+    encoded = [encode_pair(tokenizer, context, continuation, max_length=max_length, start="tokenizer")
+               for pairs in pairs_of(items, chat) for context, continuation in pairs]
     was_training = model.training
     model.eval()
     try:

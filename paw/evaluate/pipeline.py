@@ -20,8 +20,11 @@ from paw import fsdp as fsdp_sharding
 from paw.device import resolve_device
 from paw.distributed import setup
 from paw.errors import PawError
+from paw.evaluate.chat import ChatFormat, pairs_of, prompt_of, renderer
 from paw.evaluate.fewshot import with_examples
 from paw.evaluate.formats import read_items
+from paw.evaluate.gendata import read_gen_items
+from paw.evaluate.generate import generate, score
 from paw.evaluate.mc import evaluate
 from paw.evaluate.options import EvalOptions
 from paw.evaluate.perplexity import context_length, score_documents
@@ -71,7 +74,9 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
     With ``proxy_base`` and ``proxy_adapter`` each choice is scored as the model's log-likelihood plus
     ``proxy_scale`` times what ``proxy_adapter`` changes in ``proxy_base``'s (:mod:`paw.evaluate.proxy`).
     ``num_fewshot`` puts solved examples of ``fewshot_data`` before each question (:mod:`paw.evaluate.fewshot`);
-    ``text`` scores documents instead: word and byte perplexity, bits per byte (:mod:`paw.evaluate.perplexity`).
+    ``text`` scores documents instead: word and byte perplexity, bits per byte (:mod:`paw.evaluate.perplexity`);
+    ``generate`` generates greedily after prompts and scores exact matches (:mod:`paw.evaluate.generate`).
+    ``apply_chat_template`` renders every context with the model's chat template (:mod:`paw.evaluate.chat`).
     """
     o = options
     o.check()
@@ -116,22 +121,67 @@ def _scored(o: EvalOptions, device: str, *, progress: bool) -> tuple[dict, list[
         rows = score_documents(lm, tokenizer, documents, max_length=length, batch_size=o.batch_size,
                                progress=progress)
         return perplexity_metrics(rows), rows, {"limit": o.limit, "max_length": length}
+    if o.generate:
+        return _generated(o, device, progress=progress)
     items = read_items(o.data, format=o.format, limit=o.limit)
     drawn = None
     if o.num_fewshot:
         pool = read_items(o.fewshot_data, format=o.format)
         items, drawn = with_examples(items, pool, o.num_fewshot, seed=o.seed)
+    chat = None
     if o.proxy_base is None:
         lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=resolve_device(device), dtype=o.dtype)
+        chat = _chat(o, tokenizer)
         metrics = evaluate(lm, tokenizer, items, batch_size=o.batch_size, progress=progress, per_item=True,
-                           max_length=o.max_length)
+                           max_length=o.max_length, chat=chat)
     else:
         metrics = _proxy_tuned(o, items, device=device, progress=progress)
     records = item_records(items, metrics, fewshot=drawn)
-    settings = {"format": o.format, "limit": o.limit}
-    if o.num_fewshot:
-        settings |= {"num_fewshot": o.num_fewshot, "seed": o.seed}
+    if chat is not None:   # what was scored: the rendered contexts and the choices without their space
+        for record, pairs in zip(records, pairs_of(items, chat), strict=True):
+            record["pairs"] = [list(pair) for pair in pairs]
+    settings = {"format": o.format, "limit": o.limit, **_shared_settings(o)}
     return {k: v for k, v in metrics.items() if k not in PER_ITEM}, records, settings
+
+
+def _chat(o: EvalOptions, tokenizer) -> ChatFormat | None:
+    """The chat format ``o`` asks for (None without ``apply_chat_template``); a tokenizer without a template is
+    refused, naming the model."""
+    if not o.apply_chat_template:
+        return None
+    return ChatFormat(renderer(tokenizer, model=o.model), system=o.system_instruction, multiturn=o.multiturn())
+
+
+def _shared_settings(o: EvalOptions) -> dict:
+    """What the results file records of the few-shot and chat flags, when they are set."""
+    settings = {"num_fewshot": o.num_fewshot, "seed": o.seed} if o.num_fewshot else {}
+    if o.apply_chat_template:
+        settings |= {"apply_chat_template": True, "fewshot_as_multiturn": o.multiturn()}
+        if o.system_instruction is not None:
+            settings["system_instruction"] = o.system_instruction
+    return settings
+
+
+def _generated(o: EvalOptions, device: str, *, progress: bool) -> tuple[dict, list[dict], dict]:
+    """``(metrics, per-item records, settings)`` of ``--generate``: greedy generation scored by exact match."""
+    items = read_gen_items(o.data, limit=o.limit)
+    drawn = None
+    if o.num_fewshot:
+        items, drawn = with_examples(items, read_gen_items(o.fewshot_data), o.num_fewshot, seed=o.seed)
+    lm, tokenizer = load_lm(o.model, adapter=o.adapter, device=resolve_device(device), dtype=o.dtype)
+    chat = _chat(o, tokenizer)
+    prompts = [prompt_of(item, chat) for item in items]
+    generated = generate(lm, tokenizer, prompts, max_new_tokens=o.max_gen_tokens, until=o.until,
+                         batch_size=o.batch_size, max_length=o.max_length, progress=progress)
+    metrics, hits = score(items, generated, o.rules())
+    records = [{"index": k, "id": item.id, "prompt": prompt, "generated": g.text, "references": list(item.references),
+                "match": hit, "tokens": g.tokens, "stop": g.stop}
+               for k, (item, prompt, g, hit) in enumerate(zip(items, prompts, generated, hits, strict=True))]
+    for record, picks in zip(records, drawn or (), strict=False):
+        record["fewshot"] = picks
+    settings = {"limit": o.limit, "max_gen_tokens": o.max_gen_tokens, "until": list(o.until),
+                **o.rules().changes(), **_shared_settings(o)}
+    return metrics, records, settings
 
 
 def item_records(items, metrics: dict, *, fewshot: list[list[int]] | None = None) -> list[dict]:

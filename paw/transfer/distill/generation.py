@@ -7,10 +7,10 @@ choices, so the student can match a distribution over text across tokenizers.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 
-from paw.evaluate.encode import _prefix, left_columns, own_start, pad_id_of, sliding_window_of
+from paw.evaluate.encode import _prefix, own_start, pad_id_of, sliding_window_of
+from paw.evaluate.generate import cache_argument, left_padded, padded_chunks
 from paw.transfer.distill.prompts import Prompt
 
 
@@ -33,7 +33,7 @@ def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sam
         chunk = [(own if own or t else _prefix(tokenizer)) + tokenizer.encode(t, add_special_tokens=False)
                  for t in texts[start:start + batch_size]]
         gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + start)
-        rows = [r for part in _padded_chunks(chunk, sliding_window_of(model), max_new_tokens)
+        rows = [r for part in padded_chunks(chunk, sliding_window_of(model), max_new_tokens)
                 for r in _generate_batch(model, part, pad, eos, max_new_tokens, sample, temperature, gen, device,
                                          lambda ids: stop in tokenizer.decode(ids, skip_special_tokens=True))]
         for ids in rows:
@@ -41,50 +41,14 @@ def generate(model, tokenizer, texts: Sequence[str], *, max_new_tokens: int, sam
     return out
 
 
-def _left_padded(chunk: Sequence[Sequence[int]], pad: int, device):
-    """``(ids, mask, positions)`` of id lists left-padded into one batch (positions count real tokens).
-
-    Each row's first token stays in column 0 (:func:`paw.evaluate.encode.left_columns`): a row that
-    began with padding would hold queries that attend to nothing, NaN under CUDA's SDPA.
-    """
-    import torch
-
-    width = max(len(c) for c in chunk)
-    ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, c in enumerate(chunk):
-        cols = left_columns(len(c), width)
-        ids[row, cols] = torch.tensor(list(c), dtype=torch.long)
-        mask[row, cols] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def _padded_chunks(chunk: list, window: int | None, max_new_tokens: int) -> list[list]:
-    """``chunk`` as one batch, or one row at a time where padding would move a row's first token out
-    of a sliding window it falls inside unpadded (windows count columns, padding adds columns)."""
-    width = max(len(c) for c in chunk)
-    if window is None or width + max_new_tokens <= window or all(len(c) == width for c in chunk):
-        return [chunk]
-    return [[c] for c in chunk]
-
-
-def _cache_argument(model) -> str:
-    """The name under which this transformers version takes and returns the key/value cache: ``cache`` from
-    5.24 (``past_key_values`` still works there, with a deprecation warning on every call), before it
-    ``past_key_values``. A PEFT model passes its keywords through: its base model's signature decides."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
 def _generate_batch(model, chunk, pad, eos, max_new_tokens, sample, temperature, gen, device, ends_line) -> list[list[int]]:
     import torch
 
-    ids, mask, positions = _left_padded(chunk, pad, device)
+    ids, mask, positions = left_padded(chunk, pad, device)
     new: list[list[int]] = [[] for _ in chunk]
     done = [False] * len(chunk)
     past = None
-    key = _cache_argument(model)
+    key = cache_argument(model)
     with torch.no_grad():
         for _ in range(max_new_tokens):
             result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{key: past})
@@ -133,7 +97,7 @@ def next_words(model, tokenizer, prompts: Sequence[Prompt], k: int, *, batch_siz
     for start in range(0, len(todo), batch_size):
         rows = todo[start:start + batch_size]
         chunk = [prefix + tokenizer.encode(prompts[i].text, add_special_tokens=False) for i in rows]
-        ids, mask, positions = _left_padded(chunk, pad, device)
+        ids, mask, positions = left_padded(chunk, pad, device)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].float()
         top = logits.topk(min(k + 2, logits.shape[-1]), dim=-1).indices.tolist()
