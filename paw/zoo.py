@@ -19,6 +19,7 @@ from typing import Any
 
 from paw import data
 from paw.errors import PawError
+from paw.io.adapter_config import make_portable_adapter
 from paw.io.atomic import atomic_dir, check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
@@ -231,6 +232,7 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
     sort_target_modules(peft_model.peft_config["default"])
     with atomic_dir(folder, overwrite=True) as tmp:
         peft_model.save_pretrained(tmp)
+        make_portable_adapter(tmp)  # without the keys PEFT 0.13 refuses (paw.io.adapter_config)
     return Path(folder)
 
 
