@@ -30,6 +30,8 @@ TORCH_FREE = [
     "paw.evaluate.mc",
     "paw.evaluate.stats",
     "paw.fsdp",
+    "paw.io.adapter_config",
+    "paw.io.model_config",
     "paw.merge.weights",
     "paw.progress",
     "paw.transfer.distill.byte_align",
