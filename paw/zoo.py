@@ -19,10 +19,12 @@ from typing import Any
 
 from paw import data
 from paw.errors import PawError
+from paw.io.adapter_config import make_portable_adapter
 from paw.io.atomic import atomic_dir, check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hub import quiet_transformers
 from paw.io.lm import load_tokenizer, sort_target_modules
+from paw.io.model_config import make_portable_config
 from paw.io.tokenizer_config import make_portable
 from paw.zoo_options import BuildOptions, FineTuneOptions
 
@@ -143,6 +145,7 @@ def save_model(model, folder: str | Path, *, tokenizer=None, overwrite: bool = T
     quiet_transformers()  # PAW draws its own progress; no per-shard bars in its output
     with atomic_dir(folder, overwrite=overwrite) as tmp:
         model.save_pretrained(tmp)
+        make_portable_config(tmp)  # transformers 4 reads its rotary settings too (paw.io.model_config)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
             make_portable(tmp)  # transformers 5 names a class transformers 4 lacks (paw.io.tokenizer_config)
@@ -234,6 +237,7 @@ def make_lora(base: str | Path, folder: str | Path, *, rank: int = 4, alpha: flo
     sort_target_modules(peft_model.peft_config["default"])
     with atomic_dir(folder, overwrite=True) as tmp:
         peft_model.save_pretrained(tmp)
+        make_portable_adapter(tmp)  # without the keys PEFT 0.13 refuses (paw.io.adapter_config)
     return Path(folder)
 
 

@@ -35,6 +35,8 @@ TORCH_FREE = [
     "paw.evaluate.options",
     "paw.evaluate.stats",
     "paw.fsdp",
+    "paw.io.adapter_config",
+    "paw.io.model_config",
     "paw.merge.weights",
     "paw.progress",
     "paw.transfer.distill.byte_align",

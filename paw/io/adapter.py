@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paw.errors import NotApplicable, PawError
+from paw.io.adapter_config import CONFIG_NAME, portable_adapter_config
 from paw.io.atomic import atomic_dir
 from paw.io.finite import nonfinite_policy
 from paw.io.hub import resolve_path
@@ -29,7 +30,6 @@ from paw.lora import apply_lora, lora_delta, lora_scaling
 from paw.validate import NonFinite, nonfinite
 
 PEFT_PREFIX = "base_model.model."
-CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 # saved suffix -> (factor, module kind)
 _SUFFIXES = {
@@ -394,7 +394,7 @@ def write_adapter_files(folder: Path, adapter: LoraAdapter) -> None:
 
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in sorted(adapter.tensors.items())}
     save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
-    write_json(folder / CONFIG_NAME, adapter.config)
+    write_json(folder / CONFIG_NAME, portable_adapter_config(adapter.config))  # PEFT 0.13 reads it too
 
 
 def lora_config_dict(*, r: int, alpha: float, target_modules: list[str], base_model: str | None,

@@ -13,6 +13,7 @@ from typing import Any
 from paw import __version__
 from paw.errors import PawError
 from paw.io.adapter_check import read_adapter_header
+from paw.io.adapter_config import make_portable_adapter
 from paw.io.atomic import atomic_dir, atomic_file
 from paw.io.checkpoint import open_checkpoint
 from paw.io.gguf import gguf_side_folder, load_gguf_model
@@ -156,6 +157,7 @@ def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str,
             config.base_model_name_or_path = str(base)
         sort_target_modules(config)
     peft_model.save_pretrained(folder, **({"state_dict": state_dict} if state_dict is not None else {}))
+    make_portable_adapter(folder)  # without the keys PEFT 0.13 refuses (paw.io.adapter_config)
     for name, data in (extra_files or {}).items():
         write_json(Path(folder) / name, data)
 

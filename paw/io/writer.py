@@ -21,6 +21,7 @@ from paw.io.finite import mark_checked, nonfinite_policy, refuse_nonfinite_tenso
 from paw.io.gguf import causal_lm_class, gguf_config, gguf_side_folder, open_gguf
 from paw.io.hub import resolve_path
 from paw.io.manifest import write_json
+from paw.io.model_config import make_portable_config
 from paw.io.safetensors_header import DTYPES
 from paw.io.tokenizer_config import make_portable
 
@@ -220,7 +221,8 @@ def write_checkpoint(
     ``config`` (a dict) is written as ``config.json``; otherwise ``config.json`` and
     ``generation_config.json`` are copied from ``copy_from`` when present there. Tokenizer files
     are copied from ``tokenizer_from`` (default: ``copy_from``), their ``tokenizer_config.json`` made one
-    that transformers 4 reads too (:func:`paw.io.tokenizer_config.make_portable`). ``extra_files`` maps file names to
+    that transformers 4 reads too (:func:`paw.io.tokenizer_config.make_portable`), and so is ``config.json``
+    (:func:`paw.io.model_config.make_portable_config`). ``extra_files`` maps file names to
     JSON-serialisable objects (e.g. a provenance manifest), or to functions returning one (called
     after the last tensor), written beside the weights; ``text_files`` likewise maps names to text (a
     ``README.md`` model card), or to functions returning it. Inputs (``copy_from``, ``tokenizer_from``)
@@ -244,6 +246,7 @@ def write_checkpoint(
         for fname, text in (text_files or {}).items():
             (tmp / fname).write_text(text() if callable(text) else text, encoding="utf-8")
         make_portable(tmp)  # transformers 4 reads the tokenizer too (paw.io.tokenizer_config)
+        make_portable_config(tmp)  # and the rotary settings (paw.io.model_config)
     return Path(output)
 
 
