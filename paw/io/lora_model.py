@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paw import arch
 from paw.errors import PawError
 from paw.io.adapter import (
     COPY_SEGMENTS,
@@ -119,7 +120,7 @@ def _check_module(ckpt: Checkpoint, module: LoraModule, adapter: LoraAdapter) ->
         raise PawError("the adapter's factors are fan_in_fan_out (GPT-2 Conv1D layers), which PAW's model families "
                        "do not use", path=adapter.path)
     if name not in ckpt:
-        tied = ckpt.tied_embeddings and name.endswith("lm_head.weight")
+        tied = ckpt.tied_embeddings and name.endswith(arch.GENERIC.head)
         why = "ties its head to the embedding and stores no head" if tied else "has no such tensor"
         raise PawError(f"the adapter adapts {module.module!r}, but {ckpt.path} {why}", path=adapter.path)
     rows, cols = int(module.B.shape[0]), int(module.A.shape[1])
