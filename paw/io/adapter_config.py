@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paw.io.json_file import read_json
-from paw.io.manifest import write_json
+from paw.io.manifest import rewrite_json
 
 CONFIG_NAME = "adapter_config.json"
 # every field of LoraConfig in PEFT 0.13.2 (the declared minimum), its base class's included
@@ -70,9 +69,4 @@ def make_portable_adapter(folder: str | Path) -> bool:
     path = Path(folder) / CONFIG_NAME
     if not path.is_file():
         return False
-    config = read_json(path)
-    fixed = portable_adapter_config(config)
-    if fixed == config:
-        return False
-    write_json(path, fixed)
-    return True
+    return rewrite_json(path, portable_adapter_config)

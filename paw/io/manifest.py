@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from paw import __version__
+from paw.io.json_file import read_json
 
 _CLI_ARGS: ContextVar[tuple[str, ...] | None] = ContextVar("paw_cli_args", default=None)
 
@@ -124,6 +125,17 @@ def write_json(path: str | Path, data: Any) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def rewrite_json(path: str | Path, fix) -> bool:
+    """Write ``fix(contents)`` over the JSON file ``path`` where it differs; True when written. A file that
+    needs nothing is left byte for byte."""
+    config = read_json(path)
+    fixed = fix(config)
+    if fixed == config:
+        return False
+    write_json(path, fixed)
+    return True
 
 
 def write_manifest(folder: str | Path, filename: str, *, command: str, inputs: dict[str, Any],

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paw.io.json_file import read_json
-from paw.io.manifest import write_json
+from paw.io.manifest import rewrite_json
 
 CONFIG_NAME = "config.json"
 _LAYER_TYPES = ("full_attention", "sliding_attention")  # Gemma-3: one rope entry per attention type
@@ -60,9 +59,4 @@ def make_portable_config(folder: str | Path) -> bool:
     path = Path(folder) / CONFIG_NAME
     if not path.is_file():
         return False
-    config = read_json(path)
-    fixed = portable_config(config)
-    if fixed == config:
-        return False
-    write_json(path, fixed)
-    return True
+    return rewrite_json(path, portable_config)

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paw.io.json_file import read_json
-from paw.io.manifest import write_json
+from paw.io.manifest import rewrite_json, write_json
 
 CONFIG_NAME = "tokenizer_config.json"
 PORTABLE_CLASS = "PreTrainedTokenizerFast"     # transformers 4.x and 5.x: the tokenizer.json-backed class
@@ -59,9 +58,4 @@ def make_portable(folder: str | Path) -> bool:
             return False
         write_json(path, minimal_config())
         return True
-    config = read_json(path)
-    fixed = portable_config(config)
-    if fixed == config:
-        return False
-    write_json(path, fixed)
-    return True
+    return rewrite_json(path, portable_config)
