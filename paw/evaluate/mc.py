@@ -33,96 +33,26 @@ CUDA's: ``tests/evaluate/test_padding.py``).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 
 from paw.device import guard_cuda_attention
 from paw.errors import PawError
+from paw.evaluate import shared
 from paw.evaluate.chat import ChatFormat, pairs_of
 from paw.evaluate.encode import Encoded, encode_pair, make_batch, max_length_of, pad_id_of, sliding_window_of
+from paw.evaluate.forward import (  # noqa: F401  (continuation_logprobs, forward_logits: importable from here)
+    Batches,
+    TooBig,
+    continuation_logprobs,
+    forward_logits,
+    logits_fit,
+    score_batch,
+    vocab_size,
+)
 from paw.evaluate.items import MCItem
 from paw.evaluate.stats import mean_stderr
-from paw.progress import track
-
-
-def continuation_logprobs(logits, targets, target_mask):
-    """Sum of target log-probabilities over masked positions, per row.
-
-    ``logits`` (B, T, V), ``targets`` (B, T) token ids, ``target_mask`` (B, T) bool ->
-    ``(sum_logprob (B,), n_tokens (B,))``. Computed in float32 whatever the model's dtype.
-    """
-    import torch
-
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    picked = torch.where(target_mask, picked, torch.zeros_like(picked))
-    return picked.sum(-1), target_mask.sum(-1)
-
-
-def forward_logits(model, batch, device):
-    """``(logits (B, K, V), skip)``: logits of the last K = T - skip positions, those holding targets.
-
-    With left padding every continuation sits at the end of its row, so only the longest
-    continuation's K positions go through the LM head (``logits_to_keep``), which saves memory
-    with 150k-token vocabularies; with right padding nearly all T positions do.
-    """
-    length = batch.target_mask.shape[1]
-    columns = batch.target_mask.any(0).nonzero()
-    skip = int(columns[0]) if len(columns) else 0
-    keep = length - skip
-    inputs = dict(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                  position_ids=batch.position_ids.to(device))
-    with _contiguous_head_input(model):
-        try:
-            logits = model(**inputs, logits_to_keep=keep).logits
-        except TypeError:  # models without logits_to_keep
-            logits = model(**inputs).logits
-    if logits.shape[1] != keep:
-        logits = logits[:, -keep:]
-    return logits, skip
-
-
-@contextlib.contextmanager
-def _contiguous_head_input(model):
-    """The LM head reads a contiguous copy of its input while the block runs.
-
-    ``logits_to_keep`` hands the head a strided view, ``hidden[:, -K:]``. On CPU (torch 2.13) a
-    linear map of a strided (B, K, H) input is not folded into one matrix product: the (V, H) weight
-    is expanded to (B, H, V) and copied, B x V x H x dtype bytes held during the head's forward and
-    again in its backward: 2 GiB at batch 4 for Llama-3.2-1B's 128,256 x 2,048 head in bf16, where
-    the logits themselves take 0.1 GiB. The contiguous copy of the input is B x K x H.
-    """
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is None:
-        yield
-        return
-    handle = head.register_forward_pre_hook(lambda _module, args: tuple(a.contiguous() for a in args))
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-LOGITS_BUDGET = 1 << 30
-"""Bytes of float32 logits (rows x kept positions x vocabulary x 4) one forward pass may hold: a batch
-that would need more is halved until it fits (Gemma-3's 262k-token vocabulary on PIQA's longest
-answers, up to 210 tokens, at the bench's batch of 64 asked for about 10 GiB of logits, twice over
-with their log-softmax, and the process was killed on a 24 GiB machine)."""
-
-
-def _logit_bytes(batch, vocab: int) -> int:
-    columns = batch.target_mask.any(0).nonzero()
-    keep = batch.target_mask.shape[1] - (int(columns[0]) if len(columns) else 0)
-    return batch.target_mask.shape[0] * keep * vocab * 4
-
-
-def _vocab_size(model) -> int:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and getattr(head, "weight", None) is not None:
-        return int(head.weight.shape[0])
-    return int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
-
+from paw.progress import status, track
 
 AUTO_BATCH = {"cuda": 64, "cpu": 8}
 """Where ``batch_size="auto"`` starts, by device type (other devices: the CPU's). A batch that runs out of
@@ -132,81 +62,61 @@ out of memory there is the kernel killing the process, not an error to halve on.
 
 
 def score_encoded(model, encoded: Sequence[Encoded], *, pad_id: int, batch_size: int | str = 8, device=None,
-                  padding_side: str = "left", progress: bool = True,
-                  description: str = "scoring choices") -> list[tuple[float, int]]:
+                  padding_side: str = "left", progress: bool = True, description: str = "scoring choices",
+                  share_context: bool = True) -> list[tuple[float, int]]:
     """``(sum log p(continuation), n_tokens)`` for each encoding, in input order (``device``: the
-    model's own where not given; a batch whose logits would pass :data:`LOGITS_BUDGET` goes in halves;
-    ``batch_size="auto"``: :data:`AUTO_BATCH`)."""
+    model's own where not given; a batch whose logits would pass :data:`~paw.evaluate.forward.LOGITS_BUDGET`
+    goes in halves; ``batch_size="auto"``: :data:`AUTO_BATCH`).
+
+    Encodings with the same context (the choices of one item) run that context once and each choice from
+    its cached keys and values (:mod:`paw.evaluate.shared`), where the model's family is one that path is
+    tested on; the rest, and all of them with ``share_context=False``, run whole, one row each. Both ways
+    give the same log-likelihoods to float rounding (``tests/evaluate/test_shared_context.py``)."""
     import torch
 
     device = model_device(model) if device is None else device
     guard_cuda_attention(model)
     auto = batch_size == "auto"
     size = AUTO_BATCH.get(torch.device(device).type, AUTO_BATCH["cpu"]) if auto else int(batch_size)
-    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
-    starts = range(0, len(order), size)
+    batches = Batches(size, auto=auto, device=device)
     results: list[tuple[float, int]] = [(0.0, 0)] * len(encoded)
-    window = sliding_window_of(model)
-    vocab = _vocab_size(model)
-    cap = size   # what fits: lowered when a batch runs out of memory under "auto"
-    batches = track(starts, description, total=len(starts), unit="batches") if progress else starts
+    groups, alone = shared.plan(encoded) if share_context else ([], list(range(len(encoded))))
+    if groups and (refusal := shared.refusal(model)) is not None:
+        status(f"{description}: each choice with its whole context, the context not shared ({refusal})")
+        groups, alone = [], list(range(len(encoded)))
     with torch.no_grad():
-        for start in batches:
-            pending = [order[start:start + size]]
-            while pending:
-                index = pending.pop()
-                if len(index) > cap:   # a smaller batch fitted since this one was queued
-                    pending += [index[i:i + cap] for i in range(0, len(index), cap)][::-1]
-                    continue
-                batch = make_batch([encoded[i] for i in index], pad_id=pad_id, padding_side=padding_side,
-                                   window=window)
-                if len(index) > 1 and _logit_bytes(batch, vocab) > LOGITS_BUDGET:
-                    half = len(index) // 2
-                    pending += [index[half:], index[:half]]
-                    continue
-                try:
-                    sums, counts = _score_batch(model, batch, device)
-                except _out_of_memory() as err:
-                    if not auto or len(index) == 1:
-                        raise PawError(f"out of memory on {torch.device(device).type} with {len(index)} sequences "
-                                       f"of up to {batch.input_ids.shape[1]} tokens; try a smaller --batch-size, "
-                                       "or --batch-size auto") from err
-                    cap = len(index) // 2
-                    _free_memory(device)
-                    pending += [index[cap:], index[:cap]]
-                    continue
-                for i, s, c in zip(index, sums.tolist(), counts.tolist(), strict=True):
-                    results[i] = (float(s), int(c))
+        if groups:
+            try:
+                shared.score_groups(model, encoded, groups, pad_id=pad_id, batches=batches, results=results,
+                                    progress=progress, description=description)
+            except shared.Unshareable as why:   # found on the first batch, before any score is kept
+                status(f"{description}: each choice with its whole context, the context not shared ({why})")
+                alone = list(range(len(encoded)))
+        if alone:
+            _score_whole(model, encoded, alone, pad_id=pad_id, batches=batches, padding_side=padding_side,
+                         results=results, progress=progress, description=description)
     return results
 
 
-def _score_batch(model, batch, device):
-    """``(sums (B,), counts (B,))`` of one batch; a NaN/Inf log-likelihood is refused."""
-    import torch
+def _score_whole(model, encoded: Sequence[Encoded], index: Sequence[int], *, pad_id: int, batches: Batches,
+                 padding_side: str, results: list, progress: bool, description: str) -> None:
+    """``results[i]`` for each ``i`` of ``index``: ``encoded[i]`` run whole, one row each, longest first."""
+    order = sorted(index, key=lambda i: -len(encoded[i].ids))  # longest first: fewer pads
+    window = sliding_window_of(model)
+    vocab = vocab_size(model)
 
-    logits, skip = forward_logits(model, batch, device)
-    sums, counts = continuation_logprobs(logits, batch.targets[:, skip:].to(device),
-                                         batch.target_mask[:, skip:].to(device))
-    del logits
-    bad = int((~torch.isfinite(sums)).sum())
-    if bad:  # a NaN compares as nothing: the first choice would win silently
-        raise PawError(f"the model gave a NaN/Inf log-likelihood for {bad} of the {len(sums)} sequences "
-                       f"of one batch on {sums.device.type}; try --dtype float32, or another "
-                       "--device to compare")
-    return sums, counts
+    def step(part: list[int]) -> None:
+        batch = make_batch([encoded[i] for i in part], pad_id=pad_id, padding_side=padding_side, window=window)
+        if not logits_fit(batch, vocab):
+            raise TooBig
+        sums, counts = score_batch(model, batch, batches.device)
+        for i, s, c in zip(part, sums.tolist(), counts.tolist(), strict=True):
+            results[i] = (float(s), int(c))
 
-
-def _out_of_memory() -> type[BaseException]:
-    import torch
-
-    return getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-
-
-def _free_memory(device) -> None:
-    import torch
-
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()
+    size = batches.size   # the slices stay this wide; Batches.run splits them when its size goes down
+    starts = range(0, len(order), size)
+    for start in track(starts, description, total=len(starts), unit="batches") if progress else starts:
+        batches.run(order[start:start + size], step, tokens=lambda part: max(len(encoded[i].ids) for i in part) - 1)
 
 
 def model_device(model):

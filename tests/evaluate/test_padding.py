@@ -141,20 +141,21 @@ def test_a_nan_log_likelihood_is_an_error_not_a_silent_first_choice():
 def test_a_batch_over_the_logits_budget_goes_in_halves_with_the_same_scores(monkeypatch):
     """Gemma-3's 262k vocabulary on PIQA's long answers at a batch of 64 was killed for memory on the
     CPU: a batch past LOGITS_BUDGET is halved until it fits, and every score stays what it was."""
-    from paw.evaluate import mc
+    from paw.evaluate import forward
 
     model = _model()
     whole = score_encoded(model, ROWS, pad_id=0, batch_size=4, progress=False)
     sizes = []
-    real = mc.forward_logits
-    monkeypatch.setattr(mc, "forward_logits", lambda m, batch, d: sizes.append(len(batch.input_ids)) or real(m, batch, d))
+    real = forward.forward_logits
+    monkeypatch.setattr(forward, "forward_logits",
+                        lambda m, batch, d, **extra: sizes.append(len(batch.input_ids)) or real(m, batch, d, **extra))
     # room for two rows of this batch's kept positions (3: the longest continuation), 64-token vocabulary
-    monkeypatch.setattr(mc, "LOGITS_BUDGET", 2 * 3 * 64 * 4)
+    monkeypatch.setattr(forward, "LOGITS_BUDGET", 2 * 3 * 64 * 4)
     split = score_encoded(model, ROWS, pad_id=0, batch_size=4, progress=False)
     assert sizes == [2, 2]
     for (a, n), (b, m) in zip(split, whole, strict=True):
         assert n == m and a == pytest.approx(b, abs=1e-5)
-    monkeypatch.setattr(mc, "LOGITS_BUDGET", 1)  # one row always runs, whatever its size
+    monkeypatch.setattr(forward, "LOGITS_BUDGET", 1)  # one row always runs, whatever its size
     sizes.clear()
     assert [n for _, n in score_encoded(model, ROWS, pad_id=0, batch_size=4, progress=False)] == [n for _, n in whole]
     assert sizes == [1, 1, 1, 1]
