@@ -29,6 +29,11 @@ column 0, so that no query attends to nothing (CUDA's SDPA gives NaN for such a 
 spreads through the row: :func:`~paw.evaluate.encode.make_batch`). Position ids count real tokens
 only, so left and right padding give the same numbers (tested, also under an SDPA that behaves as
 CUDA's: ``tests/evaluate/test_padding.py``).
+
+The choices of one item share their context: where the model's family is one it is tested on, the
+context runs once and each choice from its cached keys and values (:mod:`paw.evaluate.shared`; about a
+third of the tokens on four-choice ARC-Easy), to the same log-likelihoods within float rounding
+(``tests/evaluate/test_shared_context.py``); other families run every row whole, as above.
 """
 
 from __future__ import annotations
