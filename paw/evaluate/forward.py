@@ -93,7 +93,8 @@ def score_targets(model, batch, device, **extra):
     """As :func:`score_batch`, with the LM head run on the N target positions alone, (1, N, H), instead of
     every kept one, (B, K, H): padded rows cost no head work (a pre-hook on the head picks the rows; what
     the model does after its head must act per position, as the softcapping of Gemma-2 and 3 does). The
-    log-likelihood is ``logit - logsumexp(logits)``, the log-softmax without writing all of it."""
+    log-probabilities are a log-softmax, as everywhere else: ``logit - logsumexp(logits)`` came out lower by
+    about 2e-5 a token on SmolLM2's 49k vocabulary (torch 2.13, CPU), 1e-3 on a 50-token PIQA answer."""
     import torch
 
     skip = first_target_column(batch)
@@ -117,8 +118,7 @@ def score_targets(model, batch, device, **extra):
     targets = batch.targets[:, skip:].to(device)[mask]
     if logits.shape[:2] != (1, len(targets)):
         raise PawError(f"the LM head gave logits of shape {tuple(logits.shape)} for {len(targets)} target positions")
-    logits = logits[0].float()
-    picked = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, -1)
+    picked = torch.log_softmax(logits[0].float(), -1).gather(-1, targets[:, None])[:, 0]
     sums = torch.zeros(len(mask), dtype=torch.float32, device=picked.device)
     sums.index_add_(0, mask.nonzero()[:, 0], picked)
     refuse_non_finite(sums)
