@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 
-from paw.evaluate.mc import LOGITS_BUDGET, continuation_logprobs, forward_logits
+from paw.evaluate.forward import LOGITS_BUDGET, continuation_logprobs, forward_logits
 
 
 def choice_sums(model, batch, device, budget: int = LOGITS_BUDGET):
