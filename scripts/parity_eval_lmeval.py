@@ -265,9 +265,11 @@ def paw_child(out: Path, model: Path, files: dict[str, str], batch_size: int, nu
         if num_fewshot and f"{name}_train" in files:   # as paw eval --num-fewshot K --fewshot-data TRAIN --seed 1234
             pool = read_items(files[f"{name}_train"], format=SETS[name][1])
             items, _ = with_examples(items, pool, num_fewshot, seed=1234)
+        cpu = time.process_time()
         m = evaluate(lm, tokenizer, items, batch_size=batch_size, progress=False, per_item=True, chat=form)
         lls = m["choice_logprobs"]
         results[name] = {
+            "score_cpu_s": time.process_time() - cpu,   # the scoring alone: no start-up, no loading
             "accuracy": m["accuracy"], "accuracy_norm": m["accuracy_norm"], "lls": lls,
             "stderr": m["stderr"], "stderr_norm": m["stderr_norm"],
             "pairs": pairs_of(items, form),
