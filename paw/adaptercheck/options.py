@@ -16,7 +16,7 @@ class CheckOptions:
     """Will ``adapter`` load on ``base``? (read from file headers only)"""
 
     adapter: str | Path | None = knob(None, _ADAPTER, cli=Path)
-    base: str | Path | None = knob(None, "Base model folder (or cached model ID).", cli=Path)
+    base: str | Path | None = knob(None, "Base model folder (or Hub id org/name[@rev]).", cli=Path)
 
     def check(self) -> None:
         require(self, "adapter", "base")

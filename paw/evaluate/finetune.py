@@ -51,7 +51,7 @@ MANIFEST_JSON = "paw_train_full.json"
 class TrainFullFiles:
     """What ``paw train-full`` reads and writes, and which items it takes."""
 
-    model: str | None = knob(None, "Base model folder or cached Hugging Face id.")
+    model: str | None = knob(None, "Base model folder or Hub id (org/name[@rev]; downloaded if not cached).")
     data: str | Path | None = knob(None, "Training multiple-choice JSON-lines file (the right answers are learnt).",
                                    cli=Path)
     output: str | Path | None = knob(None, "Model folder to create (float32 safetensors, metrics.json).", cli=Path)

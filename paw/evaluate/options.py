@@ -63,7 +63,7 @@ class EvalOptions:
     """One evaluation: a model (with an adapter, or with another model's adapter shift: proxy-tuning) on one
     multiple-choice file, one text (``text``: perplexity) or one file of questions to answer (``generate``)."""
 
-    model: str | None = knob(None, "Model folder, .gguf file or cached Hugging Face id.")
+    model: str | None = knob(None, "Model folder, .gguf file or Hub id (org/name[@rev]).")
     data: str | Path | None = knob(None, "Multiple-choice JSON-lines file (with --generate: question and answer).",
                                    cli=Path)
     text: str | Path | None = knob(None, "Perplexity instead: a text file (one document) or .jsonl of {\"text\": ...}.",
@@ -186,7 +186,7 @@ class EvalOptions:
 class TrainLoraOptions:
     """One LoRA trained on the right answers of a multiple-choice set (``paw train-lora``)."""
 
-    model: str | None = knob(None, "Base model folder, .gguf file or cached Hugging Face id.")
+    model: str | None = knob(None, "Base model folder, .gguf file or Hub id (org/name[@rev]).")
     data: str | Path | None = knob(None, "Training multiple-choice JSON-lines file (the right answers are learnt).",
                                    cli=Path)
     output: str | Path | None = knob(None, "PEFT adapter folder to create (with metrics.json).", cli=Path)

@@ -63,7 +63,7 @@ RULES = {
 class ExtractFiles:
     """What ``paw extract-lora`` reads and writes."""
 
-    base: str | None = knob(None, "Base model: folder, weight file, .gguf or cached HF id.")
+    base: str | None = knob(None, "Base model: folder, weight file, .gguf or Hub id (org/name[@rev]).")
     finetune: str | None = knob(None, "Full fine-tune of the base (same architecture and shapes).")
     output: str | Path | None = knob(None, "PEFT adapter folder to create (with extract_report.json).", cli=Path)
 

@@ -32,7 +32,7 @@ def check_dtype(dtype: str) -> str:
 
 
 def load_lm(model: str | Path, *, adapter: str | Path | None = None, device=None, dtype: str = "auto"):
-    """``(model, tokenizer)`` from a model folder or cached hub id, with ``adapter`` applied if given.
+    """``(model, tokenizer)`` from a model folder or Hub id (cached or downloaded), with ``adapter`` applied if given.
 
     ``dtype='auto'`` keeps the checkpoint's dtype on GPU and uses float32 on CPU (bfloat16 matmuls
     are slow there). The model is in eval mode on ``device`` (default CPU).

@@ -19,15 +19,13 @@ from paw.errors import PawError
 from paw.io.atomic import atomic_dir
 from paw.io.finite import mark_checked, nonfinite_policy, refuse_nonfinite_tensor
 from paw.io.gguf import causal_lm_class, gguf_config, gguf_side_folder, open_gguf
-from paw.io.hub import resolve_path
+from paw.io.hub import TOKENIZER_FILES, resolve_path
 from paw.io.manifest import write_json
 from paw.io.model_config import make_portable_config
 from paw.io.safetensors_header import DTYPES
 from paw.io.tokenizer_config import make_portable
 
 DEFAULT_SHARD_BYTES = 2 * 1024**3
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja")
 _MODEL_SIDE_FILES = ("config.json", "generation_config.json")
 
 
@@ -176,7 +174,7 @@ def tokenizer_source(spec: str | Path, *, what: str) -> Path:
     ``what`` names the key or flag in the refusal (``tokenizer_source``, ``--tokenizer-from``): a
     path such as ``../../../etc`` exists but would copy no tokenizer into the output, silently.
     """
-    path = resolve_path(spec, what=what)
+    path = resolve_path(spec, what=what, kind="tokenizer")
     if path.is_file() and path.suffix.lower() == ".gguf":
         return path
     folder = path.parent if path.is_file() else path

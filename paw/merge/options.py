@@ -57,7 +57,7 @@ def _judged(knob_name: str):
 class MergeSpec:
     """What ``paw merge`` merges: the models, their base, the method, its knobs and the weights."""
 
-    base: str | None = knob(None, "The common base model (folder, .safetensors or .gguf file, or cached ID); "
+    base: str | None = knob(None, "The common base model (folder, .safetensors or .gguf file, or Hub id org/name); "
                                   "optional for --method linear.")
     models: tuple[str, ...] = knob((), "Fine-tunes of the base, space separated: --models A B C.")
     method: str = knob("task-arithmetic", "A merge method (see docs/commands/merge.md for each one's paper); with "

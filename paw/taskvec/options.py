@@ -24,7 +24,7 @@ def ranks(text: str) -> tuple[int, ...]:
 class TaskVectorOptions:
     """The task vectors Δ = model − base of one base and its fine-tunes, and what the report holds."""
 
-    base: str | None = knob(None, "Base model: folder, weight file, .gguf or cached HF id.")
+    base: str | None = knob(None, "Base model: folder, weight file, .gguf or Hub id (org/name[@rev]).")
     models: tuple[str, ...] | None = knob(None, "Fine-tuned model(s) of the same architecture: --models A B C (or "
                                                 "--models A --models B).")
     outdir: str | Path = knob("tv_stats", "Report folder.", cli=Path)

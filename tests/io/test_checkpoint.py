@@ -123,7 +123,9 @@ def test_uncached_model_id(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    with pytest.raises(PawError, match="not in the Hugging Face cache.*never downloads"):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(PawError, match="not in the Hugging Face cache.*HF_HUB_OFFLINE=1 forbids downloading it: "
+                                       "fetch it with `hf download someorg/some-model-7b`"):
         open_checkpoint("someorg/some-model-7b")
 
 
