@@ -88,7 +88,7 @@ class RunOptions:
 
     device: str = knob("auto", f"Where the arithmetic runs: {DEVICE_HELP}.")
     overwrite: bool = knob(False, "Replace the output if it already exists.")
-    track: str = knob("none", "Tracking: none, csv or swanlab (offline), to OUT-tracking/.")
+    track: str = knob("none", "Tracking: none, csv, swanlab or wandb (offline), to OUT-tracking/.")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,6 @@ def test_transfer_and_merge_track_csv(cli, tmp_path, tiny_llama, tiny_lora):
 
 def test_unknown_tracker_is_refused_before_work(cli, tmp_path, tiny_llama, tiny_lora):
     r = cli("transfer-lora", "--adapter", tiny_lora, "--source-base", tiny_llama, "--target-base", tiny_llama,
-            "--output", tmp_path / "x", "--track", "wandb")
-    assert r.exit_code == 2 and "--track 'wandb'" in r.stderr
+            "--output", tmp_path / "x", "--track", "mlflow")
+    assert r.exit_code == 2 and "--track 'mlflow'" in r.stderr
     assert not (tmp_path / "x").exists()

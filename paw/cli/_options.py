@@ -30,7 +30,7 @@ OVERWRITE = typer.Option(False, "--overwrite", help="Replace the output if it al
 ALLOW_NONFINITE = typer.Option(False, "--allow-nonfinite", help="Write the output even if it holds NaN or Inf "
                                "(refused by default, naming the input at fault).")
 SEED = typer.Option(0, "--seed", help="Random seed; same inputs and seed give byte-identical outputs.")
-TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv or swanlab (offline), "
+TRACK = typer.Option("none", "--track", help="Experiment tracking: none, csv, swanlab or wandb (offline), "
                      "logged to OUT-tracking/.")
 
 

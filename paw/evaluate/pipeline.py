@@ -70,7 +70,7 @@ def evaluate_model(options: EvalOptions, run: RunOptions = RunOptions(), *, prog
                    command: str | None = None) -> Evaluation:
     """Multiple-choice accuracy (raw and length-normalised) ± stderr, and the answers' loss and perplexity.
 
-    ``run.track`` (none, csv, swanlab) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
+    ``run.track`` (none, csv, swanlab, wandb) logs to ``OUTPUT-tracking/`` (``./paw-runs/eval`` without ``output``).
     With ``proxy_base`` and ``proxy_adapter`` each choice is scored as the model's log-likelihood plus
     ``proxy_scale`` times what ``proxy_adapter`` changes in ``proxy_base``'s (:mod:`paw.evaluate.proxy`).
     ``num_fewshot`` puts solved examples of ``fewshot_data`` before each question (:mod:`paw.evaluate.fewshot`);

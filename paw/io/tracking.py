@@ -1,4 +1,4 @@
-"""Experiment tracking: ``none``, a metrics CSV, or swanlab in offline mode.
+"""Experiment tracking: ``none``, a metrics CSV, or swanlab or Weights & Biases in offline mode.
 
 >>> tracker = make_tracker("csv", "runs/lora", {"rank": 16})  # doctest: +SKIP
 >>> tracker.log({"train/loss": 2.31}, step=10)  # doctest: +SKIP
@@ -6,13 +6,16 @@
 
 Every tracker writes under ``run_dir`` only. ``swanlab`` runs with ``mode="offline"`` and
 ``log_dir=run_dir/swanlog``: nothing leaves the machine; ``swanlab sync <run folder>`` uploads it
-later if the user wants. Which tracker a command uses is the ``--track`` option.
+later if the user wants. ``wandb`` runs offline under ``run_dir/wandb`` too (``wandb sync`` uploads
+it), unless ``WANDB_MODE`` in the environment says otherwise (``online``, ``disabled``). Which
+tracker a command uses is the ``--track`` option.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -106,23 +109,75 @@ class SwanlabTracker:
             self._run = None  # where the logs are was said once, at the start
 
 
+class WandbTracker:
+    """``--track wandb``: a Weights & Biases run under ``run_dir/wandb``, offline unless ``WANDB_MODE`` is set."""
+
+    def __init__(self, run_dir: str | Path, config: Mapping[str, Any], shown: Path | None = None):
+        try:
+            import wandb
+        except ImportError:
+            raise PawError("--track wandb needs the wandb package (pip install wandb)") from None
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config = dict(config)
+        mode = os.environ.get("WANDB_MODE", "").strip() or "offline"  # the user's environment decides, else offline
+        with _hushed():  # wandb prints its banner, its run folder and its sync hint
+            self._run = wandb.init(dir=str(self.run_dir), mode=mode, project=str(config.get("project", "paw")),
+                                   name=str(config.get("name", (shown or self.run_dir).name)), config=_plain(config))
+        where = Path(getattr(self._run, "dir", None) or self.run_dir)
+        shown_where = (shown / where.relative_to(self.run_dir)) if shown and where.is_relative_to(self.run_dir) \
+            else where
+        if mode == "offline":
+            run_folder = shown_where.parent if shown_where.name == "files" else shown_where
+            _say(f"wandb offline run: {run_folder} (nothing is uploaded; `wandb sync {run_folder}` publishes it)")
+        else:
+            _say(f"wandb run ({mode}): {getattr(self._run, 'url', None) or shown_where}")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
+        if scalars and self._run is not None:
+            self._run.log(scalars, step=step)
+
+    def finish(self) -> None:
+        if self._run is not None:
+            with _hushed():
+                self._run.finish()
+            self._run = None
+
+
 TRACKERS: dict[str, Callable[..., Any]] = {  # (run_dir, config, shown) -> tracker
     "none": lambda run_dir, config, shown=None: NullTracker(),
     "csv": CsvTracker,
     "swanlab": SwanlabTracker,
+    "wandb": WandbTracker,
 }
 
 
+_PACKAGES = {"swanlab": "swanlab", "wandb": "wandb"}  # tracker -> the package it needs
+
+
 def check_kind(kind: str) -> str:
-    """Refuse an unknown ``--track`` value early, before any heavy work."""
+    """Refuse an unknown ``--track`` value, or one whose package is not installed, before any heavy work."""
     if kind not in TRACKERS:
         raise PawError(f"--track {kind!r}: choose one of {', '.join(TRACKERS)}")
+    package = _PACKAGES.get(kind)
+    if package is not None and not _installed(package):
+        raise PawError(f"--track {kind} needs the {package} package (pip install {package})")
     return kind
+
+
+def _installed(package: str) -> bool:
+    """Whether ``import package`` would find it, without importing it (wandb takes seconds to import)."""
+    import importlib.util
+
+    if package in sys.modules:  # imported already (or blocked: None)
+        return sys.modules[package] is not None
+    return importlib.util.find_spec(package) is not None
 
 
 def make_tracker(kind: str, run_dir: str | Path, config: Mapping[str, Any] | None = None, *,
                  shown: str | Path | None = None) -> Tracker:
-    """The tracker named ``kind`` (``none``, ``csv``, ``swanlab``) writing under ``run_dir``.
+    """The tracker named ``kind`` (``none``, ``csv``, ``swanlab``, ``wandb``) writing under ``run_dir``.
 
     ``shown`` is the folder named in what it prints, when ``run_dir`` is a staging folder that will
     be renamed to it.
@@ -135,7 +190,7 @@ def _is_scalar(value: Any) -> bool:
 
 
 def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Config values swanlab can store: scalars and strings as they are, anything else as text."""
+    """Config values swanlab and wandb can store: scalars and strings as they are, anything else as text."""
     return {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in config.items()}
 
 
