@@ -294,6 +294,30 @@ def _merge(demo: Demo) -> str:
     return f"merged model: colour {_accuracy(demo, 'merged')}, home {_accuracy(demo, 'merged', 'home')}"
 
 
+def merge_note(evals: dict[str, dict[str, dict]]) -> list[str]:
+    """Two lines under the table saying what its ``merged`` row means; [] when the merge did not run.
+
+    A task counts as kept when the merged model's accuracy is nearer its fine-tune's than the base's:
+    with colour 29% (base 33%, fine-tune 100%) and home 100% (base 25%, fine-tune 100%) ->
+    ``['merged: the two fine-tunes in one model, ...', 'it keeps home (100%) but loses colour (29%, ...)']``.
+    """
+    merged = evals.get("merged")
+    if not merged:
+        return []
+    kept, lost = [], []
+    for task, result in merged.items():
+        alone, base = evals.get(f"fine-tune {task}", {}).get(task), evals.get("base", {}).get(task)
+        if alone is None or base is None:
+            continue
+        share = f"{task} ({result['accuracy']:.0%})"
+        (kept if result["accuracy"] >= (alone["accuracy"] + base["accuracy"]) / 2 else lost).append(share)
+    first = "merged: the two fine-tunes in one model, weighted by their task-vector norms (paw merge --mode exp);"
+    if not lost:
+        return [first, f"it keeps both tasks: {' and '.join(kept)}, as each fine-tune alone does."]
+    held = f"keeps {' and '.join(kept)} but " if kept else ""
+    return [first, f"it {held}loses {' and '.join(lost)}, back near chance: a merge is not a sure thing."]
+
+
 @step("plots", "Training curves", needs=("train-lora",))
 def _plots(demo: Demo) -> str:
     from matplotlib.figure import Figure

@@ -97,3 +97,23 @@ def test_previous_demo_folder_is_replaced_not_a_users(tmp_path, demo_run):
     assert is_previous_demo(folder)
     _remove_own_entries(folder)
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+
+
+def _evals(**acc):
+    """``colour_merged=0.29`` -> the demo's evals layout with that accuracy (others as the full demo has them)."""
+    table = {"base": (0.33, 0.25), "fine-tune colour": (1.0, 0.25), "fine-tune home": (0.17, 1.0),
+             "merged": (acc.get("colour", 0.29), acc.get("home", 1.0))}
+    return {label: {"colour": {"accuracy": c}, "home": {"accuracy": h}} for label, (c, h) in table.items()}
+
+
+def test_merge_note_says_what_the_merged_row_means():
+    from paw.demo import merge_note
+
+    first = "merged: the two fine-tunes in one model, weighted by their task-vector norms (paw merge --mode exp);"
+    assert merge_note(_evals()) == [first, "it keeps home (100%) but loses colour (29%), back near chance: a merge "
+                                           "is not a sure thing."]
+    assert merge_note(_evals(colour=0.88)) == [first, "it keeps both tasks: colour (88%) and home (100%), as each "
+                                                      "fine-tune alone does."]
+    assert merge_note(_evals(colour=0.3, home=0.4)) == [first, "it loses colour (30%) and home (40%), back near "
+                                                               "chance: a merge is not a sure thing."]
+    assert merge_note({"base": {}}) == []  # the merge did not run: nothing to explain

@@ -24,7 +24,7 @@ def demo_command(options: DemoOptions, run: RunOptions) -> None:
     Example: paw demo --outdir ./paw_demo
     """
     from paw.cli._options import console as make_console
-    from paw.demo import STEPS, is_previous_demo, run_demo
+    from paw.demo import STEPS, is_previous_demo, merge_note, run_demo
 
     outdir, quick, overwrite = Path(options.outdir), options.quick, run.overwrite   # a file gives text
     console = make_console()
@@ -35,6 +35,8 @@ def demo_command(options: DemoOptions, run: RunOptions) -> None:
                       on_begin=lambda i, s: console.print(f"[bold][{i}/{len(STEPS)}][/bold] {s.title} ...",
                                                           highlight=False))
     console.print(_evaluation_table(report.evals))
+    for line in merge_note(report.evals):
+        console.print(line, highlight=False)
     console.print(f"Done in {format_duration(report.seconds)}. Reports, plots, models and logs: [bold]{report.outdir}[/bold]"
                   f"  (numbers in {report.summary_path})")
 
