@@ -27,6 +27,7 @@ from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.hf_tokenizer_edit import TOKENIZER_JSON, open_tokenizer_json
 from paw.io.manifest import describe_input, records_call
+from paw.io.model_card import Card
 from paw.io.writer import TOKENIZER_FILES, write_checkpoint
 from paw.knobs import RunOptions
 from paw.vocab.extend import find_vocab_tensors, with_vocab_size
@@ -98,9 +99,22 @@ def resize_base(options: ResizeOptions, run: RunOptions = RunOptions(), *, comma
     write_checkpoint(output, rebase_tensors(ckpt, rows=rows, keys=keys, sources=sources,
                                             device=resolve_device(run.device)),
                      config=with_vocab_size(ckpt.config, rows), copy_from=ckpt.path, tokenizer_from=tok_source,
-                     overwrite=overwrite, extra_files={"paw_resize_base.json": manifest})
+                     overwrite=overwrite, extra_files={"paw_resize_base.json": manifest},
+                     card=_card(output, base, adapter, old, rows, sorted(sources), command))
     return ResizedBase(Path(output), Path(adapter), keys, old, rows, tuple(sources), Path(tok_source),
                        tok_source == ckpt.path, manifest)
+
+
+def _card(output: PathLike, base: PathLike, adapter: PathLike, old: int, rows: int, carried: list[str],
+          command: str | None) -> Card:
+    """The resized base's model card: from what, to how many rows, for which adapter."""
+    lines = [f"- embedding rows: {old} -> {rows}",
+             f"- new rows from the adapter's saved tensors: {', '.join(carried) or 'none (mean of trained rows)'}"]
+    intro = (f"`{base}` with its vocabulary grown to {rows} rows by PAW's `paw adapter resize-base`, so that the "
+             f"adapter `{adapter}` (trained with an extended tokenizer) loads on it with PEFT's "
+             "`PeftModel.from_pretrained`. Every other weight is the base's.")
+    return Card(Path(output).name, "transformers", inputs=(str(base),), tags=("paw", "resize-base"), intro=intro,
+                sections=(("Resize", tuple(lines)),), command=command)
 
 
 def _tokenizer_size(folder: PathLike) -> int | None:

@@ -27,6 +27,7 @@ from typing import Any
 from paw import __version__
 from paw.device import resolve_device
 from paw.errors import PawError
+from paw.evaluate.cards import training_card
 from paw.evaluate.encode import max_length_of, pad_id_of
 from paw.evaluate.formats import read_items
 from paw.evaluate.items import MCItem
@@ -210,7 +211,9 @@ def finetune_model(model: PathLike, data: PathLike, output: PathLike, options: F
     inputs = {k: describe_input(v) for k, v in (("model", model), ("data", data), ("eval_data", eval_data)) if v}
     manifest = {"paw_version": __version__, "command": command, "inputs": inputs, "options": asdict(options)}
     tensors = ((n, state[n].detach().to("cpu").contiguous()) for n in names)
+    card = training_card(output, lora=False, model=model, data=data, eval_data=eval_data, settings=asdict(options),
+                         metrics=metrics, command=command)
     write_checkpoint(output, tensors, config=config, copy_from=ckpt.path, overwrite=overwrite,
                      extra_files={METRICS_JSON: {k: v for k, v in metrics.items() if k != "train_seconds"},
-                                  MANIFEST_JSON: manifest})
+                                  MANIFEST_JSON: manifest}, card=card)
     return FineTuned(output, metrics)

@@ -20,6 +20,7 @@ from paw import fsdp as fsdp_sharding
 from paw.device import resolve_device
 from paw.distributed import setup
 from paw.errors import PawError
+from paw.evaluate.cards import training_card
 from paw.evaluate.chat import ChatFormat, pairs_of, prompt_of, renderer
 from paw.evaluate.fewshot import with_examples
 from paw.evaluate.formats import read_items
@@ -36,6 +37,7 @@ from paw.io.hub import quiet_transformers
 from paw.io.lm import check_dtype, load_lm, write_adapter_into, write_results
 from paw.io.manifest import describe_input, records_call, write_manifest
 from paw.io.mcdata import write_records
+from paw.io.model_card import write_card
 from paw.io.textdata import read_documents
 from paw.io.tracking import check_kind, log_once, make_tracker
 from paw.io.train_state import (
@@ -304,6 +306,8 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
                            state_dict=fsdp_sharding.full_lora_state(peft_model) if fsdp else None)
         write_manifest(tmp, "paw_train_lora.json", command=command, inputs=inputs,
                        settings=settings)
+        write_card(tmp, training_card(output, lora=True, model=model, data=data, eval_data=eval_data,
+                                      settings=settings, metrics=metrics, command=command))
     remove_train_state(work)  # the output is complete: nothing left to resume
     return TrainedAdapter(output, metrics, run_dir if track != "none" else None)
 

@@ -38,7 +38,7 @@ from paw.io.adapter import PEFT_PREFIX, LoraAdapter, adapter_key, lora_config_di
 from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
 from paw.io.manifest import describe_input, records_call
-from paw.io.reports import save_figure
+from paw.io.model_card import Card
 from paw.knobs import knob, require
 from paw.progress import track
 from paw.validate import NonFinite, nonfinite
@@ -152,9 +152,25 @@ def extract_lora(base: PathLike, finetune: PathLike, output: PathLike, options: 
     manifest = {"paw_version": __version__, "command": command, "inputs": inputs, **report}
     figure = energy_figure(report)  # built before anything is written: a plotting error leaves no folder
     write_adapter(output, LoraAdapter(config=config, tensors=tensors), overwrite=options.overwrite,
-                  extra_files={REPORT_JSON: manifest})
-    save_figure(figure, Path(output) / PLOT, dpi=figure.dpi)
+                  extra_files={REPORT_JSON: manifest}, figures={PLOT: figure},
+                  card=_card(output, base, finetune, report, command))
     return ExtractedLora(Path(output), manifest)
+
+
+def _card(output: PathLike, base: PathLike, finetune: PathLike, report: dict, command: str | None) -> Card:
+    """The adapter's model card: what was extracted from what, the ranks and the energy held."""
+    s = report["summary"]
+    ranks = str(s["rank_min"]) if s["rank_min"] == s["rank_max"] else \
+        f"{s['rank_min']}-{s['rank_max']} (median {s['rank_median']})"
+    lines = [f"- {s['lora_modules']} LoRA modules, rank {ranks}: energy held {s['energy_held']:.4f}, relative "
+             f"error {s['relative_error']:.4f}",
+             f"- modules_to_save {s['modules_to_save']}, unchanged {s['unchanged']}, not carried {s['not_carried']}",
+             *(f"- {note}" for note in report["notes"])]
+    intro = (f"A LoRA adapter for `{base}`, extracted by PAW's `paw extract-lora` from the full fine-tune "
+             f"`{finetune}`: per projection, the truncated SVD of fine-tune minus base. Load it on `{base}` with "
+             "PEFT's `PeftModel.from_pretrained`.")
+    return Card(Path(output).name, "peft", inputs=(str(base),), tags=("paw", "lora", "extract-lora"), intro=intro,
+                sections=(("Extraction", tuple(lines)),), command=command)
 
 
 def _extract_all(base, finetune, fam, options: ExtractOptions, device):

@@ -26,6 +26,8 @@ from paw.io.hub import resolve_path
 from paw.io.json_file import read_json
 from paw.io.lazy_checkpoint import SafetensorsFile, load_pickle
 from paw.io.manifest import write_json
+from paw.io.model_card import Card, write_card
+from paw.io.reports import save_figure
 from paw.lora import apply_lora, lora_delta, lora_scaling
 from paw.validate import NonFinite, nonfinite
 
@@ -368,8 +370,10 @@ def _finite_number(value) -> bool:
 
 
 def write_adapter(output: str | Path, adapter: LoraAdapter, *, overwrite: bool = False,
-                  extra_files: dict[str, Any] | None = None, allow_nonfinite: bool = False) -> Path:
-    """Write ``adapter`` as a PEFT folder atomically; ``extra_files`` are JSON files beside it.
+                  extra_files: dict[str, Any] | None = None, figures: dict[str, Any] | None = None,
+                  card: Card | None = None, allow_nonfinite: bool = False) -> Path:
+    """Write ``adapter`` as a PEFT folder atomically; ``extra_files`` are JSON files beside it, ``figures``
+    (name -> matplotlib figure) PNGs, and ``card`` the ``README.md``, written last.
 
     NaN/Inf factors are refused, naming the tensor (:mod:`paw.io.finite`, when the staged folder
     is committed), unless ``allow_nonfinite`` or an enclosing ``nonfinite_policy`` allows them.
@@ -380,6 +384,10 @@ def write_adapter(output: str | Path, adapter: LoraAdapter, *, overwrite: bool =
         write_adapter_files(tmp, adapter)
         for name, obj in (extra_files or {}).items():
             write_json(tmp / name, obj)
+        for name, figure in (figures or {}).items():
+            save_figure(figure, tmp / name, dpi=figure.dpi)
+        if card is not None:
+            write_card(tmp, card)
     return Path(output)
 
 

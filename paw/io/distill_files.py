@@ -19,6 +19,7 @@ from paw.errors import PawError
 from paw.io.adapter import write_adapter_files
 from paw.io.atomic import atomic_dir
 from paw.io.manifest import dumps
+from paw.io.model_card import Card, write_card
 from paw.io.reports import save_figure
 
 REPORT_JSON = "transfer_report.json"
@@ -76,7 +77,7 @@ def _prompt_line(path: Path, what: str, number: int, raw: bytes) -> str:
 
 
 def write_distill(output: str | Path, adapter, report: dict, *, curve, command: str, inputs: dict[str, Any],
-                  overwrite: bool = False) -> Path:
+                  overwrite: bool = False, card: Card | None = None) -> Path:
     """Write the adapter, ``transfer_report.json`` and ``curve`` (a matplotlib figure, built by
     :func:`paw.transfer.distill.plots.curve_figure`) as ``distill_curve.png`` into ``output`` atomically."""
     with atomic_dir(output, overwrite=overwrite) as tmp:
@@ -84,4 +85,6 @@ def write_distill(output: str | Path, adapter, report: dict, *, curve, command: 
         full = {"paw_version": __version__, "command": command, "inputs": inputs, **report}
         (tmp / REPORT_JSON).write_text(dumps(full), encoding="utf-8")
         save_figure(curve, tmp / CURVE_PNG, dpi=curve.dpi)
+        if card is not None:
+            write_card(tmp, card)
     return Path(output)

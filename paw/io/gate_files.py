@@ -19,6 +19,7 @@ from paw.io.atomic import atomic_dir
 from paw.io.finite import nonfinite_policy
 from paw.io.json_file import read_json
 from paw.io.manifest import dumps
+from paw.io.model_card import refresh_files
 
 REPORT_JSON = "transfer_report.json"   # the transfer's report, every method's (paw.io.transfer_report)
 GATE_MD = "gate.md"
@@ -60,4 +61,5 @@ def publish(staged: str | Path, output: str | Path, *, overwrite: bool, allow_no
     with nonfinite_policy(allow_nonfinite), atomic_dir(output, overwrite=overwrite) as tmp:
         for entry in sorted(Path(staged).iterdir()):
             shutil.move(str(entry), str(tmp / entry.name))
+        refresh_files(tmp)  # the card lists what was added since it was written (gate.md, the extraction's files)
     return Path(output)

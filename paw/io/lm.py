@@ -20,6 +20,7 @@ from paw.io.gguf import gguf_side_folder, load_gguf_model
 from paw.io.hub import resolve_path
 from paw.io.json_file import read_json_if_exists
 from paw.io.manifest import dumps, write_json
+from paw.io.model_card import CARD, Card, write_card
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -141,17 +142,20 @@ def _first_line(err: Exception) -> str:
 
 
 def save_adapter(peft_model, output: str | Path, *, overwrite: bool = False, extra_files: dict[str, Any] | None = None,
-                 base: str | Path | None = None) -> Path:
-    """Write a PEFT adapter folder atomically (+ JSON side files such as ``metrics.json``)."""
+                 base: str | Path | None = None, card: Card | None = None) -> Path:
+    """Write a PEFT adapter folder atomically (+ JSON side files such as ``metrics.json``, and ``card``)."""
     with atomic_dir(output, overwrite=overwrite) as tmp:
-        write_adapter_into(peft_model, tmp, extra_files=extra_files, base=base)
+        write_adapter_into(peft_model, tmp, extra_files=extra_files, base=base, card=card)
     return Path(output)
 
 
 def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str, Any] | None = None,
-                       base: str | Path | None = None, state_dict: dict | None = None) -> None:
+                       base: str | Path | None = None, state_dict: dict | None = None, card: Card | None = None) -> None:
     """``save_pretrained`` into an existing (temporary) folder, recording ``base`` as the base model;
-    ``state_dict``: the factors to write when the model's own are shards (:func:`paw.fsdp.full_lora_state`)."""
+    ``state_dict``: the factors to write when the model's own are shards (:func:`paw.fsdp.full_lora_state`).
+
+    PEFT's blank card template (``base_model`` a local path, which the Hub refuses) is replaced by
+    ``card``, or removed without one (``checkpoint-STEP`` folders)."""
     for config in peft_model.peft_config.values():
         if base is not None:
             config.base_model_name_or_path = str(base)
@@ -160,6 +164,10 @@ def write_adapter_into(peft_model, folder: str | Path, *, extra_files: dict[str,
     make_portable_adapter(folder)  # without the keys PEFT 0.13 refuses (paw.io.adapter_config)
     for name, data in (extra_files or {}).items():
         write_json(Path(folder) / name, data)
+    if card is not None:
+        write_card(folder, card)
+    else:
+        (Path(folder) / CARD).unlink(missing_ok=True)
 
 
 def sort_target_modules(config) -> None:

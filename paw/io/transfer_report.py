@@ -17,6 +17,7 @@ from paw import __version__
 from paw.io.adapter import check_adapter, write_adapter_files
 from paw.io.atomic import atomic_dir
 from paw.io.manifest import dumps
+from paw.io.model_card import Card, write_card
 from paw.io.reports import save_figure
 
 REPORT_JSON = "transfer_report.json"
@@ -48,9 +49,9 @@ def report_csv(report: dict) -> str:
 
 
 def write_transfer(output: str | Path, adapter, report: dict, *, figure, command: str, inputs: dict[str, Any],
-                   overwrite: bool = False) -> Path:
-    """Write the adapter, its report and ``figure`` (:func:`paw.transfer.plots.similarity_figure`)
-    into ``output`` atomically (nothing half-written on error)."""
+                   overwrite: bool = False, card: Card | None = None) -> Path:
+    """Write the adapter, its report, ``figure`` (:func:`paw.transfer.plots.similarity_figure`) and
+    ``card`` (the ``README.md``) into ``output`` atomically (nothing half-written on error)."""
     # what PAW writes must load in PEFT: the same cross-check as on reading
     check_adapter(adapter.config, {k: tuple(v.shape) for k, v in adapter.tensors.items()}, path=output)
     with atomic_dir(output, overwrite=overwrite, inputs=[adapter.path]) as tmp:
@@ -59,4 +60,6 @@ def write_transfer(output: str | Path, adapter, report: dict, *, figure, command
         (tmp / REPORT_JSON).write_text(dumps(full), encoding="utf-8")
         (tmp / REPORT_CSV).write_text(report_csv(report), encoding="utf-8")
         save_figure(figure, tmp / PLOT, dpi=figure.dpi)
+        if card is not None:
+            write_card(tmp, card)
     return Path(output)

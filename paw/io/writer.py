@@ -21,7 +21,9 @@ from paw.io.finite import mark_checked, nonfinite_policy, refuse_nonfinite_tenso
 from paw.io.gguf import causal_lm_class, gguf_config, gguf_side_folder, open_gguf
 from paw.io.hub import TOKENIZER_FILES, resolve_path
 from paw.io.manifest import write_json
+from paw.io.model_card import Card, write_card
 from paw.io.model_config import make_portable_config
+from paw.io.reports import save_figure
 from paw.io.safetensors_header import DTYPES
 from paw.io.tokenizer_config import make_portable
 
@@ -211,7 +213,8 @@ def write_checkpoint(
     max_shard_size: int | str = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
     extra_files: Mapping[str, Any] | None = None,
-    text_files: Mapping[str, str | Callable[[], str]] | None = None,
+    figures: Mapping[str, Any] | None = None,
+    card: Card | Callable[[], Card] | None = None,
     allow_nonfinite: bool = False,
 ) -> Path:
     """Write a Hugging Face model folder at ``output``, atomically.
@@ -222,8 +225,9 @@ def write_checkpoint(
     that transformers 4 reads too (:func:`paw.io.tokenizer_config.make_portable`), and so is ``config.json``
     (:func:`paw.io.model_config.make_portable_config`). ``extra_files`` maps file names to
     JSON-serialisable objects (e.g. a provenance manifest), or to functions returning one (called
-    after the last tensor), written beside the weights; ``text_files`` likewise maps names to text (a
-    ``README.md`` model card), or to functions returning it. Inputs (``copy_from``, ``tokenizer_from``)
+    after the last tensor), written beside the weights; ``figures`` maps PNG names to matplotlib figures;
+    ``card`` (or a function returning it) becomes the
+    ``README.md`` model card, written last (:mod:`paw.io.model_card`). Inputs (``copy_from``, ``tokenizer_from``)
     are never written over. A tensor with NaN/Inf is refused (nothing is written) unless
     ``allow_nonfinite`` or an enclosing :func:`paw.io.finite.nonfinite_policy` allows it.
     """
@@ -241,10 +245,12 @@ def write_checkpoint(
         copy_side_files(tokenizer_from if tokenizer_from is not None else copy_from, tmp, TOKENIZER_FILES)
         for fname, obj in (extra_files or {}).items():
             write_json(tmp / fname, obj() if callable(obj) else obj)
-        for fname, text in (text_files or {}).items():
-            (tmp / fname).write_text(text() if callable(text) else text, encoding="utf-8")
         make_portable(tmp)  # transformers 4 reads the tokenizer too (paw.io.tokenizer_config)
         make_portable_config(tmp)  # and the rotary settings (paw.io.model_config)
+        for fname, figure in (figures or {}).items():
+            save_figure(figure, tmp / fname, dpi=figure.dpi)
+        if card is not None:
+            write_card(tmp, card() if callable(card) else card)
     return Path(output)
 
 

@@ -26,6 +26,7 @@ from paw.errors import PawError
 from paw.io.adapter import LoraAdapter, LoraModule, adapter_key, lora_config_dict, read_adapter, write_adapter
 from paw.io.atomic import check_output
 from paw.io.manifest import describe_input, records_call
+from paw.io.model_card import Card
 from paw.knobs import RunOptions, WriteOptions
 from paw.merge.adapters import (
     ADAPTER_METHODS,
@@ -178,8 +179,29 @@ def merge_adapters(options: AdapterMergeOptions, *, command: str | None = None) 
                 "inputs": {"adapters": [describe_input(a) for a in options.adapters]},
                 "options": {k: v for k, v in asdict(options).items() if k not in ("overwrite", "device")}}
     out = write_adapter(options.output, LoraAdapter(config=config, tensors=tensors), overwrite=options.overwrite,
-                        extra_files={REPORT: report, MANIFEST: manifest}, allow_nonfinite=options.allow_nonfinite)
+                        extra_files={REPORT: report, MANIFEST: manifest}, allow_nonfinite=options.allow_nonfinite,
+                        card=_card(options, adapters, report, command))
     return MergedAdapter(Path(out), report)
+
+
+def _card(options: AdapterMergeOptions, adapters: list[LoraAdapter], report: dict[str, Any],
+          command: str | None) -> Card:
+    """The merged adapter's model card: the method, the adapters with their weights, the ranks."""
+    bases = list(dict.fromkeys(a.base_model for a in adapters if a.base_model))
+    rows = [f"| `{spec}` | {a.r} | {a.alpha:g} | {w:.4g} |"
+            for spec, a, w in zip(options.adapters, adapters, report["weights"], strict=True)]
+    ranks = sorted({m["rank"] for m in report["modules"].values()})
+    method = [f"Merged with **{report['method']}** ({report['weight_source']} weights): {report['reference']}."]
+    if report["max_relative_error"] is not None:
+        method += ["", f"Largest relative truncation error of a module: {report['max_relative_error']:.4g}."]
+    sections = (("Method", tuple(method)),
+                ("Adapters merged", ("| adapter | r | alpha | weight |", "| --- | --- | --- | --- |", *rows)),
+                ("Result", (f"- {len(report['modules'])} modules, rank {ranks[0] if len(ranks) == 1 else ranks}",
+                            f"- {len(report['partial_modules'])} modules from some adapters only")))
+    base = f" for `{bases[0]}`" if len(bases) == 1 else ""
+    return Card(Path(options.output).name, "peft", inputs=tuple(bases), tags=("paw", "lora", "merge", options.method),
+                intro=f"A LoRA adapter{base}: {len(adapters)} adapters merged into one by PAW's `paw merge --adapters`.",
+                sections=sections, command=command)
 
 
 def _refuse_nonfinite(adapters: list[LoraAdapter], specs: list[str], *, allow: bool) -> None:

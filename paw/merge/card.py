@@ -1,10 +1,10 @@
 """The ``README.md`` model card of a merge output, from its ``paw_merge.json`` record.
 
-The Hugging Face Hub reads the YAML front matter between the two ``---`` lines (``base_model``,
-``library_name``, ``tags``) and shows the rest as the model's page; mergekit writes the same kind of
-card (``mergekit/card.py``): the method, the base, the models and the configuration that made it.
-Built from the record alone, the card says nothing the record does not, and the same merge gives
-the same bytes.
+mergekit writes the same kind of card (``mergekit/card.py``): the method, the base, the models and
+the configuration that made it; PAW's front matter has ``base_model`` (the inputs that are Hub IDs,
+base first), ``library_name: transformers`` and the tags ``paw``, ``merge`` and the method under
+mergekit's name (``dare_ties``, ``model_stock``: what a Hub search for a method finds). Built from the
+record alone, the card says nothing the record does not, and the same merge gives the same bytes.
 """
 
 from __future__ import annotations
@@ -12,46 +12,47 @@ from __future__ import annotations
 from typing import Any
 
 from paw.io.lora_model import ref_paths
+from paw.io.model_card import Card
+from paw.merge.mergekit import MERGEKIT_METHODS
 from paw.merge.methods import get_method
 
 # the options each method's card shows besides its own knobs (MergeMethod.params)
 _ALWAYS = ("scale", "dtype", "vocab_policy")
 _RANDOM = ("seed",)
+_MERGEKIT_NAME = {spec.paw: name for name, spec in MERGEKIT_METHODS.items()}  # PAW's method -> mergekit's name
 
 
-def model_card(record: dict[str, Any], *, name: str) -> str:
-    """Markdown text of the card; ``record`` is :func:`paw.merge.pipeline.manifest`'s, ``name`` the title.
+def model_card(record: dict[str, Any], *, name: str) -> Card:
+    """The card of a merge; ``record`` is :func:`paw.merge.pipeline.manifest`'s, ``name`` the title.
 
-    The front matter lists every input as ``base_model`` (base first; a ``MODEL+LORA`` as the model and
-    the adapter, each once), as mergekit does, so the Hub links the merge to its parents; the body names the method with its paper, the base, each model
-    with its weight, the parameters that took part and the command (or mergekit YAML) to redo it.
+    The front matter's ``base_model`` holds the inputs that are Hub IDs (base first; a ``MODEL+LORA`` as
+    the model and the adapter, each once), as mergekit lists a merge's parents; the body names the method
+    with its paper, the base, each model with its weight, the parameters that took part and the command
+    (or mergekit YAML) to redo it.
     """
     method = get_method(record["method"])
     options = record["options"]
     base, models = options.get("base"), list(options["models"])
-    lines = ["---", *_front_matter([*([base] if base else []), *models], method.name), "---", "",
-             f"# {name}", "",
-             "This model is a merge of pre-trained language models made with PAW's `paw merge`.", "",
-             "## Merge details", "", "### Method", ""]
     using = f", with `{base}` as the base" if base else ", without a base (the models' full weights)"
-    lines += [f"This model was merged with the **{method.name}** method{using}: {method.summary.rstrip('.')}."]
+    about = [f"Merged with the **{method.name}** method{using}: {method.summary.rstrip('.')}."]
     if method.paper:
-        lines += ["", f"Reference: {method.paper.rstrip('.')}."]
-    lines += ["", "### Models merged", "", *_models_table(record, models, weighted=method.weighted), ""]
-    lines += ["### Parameters", "", "| parameter | value |", "| --- | --- |"]
-    lines += [f"| {key} | {value} |" for key, value in _parameters(record, method).items()]
-    lines += ["", "### Configuration", "", *_configuration(record), ""]
-    return "\n".join(lines)
+        about += ["", f"Reference: {method.paper.rstrip('.')}."]
+    parameters = ["| parameter | value |", "| --- | --- |",
+                  *(f"| {key} | {value} |" for key, value in _parameters(record, method).items())]
+    sections = [("Method", tuple(about)), ("Models merged", tuple(_models_table(record, models,
+                                                                                 weighted=method.weighted))),
+                ("Parameters", tuple(parameters))]
+    if record.get("mergekit_config") is not None:
+        import yaml
 
-
-def _front_matter(inputs: list[str], method: str) -> list[str]:
-    """YAML lines; strings in JSON quotes, which YAML reads as they are (a path may hold ``:`` or ``#``)."""
-    import json
-
-    tags = list(dict.fromkeys(["merge", "paw", method]))
-    paths = dict.fromkeys(p for m in inputs for p in ref_paths(m))
-    return ["base_model:", *(f"- {json.dumps(p, ensure_ascii=False)}" for p in paths),
-            "library_name: transformers", "tags:", *(f"- {t}" for t in tags)]
+        text = yaml.safe_dump(record["mergekit_config"], sort_keys=False, allow_unicode=True).rstrip("\n")
+        sections.append(("mergekit configuration", ("The configuration given to `paw merge --config`:", "",
+                                                    "```yaml", text, "```")))
+    inputs = tuple(p for m in (*([base] if base else []), *models) for p in ref_paths(m))  # MODEL+LORA: both
+    return Card(name, "transformers", inputs=inputs,
+                tags=("paw", "merge", _MERGEKIT_NAME.get(method.name, method.name)),
+                intro="This model is a merge of pre-trained language models made with PAW's `paw merge`.",
+                sections=tuple(sections), command=record["command"])
 
 
 def _models_table(record: dict[str, Any], models: list[str], *, weighted: bool) -> list[str]:
@@ -78,17 +79,6 @@ def _parameters(record: dict[str, Any], method) -> dict[str, str]:
     keys = (*_ALWAYS, *(_RANDOM if method.random else ()))
     out.update({k: _text(options[k]) for k in keys if k in options})
     return out
-
-
-def _configuration(record: dict[str, Any]) -> list[str]:
-    lines = ["The command that produced this model:", "", "```bash", record["command"], "```"]
-    if record.get("mergekit_config") is not None:
-        import yaml
-
-        text = yaml.safe_dump(record["mergekit_config"], sort_keys=False, allow_unicode=True).rstrip("\n")
-        lines += ["", "with this mergekit configuration:", "", "```yaml", text, "```"]
-    return lines + ["", "`paw_merge.json` beside this card holds the full record: input sizes, norms, "
-                        "tensors copied from the base."]
 
 
 def _text(value: Any) -> str:

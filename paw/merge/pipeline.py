@@ -43,7 +43,6 @@ from paw.progress import track
 from paw.validate import NonFinite, all_finite, nonfinite
 
 MANIFEST = "paw_merge.json"
-CARD = "README.md"   # the model card (paw.merge.card), as mergekit and the Hub name it
 BLOCK_ELEMENTS = _BLOCK  # entries per row block of a merged tensor (4 MB in float32)
 
 
@@ -351,11 +350,13 @@ def execute(job: MergeJob, *, command: str | None = None) -> Path:
     elif opts.chat_template is not None:
         tokenizer = opts.tokenizer_from or job.reference.path
         extra["tokenizer_config.json"] = lambda: with_chat_template(tokenizer, opts.chat_template)
-    card = {CARD: lambda: model_card(manifest(job, command), name=Path(opts.output).name)}  # mergekit writes one
+    def card():  # after the tensors, as the manifest (mergekit writes a card too)
+        return model_card(manifest(job, command), name=Path(opts.output).name)
+
     return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
                             tokenizer_from=opts.tokenizer_from, max_shard_size=opts.max_shard_size,
                             overwrite=opts.overwrite, allow_nonfinite=opts.allow_nonfinite, extra_files=extra,
-                            text_files=card)
+                            card=card)
 
 
 def _with_vocab_size(config: dict, rows: int) -> dict:

@@ -31,6 +31,7 @@ from paw.io.manifest import describe_input, records_call
 from paw.io.tokenizer import two_model_tokenizers
 from paw.io.transfer_report import write_transfer
 from paw.io.vocab_map import read_vocab_map
+from paw.transfer.card import transfer_card
 from paw.transfer.distill.options import DISTILL, DistillOptions
 from paw.transfer.distill.run import distill_to_folder
 from paw.transfer.gate import gain_gated
@@ -159,7 +160,8 @@ def _weight_space(adapter: PathLike, source_base: PathLike, target_base: PathLik
         inputs["vocab_map"] = describe_input(vocab_map)
     with nonfinite_policy(allow_nonfinite):  # the writer's own guard honours the same flag
         write_transfer(output, moved, report, figure=similarity_figure(report), command=command, inputs=inputs,
-                       overwrite=overwrite)
+                       overwrite=overwrite, card=transfer_card(output, report, source_base=source_base,
+                                                               target_base=target_base, command=command))
     return TransferredAdapter.of(output, report, inputs)
 
 

@@ -35,6 +35,7 @@ from paw.io.hf_tokenizer_edit import (
 from paw.io.manifest import describe_input, records_call
 from paw.io.writer import write_checkpoint
 from paw.knobs import RunOptions
+from paw.vocab.cards import extend_card
 from paw.vocab.extend import extend_tensors, find_vocab_tensors, with_vocab_size
 from paw.vocab.options import ExtendOptions
 from paw.vocab.resize import INITS
@@ -176,7 +177,8 @@ def extend_tokenizer(options: ExtendOptions, run: RunOptions = RunOptions(), *, 
     with tempfile.TemporaryDirectory(prefix="paw-tok-") as scratch:
         save_tokenizer_folder(ext.doc, tok.path, scratch, new_tokens=ext.tokens)
         write_checkpoint(output, grown, config=with_vocab_size(ckpt.config, total), copy_from=ckpt.path,
-                         tokenizer_from=scratch, overwrite=overwrite, extra_files={"paw_extend.json": manifest})
+                         tokenizer_from=scratch, overwrite=overwrite, extra_files={"paw_extend.json": manifest},
+                         card=extend_card(output, model, manifest, kind=tok.kind, command=command))
     return Extension(Path(output), manifest, ext, tok.kind, tuple(keys), rows, total, init)
 
 

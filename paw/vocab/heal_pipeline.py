@@ -26,13 +26,14 @@ from paw.io.checkpoint import open_checkpoint
 from paw.io.json_file import read_json_if_exists
 from paw.io.lm import load_lm
 from paw.io.manifest import describe_input, records_call
-from paw.io.reports import json_safe, save_figure
+from paw.io.reports import json_safe
 from paw.io.tokenizer import open_tokenizer, read_corpus
 from paw.io.vocab_map import mapping_to_json, read_vocab_map
 from paw.io.writer import write_checkpoint
 from paw.knobs import RunOptions, require
 from paw.progress import track
 from paw.vocab import heal
+from paw.vocab.cards import heal_card
 from paw.vocab.options import HealOptions
 from paw.vocab.roles import role_id
 from paw.vocab.transplant import embedding_names, vocab_rows
@@ -97,11 +98,18 @@ def heal_transplant(options: HealOptions, run: RunOptions = RunOptions(), *, com
               "bpb": {"before": curve[0]["bpb"], "after": curve[-1]["bpb"], "original": original},
               "curve": curve}
     new = _healed_matrices(lm, names)
+    extra = _side_files(model, mapping, json_safe(record))
+    figure = heal.curve_figure(curve, original_bpb=original, title=f"heal: {len(heal_ids):,} rows, {plan.steps} steps")
     write_checkpoint(output, _patched(ckpt, names, new, heal_ids), copy_from=model, overwrite=overwrite,
-                     extra_files=_side_files(model, mapping, json_safe(record)))
-    save_figure(heal.curve_figure(curve, original_bpb=original, title=f"heal: {len(heal_ids):,} rows, {plan.steps} steps"),
-                Path(output) / "heal_curve.png")
+                     extra_files=extra, figures={"heal_curve.png": figure},
+                     card=heal_card(output, model, record, base=_transplanted_from(extra), command=command))
     return Healed(Path(output), record, seconds)
+
+
+def _transplanted_from(extra: dict[str, Any]) -> str | None:
+    """The model the healed transplant was made from, as its ``paw_transplant.json`` names it."""
+    model = (extra.get("paw_transplant.json") or {}).get("inputs", {}).get("model")
+    return model.get("path") if isinstance(model, dict) else None
 
 
 def _map_file(model: Path) -> Path:

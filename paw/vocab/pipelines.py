@@ -42,6 +42,7 @@ from paw.knobs import RunOptions
 from paw.vocab import transplant
 from paw.vocab.align import DEFAULT_METHODS, AlignContext, align, check_methods
 from paw.vocab.analyze import analyze
+from paw.vocab.cards import transplant_card
 from paw.vocab.compare import token_counts
 from paw.vocab.donor import donor_mappings, open_embeddings
 from paw.vocab.embed import FALLBACKS
@@ -252,7 +253,8 @@ def transplant_tokenizer(options: TransplantOptions, run: RunOptions = RunOption
         tensors = transplant.transplanted_tensors(ckpt, names, mapping, rows=tgt.size, fallback=init, head=head,
                                                   tied=tied, head_mapping=head_mapping, device=dev)
         write_checkpoint(output, tensors, config=config, tokenizer_from=tok_from, overwrite=run.overwrite,
-                         extra_files={**extra, "paw_transplant.json": record})
+                         extra_files={**extra, "paw_transplant.json": record},
+                         card=transplant_card(output, model, tokenizer, record, command=command))
     if donor is not None:
         remove_fit_parts(omp_work)  # the output is complete: nothing left to resume
     if o.check:

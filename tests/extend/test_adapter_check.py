@@ -13,6 +13,7 @@ from paw.adaptercheck.fit import check_fit, table
 from paw.vocab.extend_pipeline import extend_tokenizer
 from paw.vocab.options import ExtendOptions
 from tests.extend.conftest import logits, make_adapter
+from tests.io.fake_hub import card_of
 
 WORDS = [" hello", " zebra", "PAW"]
 
@@ -66,6 +67,9 @@ def test_reproduce_diagnose_fix(cli, extended, kind, arch, ship_tokenizer):
     res = cli("adapter", "resize-base", "--adapter", adapter, "--base", base, "--output", fixed, *args)
     assert res.exit_code == 0, res.stderr
     assert f"{old_rows} -> {rows} rows" in res.stdout
+    meta, body = card_of(fixed)
+    assert meta == {"library_name": "transformers", "tags": ["paw", "resize-base"]}
+    assert f"- embedding rows: {old_rows} -> {rows}" in body and f"so that the adapter `{adapter}`" in body
     assert cli("adapter", "check", "--adapter", adapter, "--base", fixed).exit_code == 0
 
     # 4. it loads and gives the trained adapter's logits, new tokens included

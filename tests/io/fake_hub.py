@@ -73,3 +73,16 @@ class FakeHub:
         (storage / "refs").mkdir(exist_ok=True)
         (storage / "refs" / (revision or "main")).write_text(commit)
         return str(snapshot)
+
+
+def card_of(folder: Path) -> tuple[dict, str]:
+    """``(front matter, body)`` of ``folder/README.md``, checked to load as the Hub's own ``ModelCard``."""
+    import yaml
+    from huggingface_hub import ModelCard
+
+    text = (Path(folder) / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n")
+    head, body = text[4:].split("\n---\n", 1)
+    meta = yaml.safe_load(head)
+    assert ModelCard.load(Path(folder) / "README.md").data.to_dict() == meta
+    return meta, body

@@ -1,11 +1,15 @@
 """A merge output carries a ``README.md`` model card (as mergekit's do): Hub front matter, then the
-method, the base, the models with their weights, the parameters and the command."""
+method, the base, the models with their weights, the parameters and the command; ``base_model`` holds
+the inputs that are Hub IDs (mergekit YAMLs may name them: they are downloaded)."""
 
 from __future__ import annotations
 
 import json
 
 import yaml
+from huggingface_hub import ModelCard
+
+from tests.io.fake_hub import FakeHub
 
 FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors", "paw_merge.json",
          "tokenizer.json", "tokenizer_config.json"]
@@ -26,17 +30,22 @@ def test_merge_writes_a_card_naming_base_method_models_and_parameters(cli, famil
     assert r.exit_code == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == FILES
     meta, body = _card(out)
-    assert meta == {"base_model": [str(family.base), *map(str, family.models[:2])],
-                    "library_name": "transformers", "tags": ["merge", "paw", "ties"]}
+    assert meta == {"library_name": "transformers", "tags": ["paw", "merge", "ties"]}  # local inputs: no base_model
+    assert ModelCard.load(out / "README.md").data.to_dict() == meta
     assert f"# {out.name}\n" in body
-    assert f"merged with the **ties** method, with `{family.base}` as the base: trim to top density" in body
+    assert f"`{family.base}`, `{family.models[0]}`, `{family.models[1]}` are local paths, not Hub IDs: the Hub " \
+           "would refuse a local path in `base_model`, so the front matter leaves them out." in body
+    assert f"Merged with the **ties** method, with `{family.base}` as the base: trim to top density" in body
     assert "Reference: Yadav et al. 2023, TIES-Merging" in body
     assert f"| `{family.models[0]}` | 0.7000 | - |" in body and f"| `{family.models[1]}` | 0.3000 | - |" in body
     for row in ("| density | `0.3` |", "| weights | given (`--weights`) |", "| scale | `1.0` |", "| dtype | `auto` |"):
         assert row in body
     assert "| seed |" not in body  # ties draws nothing at random
     command = json.loads((out / "paw_merge.json").read_text())["command"]
-    assert f"```bash\n{command}\n```" in body and command.startswith("paw merge --base")
+    assert f"## How it was made\n\n```bash\n{command}\n```" in body and command.startswith("paw merge --base")
+    assert body.endswith("| `paw_merge.json` | provenance and the full merge record: inputs, weights, norms, tensors "
+                         "copied |\n\ntransformers and PEFT never read these files. To upload without them: "
+                         "`hf upload REPO FOLDER --exclude paw_merge.json`.\n")
     again = tmp_path / "again"
     assert cli("merge", "--base", family.base, "--models", *family.models[:2], "--method", "ties", "--density",
                "0.3", "--weights", "0.7", "0.3", "--output", again).exit_code == 0
@@ -50,22 +59,39 @@ def test_card_of_a_norm_weighted_random_merge_gives_norms_and_seed(cli, family, 
                "--drop-rate", "0.5", "--seed", "4", "--output", out).exit_code == 0
     record = json.loads((out / "paw_merge.json").read_text())
     meta, body = _card(out)
-    assert meta["tags"] == ["merge", "paw", "dare-linear"]
+    assert meta["tags"] == ["paw", "merge", "dare_linear"]  # mergekit's name of the method
     for model, row in zip(family.models, record["models"], strict=True):
         assert f"| `{model}` | {row['weight']:.4f} | {row['l2']:.6f} |" in body
     assert "| weights | from L2 norms, mode exp, beta 1.0 (norms computed) |" in body
     assert "| drop_rate | `0.5` |" in body and "| seed | `4` |" in body
 
 
-def test_card_of_a_mergekit_config_shows_the_yaml(cli, family, tmp_path):
-    config = {"merge_method": "ties", "base_model": str(family.base),
-              "models": [{"model": str(m), "parameters": {"weight": 0.5, "density": 0.5}} for m in family.models[:2]],
+def test_a_mergekit_config_naming_hub_models_downloads_them_and_the_card_links_them(cli, family, tmp_path,
+                                                                                     monkeypatch):
+    hub = FakeHub(monkeypatch, tmp_path / "cache")
+    hub.publish("org/base", family.base)
+    hub.publish("org/ft0", family.models[0])
+    hub.publish("org/ft1", family.models[1], revision="v1")
+    models = [("org/ft0", family.models[0]), ("org/ft1@v1", family.models[1])]
+    config = {"merge_method": "ties", "base_model": "org/base",
+              "models": [{"model": m, "parameters": {"weight": 0.5, "density": 0.5}} for m, _ in models],
               "dtype": "float32"}
     path = tmp_path / "ties.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     r = cli("merge", "--config", path, "--output", tmp_path / "out", "--device", "cpu")
     assert r.exit_code == 0, r.stderr
+    assert sorted((c["repo_id"], c["revision"]) for c in hub.calls) == [("org/base", None), ("org/ft0", None),
+                                                                        ("org/ft1", "v1")]
     meta, body = _card(tmp_path / "out")
-    assert meta["base_model"] == [str(family.base), *map(str, family.models[:2])]
+    assert meta == {"base_model": ["org/base", "org/ft0", "org/ft1"], "library_name": "transformers",
+                    "tags": ["paw", "merge", "ties"]}
+    assert ModelCard.load(tmp_path / "out" / "README.md").data.base_model == ["org/base", "org/ft0", "org/ft1"]
+    assert "local path" not in body and "with `org/base` as the base" in body
     yaml_block = body.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(yaml_block) == config
+    local = dict(config, base_model=str(family.base),
+                 models=[{**entry, "model": str(folder)}
+                         for entry, (_, folder) in zip(config["models"], models, strict=True)])
+    path.write_text(yaml.safe_dump(local, sort_keys=False))
+    assert cli("merge", "--config", path, "--output", tmp_path / "here", "--device", "cpu").exit_code == 0
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == (tmp_path / "here" / "model.safetensors").read_bytes()

@@ -12,6 +12,7 @@ from safetensors import safe_open
 from paw.data import sample_texts
 from paw.errors import PawError
 from paw.vocab.heal import rows_to_heal, token_stream, windows
+from tests.io.fake_hub import card_of
 
 
 def test_rows_to_heal_keeps_exact_and_special_rows():
@@ -67,6 +68,11 @@ def test_heal_changes_only_the_estimated_rows(cli, transplanted, corpus, tiny_ll
     assert [p["step"] for p in record["curve"]] == [0, 2, 4, 6, 8, 10, 12]
     assert record["bpb"]["after"] < record["bpb"]["before"]  # 12 steps at lr 0.01 on the text it is scored on
     assert record["bpb"]["original"] > 0 and (out / "heal_curve.png").stat().st_size > 1000
+    meta, body = card_of(out)  # the card: the model the transplant came from, the figures of the record
+    assert meta == {"library_name": "transformers", "tags": ["paw", "tokenizer-transplant", "heal-transplant"]}
+    assert f"`{tiny_llama}` is a local path" in body and f"- rows trained: {record['rows_trained']} " in body
+    assert f"bits per byte on held-out text: {record['bpb']['before']:.4f} -> {record['bpb']['after']:.4f}" in body
+    assert "![heal_curve.png](heal_curve.png)" in body
     before, after = _tensors(transplanted), _tensors(out)
     assert before.keys() == after.keys()
     for name, t in before.items():

@@ -41,6 +41,7 @@ from paw.memory import plan, plan_line, with_measured, worth_saying
 from paw.progress import status
 from paw.train import Recipe
 from paw.train_state import Checkpoints
+from paw.transfer.card import transfer_card
 from paw.transfer.distill.lora import auto_steps, distill_lora
 from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.plots import curve_figure
@@ -100,7 +101,8 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
     with nonfinite_policy(allow_nonfinite):
         report = _refuse_diverged(output, moved, report, o.lr)
         write_distill(output, moved, report, curve=curve_figure(report), command=command, inputs=inputs,
-                      overwrite=overwrite)
+                      overwrite=overwrite, card=transfer_card(output, report, source_base=source_base,
+                                                              target_base=target_base, command=command))
     remove_train_state(work_dir(output))  # the output is complete: nothing left to resume
     return report, inputs
 
