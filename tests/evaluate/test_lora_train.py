@@ -86,7 +86,7 @@ def test_cli_train_lora_writes_peft_folder(cli, tmp_path, fact_model, colour_tas
 
 @pytest.mark.parametrize("args, fragment", [
     (["--rank", "0"], "--rank"),
-    (["--track", "wandb"], "--track 'wandb'"),
+    (["--track", "mlflow"], "--track 'mlflow'"),
     (["--target-modules", "nope_proj"], "cannot attach LoRA"),
 ])
 def test_cli_train_lora_bad_input(cli, tmp_path, fact_model, args, fragment):

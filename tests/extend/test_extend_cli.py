@@ -222,8 +222,11 @@ def test_same_inputs_give_byte_identical_folders(cli, tiny_qwen, tmp_path):
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert files == sorted(p.name for p in (tmp_path / "b").iterdir())
     for f in files:
-        if f != "paw_extend.json":  # it records the output path of the command line
+        if f not in ("paw_extend.json", "README.md"):  # they record the output path of the command line
             assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    card = (tmp_path / "a" / "README.md").read_text().replace("# a\n", "# b\n").replace(f"{tmp_path / 'a'} ",
+                                                                                          f"{tmp_path / 'b'} ")
+    assert card == (tmp_path / "b" / "README.md").read_text()  # no clock, no host: only the output's name differs
 
 
 def test_tokens_file_keeps_spaces_and_json_lists(cli, tiny_qwen, tmp_path):

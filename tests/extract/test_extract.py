@@ -50,7 +50,7 @@ def test_rank2_adapter_reproduces_the_finetune_in_peft(cli, tmp_path, tiny_llama
     assert report["not_carried"] == [] and report["summary"]["lora_modules"] == 14
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 2 and config["lora_alpha"] == 2 and config["modules_to_save"] == [head]
-    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors",
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "adapter_config.json", "adapter_model.safetensors",
                                                      "energy_vs_rank.png", "extract_report.json"]
     files = _contents(out)
     _extract(cli, tiny_llama, llama_ft, out, "--rank", "2", "--overwrite")  # same seed: same bytes
@@ -58,10 +58,11 @@ def test_rank2_adapter_reproduces_the_finetune_in_peft(cli, tmp_path, tiny_llama
 
 
 def _contents(folder: Path) -> dict[str, bytes]:
-    """Every file's bytes; the report's command line (which gains --overwrite) left out."""
+    """Every file's bytes; the command line (which gains --overwrite) left out of the report and the card."""
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     report = json.loads(files["extract_report.json"])
     files["extract_report.json"] = json.dumps({k: v for k, v in report.items() if k != "command"}).encode()
+    files["README.md"] = files["README.md"].replace(report["command"].encode(), b"COMMAND")
     return files
 
 
