@@ -20,11 +20,13 @@ def test_writes_adapter_report_csv_and_plot_deterministically(cli, tmp_path, src
     second = _run(cli, src_lora, src, drifted, tmp_path / "b")
     assert second.exit_code == 0
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert names == ["adapter_config.json", "adapter_model.safetensors", "similarity_vs_depth.png",
+    assert names == ["README.md", "adapter_config.json", "adapter_model.safetensors", "similarity_vs_depth.png",
                      "transfer_report.csv", "transfer_report.json"]
     for name in names:
-        if name != "transfer_report.json":  # the report names its own output path in the command line
+        if name not in ("transfer_report.json", "README.md"):  # they name their own output path in the command
             assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    card = (tmp_path / "a" / "README.md").read_text().replace("# a\n", "# b\n")
+    assert card.replace(f"{tmp_path / 'a'} ", f"{tmp_path / 'b'} ") == (tmp_path / "b" / "README.md").read_text()
     config = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str(drifted)  # the target, not the source
     assert config["r"] == 4 and config["lora_alpha"] == 8
