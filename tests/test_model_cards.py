@@ -92,6 +92,7 @@ def test_adapter_merge_card(cli, tmp_path, tiny_lora):
     meta, body = card_of(out)
     assert meta == {"library_name": "peft", "tags": ["paw", "lora", "merge", "cat"]}
     assert f"| `{tiny_lora}` | 4 | 8 | 1 |" in body and "- 14 modules, rank 8" in body
+    assert "--exclude adapter_merge.json --exclude paw_merge.json`." in body
 
 
 def test_tokenizer_commands_cards(cli, tmp_path, tiny_llama, tiny_qwen):

@@ -315,7 +315,7 @@ def train_lora_adapter(model: PathLike, data: PathLike, output: PathLike, *, ran
 def _config(model: PathLike) -> dict | None:
     try:
         return open_checkpoint(model).config
-    except PawError:  # a hub id or a GGUF file: load_lm names what is wrong with it
+    except PawError:  # a GGUF file, or a Hub ID that cannot be fetched: load_lm names what is wrong with it
         return None
 
 
@@ -324,7 +324,7 @@ def _announce(model: PathLike, items, *, rank: int, target_modules: str, batch_s
     """Predict peak memory per device and time from the model's config; say it before the model is loaded."""
     try:
         config = open_checkpoint(model).config or {}
-    except PawError:  # a hub id or a GGUF file: load_lm reports what is wrong with it, if anything
+    except PawError:  # a GGUF file or an unfetchable Hub ID: load_lm reports what is wrong with it, if anything
         return None
     sample = items[:256]
     words = sum(len(" ".join((it.question, *it.choices[:1])).split()) for it in sample)

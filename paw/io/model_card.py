@@ -33,6 +33,7 @@ FILE_NOTES = {
     "paw_train_lora.json": "provenance: PAW version, command, inputs (paths and sizes), settings",
     "paw_train_full.json": "provenance: PAW version, command, inputs (paths and sizes), settings",
     "paw_merge.json": "provenance and the full merge record: inputs, weights, norms, tensors copied",
+    "adapter_merge.json": "the adapter merge: method, weights, each module's rank and the adapters it came from",
     "paw_extend.json": "provenance and the tokens added",
     "paw_transplant.json": "provenance and how each new embedding row was made",
     "paw_vocab_map.json": "the vocabulary map: old token ids behind each new one",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from paw.transfer.gate import verdict
+from tests.io.fake_hub import card_of
 
 DIMS = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2)
 
@@ -120,6 +121,9 @@ def test_gate_on_a_distillation(cli, world, tmp_path):
     assert report["method"] == "distill" and report["gate"]["items"] == 16
     assert report["gate"]["accuracy"]["target_adapted"]["mean"] == pytest.approx(
         _accuracy(w["related"], w["task"], tmp_path / "d"))
+    meta, body = card_of(tmp_path / "d")  # the card, written before the gate ran, lists its gate.md too
+    assert meta["tags"] == ["paw", "lora", "transfer-lora", "distill"] and "## Distillation\n\n- distilled " in body
+    assert "| `gate.md` | the gain gate" in body and "| `distill_curve.png` |" in body
 
 
 def _write(path: Path, records: list[dict]) -> Path:
