@@ -21,6 +21,7 @@ from paw.io.checkpoint import open_checkpoint
 from paw.io.lora_model import open_model, split_model_ref
 from paw.lora import apply_lora
 from paw.merge import MergeOptions, merge
+from tests.io.fake_hub import FakeHub, card_of
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +115,26 @@ def test_mergekit_yaml_model_plus_lora_equals_merging_peft_merged_copies(cli, ad
         assert torch.equal(ours[name], ref[name]), name
     record = json.loads((tmp_path / "ours" / "paw_merge.json").read_text())
     assert record["inputs"]["models"][1]["lora"]["path"] == str(adapters["dora"])
-    card = (tmp_path / "ours" / "README.md").read_text()
-    assert f'- "{adapters["lora"]}"' in card and f'- "{tiny_llama}+' not in card.split("---")[1]
+    meta, body = card_of(tmp_path / "ours")  # MODEL+LORA names the model and the adapter, each once
+    assert "base_model" not in meta  # local paths: named in the text, where a Hub ID can be added by hand
+    assert f"`{tiny_llama}`, `{adapters['lora']}`, `{adapters['dora']}` are local paths, not Hub IDs" in body
+
+
+def test_model_plus_lora_from_the_hub_is_downloaded_and_both_are_base_models(cli, adapters, tiny_llama, tmp_path,
+                                                                            monkeypatch):
+    hub = FakeHub(monkeypatch, tmp_path / "cache")
+    hub.publish("org/base", tiny_llama)
+    hub.publish("org/lora", adapters["lora"])
+    r = cli("merge", "--config", _mergekit_yaml(tmp_path, "org/base", ["org/base+org/lora@main"], [1.0]),
+            "--output", tmp_path / "ours")
+    assert r.exit_code == 0, r.stderr
+    assert {c["repo_id"]: c["allow_patterns"] for c in hub.calls}["org/lora"] == ["adapter_config.json",
+                                                                                   "adapter_model.safetensors"]
+    meta, _ = card_of(tmp_path / "ours")
+    assert meta["base_model"] == ["org/base", "org/lora"]
+    here = merge(MergeOptions(base=str(tiny_llama), models=[f"{tiny_llama}+{adapters['lora']}"], weights=[1.0],
+                              output=str(tmp_path / "here"), device="cpu"))
+    assert (tmp_path / "ours" / "model.safetensors").read_bytes() == (here / "model.safetensors").read_bytes()
 
 
 def test_flags_take_model_plus_lora_too(adapters, peft_merged, tiny_llama, tmp_path):
