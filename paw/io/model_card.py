@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from paw.io.hub import TOKENIZER_FILES, hub_id
+from paw.io.hub import hub_id
 
 CARD = "README.md"
 FILES_HEADING = "## Files PAW added"  # the card's last section, listed from the folder as it is written
@@ -50,8 +50,6 @@ FILE_NOTES = {
     "extract_energy_vs_rank.png": "the extraction's energy against rank (--finetune)",
     "heal_curve.png": "bits per byte during healing",
 }
-_LOADED = {"config.json", "generation_config.json", "adapter_config.json", "model.safetensors.index.json",
-           *TOKENIZER_FILES, CARD}
 
 
 @dataclass(frozen=True)
@@ -135,4 +133,4 @@ def refresh_files(folder: str | Path) -> None:
 
 
 def _names(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name not in _LOADED)
+    return sorted(p.name for p in folder.iterdir() if p.is_file())
