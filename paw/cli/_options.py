@@ -83,7 +83,7 @@ def expand_multi(args: list[str], flags: tuple[str, ...]) -> list[str]:
 
 
 def track_once(kind: str, output, config: dict, metrics: dict) -> None:
-    """Log a one-shot command's figures to ``OUT-tracking/`` (``--track csv|swanlab``) and say where."""
+    """Log a one-shot command's figures to ``OUT-tracking/`` (``--track csv|swanlab|wandb``) and say where."""
     if kind == "none":
         return
     from pathlib import Path
@@ -93,6 +93,29 @@ def track_once(kind: str, output, config: dict, metrics: dict) -> None:
     output = Path(output)
     where = log_once(kind, output.with_name(output.name + "-tracking"), config, metrics)
     typer.echo(f"tracking ({kind}): {where}")
+
+
+def track_steps(kind: str, output, config: dict, points: list[tuple[int, dict]]) -> None:
+    """Log a finished training's curve, ``(step, figures)`` in order, to ``OUT-tracking/`` and say where.
+
+    For trainers whose loop kept the curve in their record (``train-full``, ``heal-transplant``): the
+    run reads as if logged live, one point per step given.
+    """
+    if kind == "none":
+        return
+    from pathlib import Path
+
+    from paw.io.tracking import make_tracker
+
+    output = Path(output)
+    run_dir = output.with_name(output.name + "-tracking")
+    tracker = make_tracker(kind, run_dir, config)
+    try:
+        for step, figures in points:
+            tracker.log(figures, step=step)
+    finally:
+        tracker.finish()
+    typer.echo(f"tracking ({kind}): {run_dir}")
 
 
 def finite_floats(command) -> None:

@@ -12,10 +12,11 @@ from paw.cli._options import (
     console,
     multi_value_command,
     options_command,
+    track_steps,
 )
 from paw.vocab.options import AlignOptions, AnalyzeOptions, HealOptions, TransplantOptions
 
-_NO_TRACK = ("track",)          # a knob of RunOptions these commands have no use for
+_NO_TRACK = ("track",)          # a knob of RunOptions these commands have no use for (they train nothing)
 
 
 def _coverage_table(title: str, coverage: dict[str, int], total: int):
@@ -35,10 +36,10 @@ def register(app: typer.Typer) -> None:
                     analyze_tokenizers, doc=analyze_tokenizers.__doc__, cls=multi_value_command("--corpus"))
     options_command(app, "align-vocab", [(AlignOptions, ""), (RunOptions, "", _NO_TRACK)], align_vocab,
                     doc=align_vocab.__doc__, cls=multi_value_command("--corpus"))
-    options_command(app, "transplant-tokenizer", [(TransplantOptions, ""), (RunOptions, "", _NO_TRACK),
+    options_command(app, "transplant-tokenizer", [(TransplantOptions, ""), (RunOptions, ""),
                                                   (WriteOptions, "")], transplant_tokenizer,
                     doc=transplant_tokenizer.__doc__, cls=multi_value_command("--corpus", "--heal-corpus"))
-    options_command(app, "heal-transplant", [(HealOptions, ""), (RunOptions, "", _NO_TRACK), (WriteOptions, "")],
+    options_command(app, "heal-transplant", [(HealOptions, ""), (RunOptions, ""), (WriteOptions, "")],
                     heal_transplant, doc=heal_transplant.__doc__, cls=multi_value_command("--corpus", "--eval-corpus"))
 
 
@@ -75,8 +76,10 @@ def transplant_tokenizer(options: TransplantOptions, run: RunOptions, write: Wri
 
     Example: paw transplant-tokenizer --model ./smollm2 --donor ./gemma-3 --output ./smollm2-gemma-tok
     """
+    from paw.io.tracking import check_kind
     from paw.vocab.pipelines import transplant_tokenizer
 
+    check_kind(run.track)  # before any heavy work
     result = transplant_tokenizer(options, run, command=command_line())
     console().print(_coverage_table(f"{options.model} -> {options.tokenizer or options.donor}", result.coverage,
                                     result.target_size))
@@ -93,6 +96,8 @@ def transplant_tokenizer(options: TransplantOptions, run: RunOptions, write: Wri
     if "heal" in result.record:
         _print_heal(result.record["heal"], result.heal_seconds)
     typer.echo(f"wrote {options.output}")
+    if "heal" in result.record:  # what --track logs: the healing's curve; a transplant alone trains nothing
+        track_steps(run.track, options.output, {"command": command_line()}, _heal_points(result.record["heal"]))
 
 
 def heal_transplant(options: HealOptions, run: RunOptions, write: WriteOptions) -> None:
@@ -100,11 +105,23 @@ def heal_transplant(options: HealOptions, run: RunOptions, write: WriteOptions) 
 
     Example: paw heal-transplant --model ./tiny-t2 --corpus text.txt --steps 100 --output ./tiny-t2-healed
     """
+    from paw.io.tracking import check_kind
     from paw.vocab.heal_pipeline import heal_transplant
 
+    check_kind(run.track)  # before any heavy work
     result = heal_transplant(options, run, command=command_line())
     _print_heal(result.record, result.seconds)
     typer.echo(f"wrote {options.output} (paw_heal.json, heal_curve.png)")
+    track_steps(run.track, options.output, {"command": command_line()}, _heal_points(result.record))
+
+
+def _heal_points(record: dict) -> list[tuple[int, dict]]:
+    """The heal curve for ``--track``: each check's mean train loss since the last and held-out bits per
+    byte (step 0 has no loss yet), then the rows trained and the bits per byte before and after."""
+    points = [(p["step"], {"train/loss": p["train_loss"], "test/bpb": p["bpb"]}) for p in record["curve"]]
+    summary = {"heal/rows_trained": record["rows_trained"],
+               **{f"heal/bpb_{k}": v for k, v in record["bpb"].items() if v is not None}}
+    return [*points, (record["steps"], summary)]
 
 
 def _print_heal(record: dict, seconds: float | None) -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import typer
 
-from paw.cli._options import RunOptions, command_line, options_command
+from paw.cli._options import RunOptions, command_line, options_command, track_steps
 from paw.evaluate.finetune import FinetuneOptions, TrainFullFiles
 
 
@@ -40,21 +39,7 @@ def train_full_command(files: TrainFullFiles, options: FinetuneOptions, run: Run
         typer.echo(f"accuracy       {m['base/accuracy']:.4f} -> {m['test/accuracy']:.4f} ± {se}   (n={m['test/n']})")
         typer.echo(f"accuracy_norm  {m['base/accuracy_norm']:.4f} -> {m['test/accuracy_norm']:.4f}")
     typer.echo(f"model: {files.output}")
-    if run.track != "none":
-        _track(run.track, Path(files.output), m, {"command": command_line(), **dataclasses.asdict(options)})
-
-
-def _track(kind: str, output: Path, metrics: dict, config: dict) -> None:
-    """Every step's loss, then the final figures, to ``OUT-tracking/`` (``--track csv|swanlab``)."""
-    from paw.io.tracking import make_tracker
-
-    run_dir = output.with_name(output.name + "-tracking")
-    tracker = make_tracker(kind, run_dir, config)
-    try:
-        losses = metrics.get("train_losses", [])
-        for step, loss in enumerate(losses, start=1):
-            tracker.log({"train/loss": loss}, step=step)
-        tracker.log({k: v for k, v in metrics.items() if k != "train_losses"}, step=len(losses))
-    finally:
-        tracker.finish()
-    typer.echo(f"tracking ({kind}): {run_dir}")
+    losses = m.get("train_losses", [])
+    track_steps(run.track, files.output, {"command": command_line(), **dataclasses.asdict(options)},
+                [*((step, {"train/loss": loss}) for step, loss in enumerate(losses, start=1)),
+                 (len(losses), {k: v for k, v in m.items() if k != "train_losses"})])

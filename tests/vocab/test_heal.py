@@ -99,6 +99,36 @@ def test_transplant_with_heal_steps_writes_both_reports(cli, tiny_llama, trained
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]  # the intermediate transplant is gone
 
 
+def _tracked(folder) -> dict[str, dict[int, float]]:
+    """``metric -> {step: value}`` of a ``--track csv`` run."""
+    import csv
+
+    rows: dict[str, dict[int, float]] = {}
+    with open(folder / "metrics.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            rows.setdefault(row["metric"], {})[int(row["step"])] = float(row["value"])
+    return rows
+
+
+def test_heal_and_transplant_heal_track_the_curve(cli, tiny_llama, trained, transplanted, corpus, tmp_path):
+    out = tmp_path / "healed"
+    res = cli("heal-transplant", "--model", transplanted, "--corpus", corpus, "-o", out, "--steps", "4",
+              "--seq-len", "16", "--batch", "2", "--eval-every", "2", "--track", "csv")
+    assert res.exit_code == 0, res.stderr
+    record = json.loads((out / "paw_heal.json").read_text())
+    rows = _tracked(tmp_path / "healed-tracking")
+    assert rows["test/bpb"] == {p["step"]: p["bpb"] for p in record["curve"]}
+    assert rows["train/loss"] == {p["step"]: p["train_loss"] for p in record["curve"][1:]}  # step 0: no loss yet
+    assert rows["heal/bpb_after"] == {4: record["bpb"]["after"]} and rows["heal/rows_trained"][4] > 0
+    assert f"tracking (csv): {tmp_path / 'healed-tracking'}" in res.stdout
+    moved = tmp_path / "t"
+    res = cli("transplant-tokenizer", "--model", tiny_llama, "--tokenizer", trained["sentencepiece-bpe"], "-o", moved,
+              "--no-check", "--heal-steps", "2", "--heal-corpus", corpus, "--track", "csv")
+    assert res.exit_code == 0, res.stderr
+    curve = json.loads((moved / "paw_heal.json").read_text())["curve"]
+    assert _tracked(tmp_path / "t-tracking")["test/bpb"] == {p["step"]: p["bpb"] for p in curve}
+
+
 def test_heal_bad_input_is_one_line(cli, tiny_llama, trained, transplanted, corpus, tmp_path):
     cases = [
         (["transplant-tokenizer", "--model", tiny_llama, "--tokenizer", trained["wordpiece"], "-o", tmp_path / "a",
