@@ -95,3 +95,54 @@ def test_a_mergekit_config_naming_hub_models_downloads_them_and_the_card_links_t
     path.write_text(yaml.safe_dump(local, sort_keys=False))
     assert cli("merge", "--config", path, "--output", tmp_path / "here", "--device", "cpu").exit_code == 0
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (tmp_path / "here" / "model.safetensors").read_bytes()
+
+
+def _cache(hf_home, repo_id: str, folder, commit: str) -> None:
+    """Put ``folder`` in the Hugging Face cache under ``hf_home`` as ``repo_id`` at main, as ``hf download`` does."""
+    import shutil
+
+    storage = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    shutil.copytree(folder, storage / "snapshots" / commit)
+    (storage / "refs").mkdir()
+    (storage / "refs" / "main").write_text(commit)
+
+
+def test_a_mergekit_config_of_cached_hub_models_runs_offline_in_a_fresh_process(cli, family, tmp_path):
+    """The real huggingface_hub, HF_HUB_OFFLINE=1 and HF_HOME from the environment: cached IDs merge as the
+    local folders do; an ID not in the cache is exit code 2 and one line naming `hf download`."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hf_home = tmp_path / "hf"
+    for i, (repo, folder) in enumerate([("org/base", family.base), ("org/ft0", family.models[0]),
+                                        ("org/ft1", family.models[1])]):
+        _cache(hf_home, repo, folder, f"{i}" * 40)
+    config = {"merge_method": "ties", "base_model": "org/base",
+              "models": [{"model": m, "parameters": {"weight": 0.5, "density": 0.5}} for m in ("org/ft0", "org/ft1")],
+              "dtype": "float32"}
+    path = tmp_path / "ties.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", PAW_PROGRESS="0",
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+
+    def paw(*args):
+        return subprocess.run([sys.executable, "-m", "paw", *map(str, args)], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=300)
+
+    done = paw("merge", "--config", path, "--output", tmp_path / "out", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    local = dict(config, base_model=str(family.base),
+                 models=[{**e, "model": str(f)} for e, f in zip(config["models"], family.models[:2], strict=True)])
+    path.write_text(yaml.safe_dump(local, sort_keys=False))
+    assert cli("merge", "--config", path, "--output", tmp_path / "here", "--device", "cpu").exit_code == 0
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == (tmp_path / "here" / "model.safetensors").read_bytes()
+    assert _card(tmp_path / "out")[0]["base_model"] == ["org/base", "org/ft0", "org/ft1"]
+    path.write_text(yaml.safe_dump(dict(config, base_model="org/missing"), sort_keys=False))
+    refused = paw("merge", "--config", path, "--output", tmp_path / "no", "--device", "cpu")
+    assert refused.returncode == 2 and not (tmp_path / "no").exists()
+    assert refused.stderr == (f"error: model 'org/missing' is not in the Hugging Face cache ({hf_home / 'hub'}) and "
+                              "HF_HUB_OFFLINE=1 forbids downloading it: fetch it with `hf download org/missing`, or "
+                              "pass a local folder\n")
