@@ -98,23 +98,17 @@ def track_once(kind: str, output, config: dict, metrics: dict) -> None:
 def track_steps(kind: str, output, config: dict, points: list[tuple[int, dict]]) -> None:
     """Log a finished training's curve, ``(step, figures)`` in order, to ``OUT-tracking/`` and say where.
 
-    For trainers whose loop kept the curve in their record (``train-full``, ``heal-transplant``): the
-    run reads as if logged live, one point per step given.
+    For trainers whose loop kept the curve in their record (``train-full``, distillation, the heals):
+    the run reads as if logged live, one point per step given.
     """
     if kind == "none":
         return
     from pathlib import Path
 
-    from paw.io.tracking import make_tracker
+    from paw.io.tracking import log_steps
 
     output = Path(output)
-    run_dir = output.with_name(output.name + "-tracking")
-    tracker = make_tracker(kind, run_dir, config)
-    try:
-        for step, figures in points:
-            tracker.log(figures, step=step)
-    finally:
-        tracker.finish()
+    run_dir = log_steps(kind, output.with_name(output.name + "-tracking"), config, points)
     typer.echo(f"tracking ({kind}): {run_dir}")
 
 

@@ -51,6 +51,17 @@ def _figures(result, method: str) -> dict:
     return {"distill": {"loss_start": d.loss_start, "loss_end": d.loss_end, "agreement": d.agreement_after}, **gated}
 
 
+def _distill_points(result) -> list[tuple[int, dict]]:
+    """A distillation for ``--track``: each step's loss and its terms (``train/loss``, ``train/token-kl``,
+    ...; a step with none, None in the report, is left out), then :func:`_figures` at the last step."""
+    curve = result.report["distill"]["curve"]
+    steps = len(curve.get("loss", []))
+    points = [(step + 1, {"train/loss" if name == "loss" else f"train/{name}": values[step]
+                          for name, values in curve.items() if values[step] is not None})
+              for step in range(steps)]
+    return [*points, (steps, _figures(result, DISTILL))]
+
+
 def _echo_warnings(warnings: list[str]) -> None:
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
@@ -75,7 +86,7 @@ def transfer_lora(files: TransferFiles, options: TransferOptions, distill: Disti
     import dataclasses
     import functools
 
-    from paw.cli._options import command_line, track_once
+    from paw.cli._options import command_line, track_once, track_steps
     from paw.distributed import is_main
     from paw.extract.finetune_transfer import source_choice, transfer_finetune
     from paw.io.tracking import check_kind
@@ -97,8 +108,11 @@ def transfer_lora(files: TransferFiles, options: TransferOptions, distill: Disti
         typer.echo(result.report["extraction"]["held"])
     (_echo_transfer if result.distill is None else _echo_distill)(result)
     _echo_warnings(result.warnings)
-    track_once(run.track, Path(files.output), {"command": command_line(), "method": options.method, **result.inputs},
-               _figures(result, options.method))
+    config = {"command": command_line(), "method": options.method, **result.inputs}
+    if result.distill is None:
+        track_once(run.track, Path(files.output), config, _figures(result, options.method))
+    else:  # a training: every step's loss, then the summary, as train-lora logs
+        track_steps(run.track, Path(files.output), config, _distill_points(result))
     if options.check_data is not None:  # the gain gate's verdict is the last line
         from paw.transfer.gate import line
 

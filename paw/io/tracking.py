@@ -17,7 +17,7 @@ import csv
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -219,6 +219,21 @@ def log_once(kind: str, run_dir: str | Path, config: Mapping[str, Any], metrics:
     tracker = make_tracker(kind, run_dir, config, shown=shown)
     try:
         tracker.log(_flat(metrics), step=step)
+    finally:
+        tracker.finish()
+    return None if kind == "none" else Path(run_dir)
+
+
+def log_steps(kind: str, run_dir: str | Path, config: Mapping[str, Any],
+              points: Iterable[tuple[int, Mapping[str, Any]]]) -> Path | None:
+    """For a finished training whose curve is in its record: log ``(step, metrics)`` in order, then finish.
+
+    Each ``metrics`` is flattened as in :func:`log_once`. Returns ``run_dir`` (``None`` for ``kind='none'``).
+    """
+    tracker = make_tracker(kind, run_dir, config)
+    try:
+        for step, metrics in points:
+            tracker.log(_flat(metrics), step=step)
     finally:
         tracker.finish()
     return None if kind == "none" else Path(run_dir)

@@ -154,3 +154,20 @@ def test_train_full_logs_each_step_to_wandb(cli, wandb, tmp_path, tiny_llama):
     assert wandb.logs[:3] == [(step, {"train/loss": loss}) for step, loss in enumerate(metrics["train_losses"], 1)]
     assert wandb.logs[3][0] == 3 and wandb.logs[3][1]["steps"] == 3.0 and wandb.finished == 1
     assert wandb.inits[0]["dir"] == str(tmp_path / "ft-tracking") and wandb.inits[0]["mode"] == "offline"
+
+
+def test_distill_logs_each_step_then_its_summary_to_wandb(cli, wandb, tmp_path, tiny_llama, tiny_lora):
+    from paw import zoo
+
+    target = tmp_path / "target"
+    zoo.fine_tune(tiny_llama, target, seed=3, scale=0.01)
+    r = cli("transfer-lora", "--method", "distill", "--prompts", "generic", "--adapter", tiny_lora, "--source-base",
+            tiny_llama, "--target-base", target, "--output", tmp_path / "moved", "--max-steps", "3", "--batch-size", "2",
+            "--device", "cpu", "--track", "wandb")
+    assert r.exit_code == 0, r.stderr
+    curve = json.loads((tmp_path / "moved" / "transfer_report.json").read_text())["distill"]["curve"]
+    assert [step for step, _ in wandb.logs] == [1, 2, 3, 3] and wandb.finished == 1
+    assert [m["train/loss"] for _, m in wandb.logs[:3]] == curve["loss"]
+    assert wandb.logs[3][1]["distill/loss_end"] > 0 and "distill/agreement/top1_agreement" in wandb.logs[3][1]
+    assert wandb.inits[0]["dir"] == str(tmp_path / "moved-tracking") and wandb.inits[0]["mode"] == "offline"
+    assert f"tracking (wandb): {tmp_path / 'moved-tracking'}" in r.stdout
