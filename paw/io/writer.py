@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +68,16 @@ class ShardedWriter:
     A tensor holding NaN/Inf is refused as it arrives (:func:`paw.io.finite.refuse_nonfinite_tensor`,
     naming ``output``, the folder the user will see) unless the run allows it; ``nonfinite`` then
     counts what was written.
+
+    With ``layout`` (every tensor's ``(name, dtype, shape)`` in the order they will come, dtype as
+    torch names it: ``'bfloat16'``) the shards and their headers are known before the first byte:
+    each header is written first and each tensor's bytes straight behind it, so the data is written
+    once instead of staged and copied. The files are the same bytes either way; a tensor that
+    differs from the layout is refused.
     """
 
     def __init__(self, folder: Path, *, max_shard_bytes: int, metadata: dict[str, str] | None = None,
-                 output: str | Path | None = None):
+                 output: str | Path | None = None, layout: Sequence[tuple[str, str, Sequence[int]]] | None = None):
         self.folder = folder
         self.output = folder if output is None else output
         self.nonfinite: dict[str, int] = {}
@@ -81,6 +89,8 @@ class ShardedWriter:
         self._shards: list[list[str]] = []
         self._seen: set[str] = set()
         self.total_bytes = 0
+        self._planned = None if layout is None else _plan_shards(layout, max_shard_bytes)
+        self._next = 0                        # planned mode: index of the next tensor of the layout
 
     def add(self, name: str, tensor) -> None:
         """Append ``tensor`` (any device, any layout) under ``name``; it is on disk when this returns."""
@@ -92,6 +102,10 @@ class ShardedWriter:
         refuse_nonfinite_tensor(self.output, name, tensor, counts=self.nonfinite)
         self._seen.add(name)
         nbytes = tensor.numel() * tensor.element_size()
+        if self._planned is not None:
+            self._add_planned(name, code, list(tensor.shape), tensor)
+            self.total_bytes += nbytes
+            return
         if self._entries and self._pending_bytes + nbytes > self.max_shard_bytes:
             self._flush()
         if self._data is None:
@@ -108,19 +122,51 @@ class ShardedWriter:
         if self._data is None:
             self._data = open(data_path, "wb")
         self._data.close()
-        header = json.dumps({"__metadata__": self.metadata, **self._entries}, separators=(",", ":")).encode()
-        header += b" " * (-len(header) % 8)  # tensor data starts 8-byte aligned, as safetensors writes it
         with open(self.folder / f".shard-{index:05d}.safetensors", "wb") as out, open(data_path, "rb") as data:
-            out.write(len(header).to_bytes(8, "little") + header)
+            out.write(_header_bytes(self.metadata, self._entries))
             out.flush()
             _append(data, out, self._pending_bytes)
         data_path.unlink()
         self._shards.append(list(self._entries))
         self._entries, self._data, self._pending_bytes = {}, None, 0
 
+    def _add_planned(self, name: str, code: str, shape: list[int], tensor) -> None:
+        """Planned mode: check ``tensor`` against the layout, open its shard (header first) if new, append it."""
+        shards, order = self._planned
+        if self._next >= len(order) or order[self._next][0] != name:
+            expected = order[self._next][0] if self._next < len(order) else "no more tensors"
+            raise PawError(f"tensor {name!r} arrived where the announced layout has {expected!r}")
+        _, shard = order[self._next]
+        entry = shards[shard][name]
+        if entry["dtype"] != code or entry["shape"] != shape:
+            raise PawError(f"tensor {name!r} is {code} {shape}, not the announced {entry['dtype']} {entry['shape']}")
+        if shard != len(self._shards) - 1:  # the first tensor of a new shard: close the last, start this one
+            self._open_planned(shard)
+        self._data.write(_raw_bytes(tensor))
+        self._next += 1
+
+    def _open_planned(self, shard: int) -> None:
+        shards, _ = self._planned
+        if self._data is not None:
+            self._data.close()
+        self._data = open(self.folder / f".shard-{shard:05d}.safetensors", "wb")
+        self._data.write(_header_bytes(self.metadata, shards[shard]))
+        self._shards.append(list(shards[shard]))
+
+    def _close_planned(self) -> None:
+        shards, order = self._planned
+        if self._next < len(order):
+            raise PawError(f"the announced layout has {len(order)} tensors but {self._next} arrived")
+        if not self._shards:  # no tensor at all: one shard holding an empty header
+            self._open_planned(0)
+        self._data.close()
+        self._data = None
+
     def close(self) -> list[str]:
         """Write what is pending, give shards their final names, write the index; return file names."""
-        if self._entries or not self._shards:
+        if self._planned is not None:
+            self._close_planned()
+        elif self._entries or not self._shards:
             self._flush()
         count = len(self._shards)
         if count == 1:
@@ -139,6 +185,34 @@ class ShardedWriter:
 
 
 _SAFETENSORS_CODES = {torch_name: code for code, (torch_name, _) in DTYPES.items()}
+
+
+def _header_bytes(metadata: dict[str, str], entries: dict[str, dict]) -> bytes:
+    """The 8-byte length and the JSON header of one shard, padded so that its data starts 8-byte aligned."""
+    header = json.dumps({"__metadata__": metadata, **entries}, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)  # tensor data starts 8-byte aligned, as safetensors writes it
+    return len(header).to_bytes(8, "little") + header
+
+
+def _plan_shards(layout: Sequence[tuple[str, str, Sequence[int]]],
+                 max_shard_bytes: int) -> tuple[list[dict[str, dict]], list[tuple[str, int]]]:
+    """Each shard's header entries, and ``(name, shard)`` in arrival order, by the rule of
+    :meth:`ShardedWriter.add`: a tensor opens a new shard when it would overflow a non-empty one."""
+    shards: list[dict[str, dict]] = [{}]
+    order, pending = [], 0
+    for name, dtype, shape in layout:
+        code = _SAFETENSORS_CODES.get(str(dtype).removeprefix("torch."))
+        if code is None:
+            raise PawError(f"tensor {name!r}: dtype {dtype} cannot be stored in safetensors")
+        nbytes = math.prod(shape) * DTYPES[code][1]
+        if shards[-1] and pending + nbytes > max_shard_bytes:
+            shards.append({})
+            pending = 0
+        shards[-1][name] = {"dtype": code, "shape": [int(d) for d in shape],
+                            "data_offsets": [pending, pending + nbytes]}
+        order.append((name, len(shards) - 1))
+        pending += nbytes
+    return shards, order
 
 
 def _raw_bytes(tensor) -> memoryview:
@@ -216,6 +290,8 @@ def write_checkpoint(
     figures: Mapping[str, Any] | None = None,
     card: Card | Callable[[], Card] | None = None,
     allow_nonfinite: bool = False,
+    layout: Sequence[tuple[str, str, Sequence[int]]] | None = None,
+    overlap: bool = False,
 ) -> Path:
     """Write a Hugging Face model folder at ``output``, atomically.
 
@@ -230,14 +306,22 @@ def write_checkpoint(
     ``README.md`` model card, written last (:mod:`paw.io.model_card`). Inputs (``copy_from``, ``tokenizer_from``)
     are never written over. A tensor with NaN/Inf is refused (nothing is written) unless
     ``allow_nonfinite`` or an enclosing :func:`paw.io.finite.nonfinite_policy` allows it.
+
+    ``layout`` announces every tensor (:class:`ShardedWriter`: each byte is then written once).
+    ``overlap`` writes each tensor on a second thread while the stream computes the next one (one
+    tensor waits in between, so memory holds at most three); the stream must not change a tensor
+    after yielding it.
     """
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
     max_shard_bytes = parse_size(max_shard_size)
     with nonfinite_policy(allow_nonfinite), \
             atomic_dir(output, overwrite=overwrite, inputs=[copy_from, tokenizer_from]) as tmp:
-        writer = ShardedWriter(tmp, max_shard_bytes=max_shard_bytes, output=output)
-        for name, tensor in items:
-            writer.add(name, tensor)
+        writer = ShardedWriter(tmp, max_shard_bytes=max_shard_bytes, output=output, layout=layout)
+        if overlap:
+            _add_behind(writer, items)
+        else:
+            for name, tensor in items:
+                writer.add(name, tensor)
         writer.close()
         copy_side_files(copy_from, tmp, _MODEL_SIDE_FILES)
         if config is not None:
@@ -252,6 +336,40 @@ def write_checkpoint(
         if card is not None:
             write_card(tmp, card() if callable(card) else card)
     return Path(output)
+
+
+def _add_behind(writer: ShardedWriter, items: Iterable[tuple[str, Any]]) -> None:
+    """``writer.add`` every item on a writer thread while this thread produces the next item.
+
+    The queue holds one item, so at most three tensors are alive: the one being written, the one
+    waiting and the one being produced. An error on either side stops both and is raised here: the
+    writer's at the next hand-over, the stream's after the writer has finished the tensor it holds.
+    """
+    handover: queue.Queue = queue.Queue(maxsize=1)
+    failed: list[BaseException] = []
+
+    def drain() -> None:
+        while (item := handover.get()) is not None:
+            if not failed:
+                try:
+                    writer.add(*item)
+                except BaseException as err:  # noqa: BLE001  (re-raised in the producing thread)
+                    failed.append(err)
+            del item
+
+    thread = threading.Thread(target=drain, name="paw-writer", daemon=True)
+    thread.start()
+    try:
+        for name, tensor in items:
+            if failed:
+                break
+            handover.put((name, tensor))
+            del tensor
+    finally:
+        handover.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def write_hf_folder(path: str | Path, output: str | Path, *, dtype: str = "bfloat16", overwrite: bool = False,
