@@ -83,15 +83,26 @@ class TopK:
             return torch.ones_like(magnitude, dtype=torch.bool)
         if self.k <= 0:
             return torch.zeros_like(magnitude, dtype=torch.bool)
-        keep = magnitude > self.threshold
         tied = magnitude == self.threshold
         room = self.k - self.above - self.seen_ties
         n_tied = int(tied.sum())
-        if n_tied and room > 0:
-            order = tied.reshape(-1).cumsum(0).reshape(tied.shape)  # 1, 2, ... along the ties
-            keep |= tied & (order <= room)
         self.seen_ties += n_tied
-        return keep
+        if n_tied == 0 or room <= 0:  # no tie here, or every tie already passed over: strictly above
+            return magnitude > self.threshold
+        if n_tied <= room:            # every tie of this block is kept
+            return magnitude >= self.threshold
+        order = tied.reshape(-1).cumsum(0).reshape(tied.shape)  # 1, 2, ... along the ties
+        return (magnitude > self.threshold) | (tied & (order <= room))
+
+
+def threshold_passes(topks: list[list[TopK]], *, float32: bool = True) -> int:
+    """How many times :func:`find_thresholds` walks the blocks for these selections: 0 when none is
+    needed (``k`` is 0 or every entry), 1 when each is taken from whole data (tensors under
+    :data:`SMALL` entries, or not float32), else 2."""
+    pending = [t for wanted in topks for t in wanted if 0 < t.k < t.n]
+    if not pending:
+        return 0
+    return 1 if not float32 or all(t.n < SMALL for t in pending) else 2
 
 
 def find_thresholds(topks: list[list[TopK]], magnitudes: Callable[[], Iterable[list[Any]]]) -> None:
@@ -141,3 +152,41 @@ def _bits(block):
     import torch
 
     return block.reshape(-1).view(torch.int32)
+
+
+class Deltas:
+    """The base and the task vectors ``Δ_i = M_i − base`` of one block, in the compute dtype.
+
+    ``Deltas(count, numel, compute, device)(tensors)`` takes the block of the base and of each model
+    (any float dtypes, one shape) and returns ``(base, [Δ_1 .. Δ_N])``. They live in ``count``
+    buffers of ``numel`` entries that the next call overwrites, so a merge walking 2^20-entry blocks
+    allocates (and page-faults) once per tensor instead of once per block and model: use the
+    results before the next call. An input the compute dtype holds exactly (bfloat16, float16 or
+    float32 into float32) is converted into its buffer, then the base subtracted in place, the same
+    arithmetic as ``torch.sub(M_i, base)``; any other (float64 into float32) goes through that call.
+    """
+
+    def __init__(self, count: int, numel: int, compute, device=None):
+        import torch
+
+        self.compute = compute
+        self._buffers = [torch.empty(numel, dtype=compute, device=device) for _ in range(count)]
+
+    def __call__(self, tensors: list) -> tuple[Any, list]:
+        import torch
+
+        base = self._load(0, tensors[0])
+        deltas = [self._load(i, t).sub_(base) if _exact_in(t.dtype, self.compute)
+                  else torch.sub(t, base).to(self.compute) for i, t in enumerate(tensors[1:], 1)]
+        return base, deltas
+
+    def _load(self, i: int, tensor):
+        buffer = self._buffers[i]
+        if tensor.numel() > buffer.numel():  # a block larger than announced: a fresh buffer
+            return tensor.to(self.compute, copy=True)
+        return buffer[:tensor.numel()].view(tensor.shape).copy_(tensor)
+
+
+def _exact_in(dtype, compute) -> bool:
+    """Whether every value of ``dtype`` is exactly a value of the float ``compute`` dtype."""
+    return dtype == compute or (dtype.is_floating_point and dtype.itemsize < compute.itemsize)

@@ -182,20 +182,43 @@ def sign_consensus_mean(weighted: Sequence, weights: Sequence[float], *, normali
     """
     import torch
 
-    plus = weighted[0].clone()
+    elected = weighted[0].clone()
     for t in weighted[1:]:
-        plus.add_(t)
-    plus = plus >= 0  # elected sign: True for +
+        elected.add_(t)
     total = torch.zeros_like(weighted[0])
     divisor = torch.zeros_like(weighted[0])
-    for t, w in zip(weighted, weights, strict=True):
-        agree = torch.where(plus, t > 0, t < 0)  # zeros (trimmed) never agree
-        total.add_(torch.where(agree, t, 0.0))
-        divisor.add_(agree, alpha=w)
+    if bool(torch.isfinite(elected.sum())):  # no NaN anywhere: the branch-free form below is exact
+        _agreeing_sums(weighted, weights, elected, total, divisor)
+    else:
+        plus = elected >= 0  # elected sign: True for +
+        for t, w in zip(weighted, weights, strict=True):
+            agree = torch.where(plus, t > 0, t < 0)  # zeros (trimmed) never agree
+            total.add_(torch.where(agree, t, 0.0))
+            divisor.add_(agree, alpha=w)
     if not normalize:
         return total
-    divisor[divisor == 0] = 1.0
+    divisor.add_(divisor == 0)  # 0 -> 1 where no weight takes part (a sum of weights is never -0.0)
     return total.div_(divisor)
+
+
+def _agreeing_sums(weighted: Sequence, weights: Sequence[float], elected, total, divisor) -> None:
+    """``total += Σ_i [agree_i] t_i`` and ``divisor += Σ_i [agree_i] w_i`` without data-dependent branches.
+
+    With ``s = ±1``, the elected sign (``copysign``: an elected ``-0.0`` can only come from all
+    ``t_i = -0.0``, which agree with neither sign), ``t_i`` agrees when ``t_i s > 0``, and
+    ``max(t_i s, 0) s`` is ``t_i`` where it agrees and ``±0`` elsewhere, which leaves a sum that is
+    not ``-0.0`` unchanged; multiplying by ±1 is exact. The same bits as ``torch.where`` on the
+    masks, about five times faster on a CPU (random masks defeat its branch prediction), for every
+    input without NaN (a NaN would survive ``max``): the caller checks that.
+    """
+    import torch
+
+    sign = torch.ones_like(elected).copysign_(elected)
+    scratch = torch.empty_like(elected)
+    for t, w in zip(weighted, weights, strict=True):
+        torch.mul(t, sign, out=scratch).clamp_(min=0)  # |t| where t agrees, else ±0
+        total.addcmul_(scratch, sign)
+        divisor.add_(scratch.sign_(), alpha=w)       # 1 where t agrees, else ±0
 
 
 _DARE = ("drop_rate", "normalize", "generators")

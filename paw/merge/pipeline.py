@@ -11,7 +11,7 @@ float32 plus the output shard being filled (``max_shard_size``), whatever the mo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,12 @@ from paw.io.input_guard import input_scope
 from paw.io.json_file import read_json
 from paw.io.lora_model import describe_ref, open_model, ref_paths
 from paw.io.manifest import call_text
+from paw.io.stream import ReadAhead
 from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
 from paw.io.writer import tokenizer_source, write_checkpoint
+from paw.merge import schedule
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
-from paw.merge.blocks import TopK, find_thresholds, row_blocks
+from paw.merge.blocks import Deltas, find_thresholds
 from paw.merge.card import model_card
 from paw.merge.methods import MergeMethod, get_method, tensor_seed
 from paw.merge.norms import task_vector_norms
@@ -157,20 +159,26 @@ def _summary_norm(stats_dir: Path, model_name: str) -> float:
     return float(value)
 
 
-def merged_tensors(job: MergeJob) -> Iterator[tuple[str, Any]]:
+def _read_now(ckpt: Checkpoint, name: str, rows: tuple[int, int] | None = None):
+    return ckpt[name] if rows is None else ckpt.rows(name, *rows)
+
+
+def merged_tensors(job: MergeJob, read: Callable = _read_now) -> Iterator[tuple[str, Any]]:
     """Yield ``(name, tensor)`` for every tensor of the base, in its order: merged, row-merged or copied.
 
-    A tensor with NaN/Inf is refused (naming the model it comes from) unless ``allow_nonfinite``.
+    ``read(checkpoint, name, rows)`` reads the inputs (a :class:`paw.io.stream.ReadAhead`'s ``get``
+    reads them ahead). A tensor with NaN/Inf is refused (naming the model it comes from) unless
+    ``allow_nonfinite``.
     """
     merge = set(job.plan.merge) | set(job.plan.vocab_rows) | set(job.plan.union)
     for name in track(job.plan.order, f"merging ({job.method.name})"):
-        tensor = _merge_tensor(job, name) if name in merge else job.reference[name]
+        tensor = _merge_tensor(job, name, read) if name in merge else read(job.reference, name)
         if nonfinite(tensor):
             _refuse_nonfinite(job, name, tensor)
         yield name, tensor
 
 
-def _merge_tensor(job: MergeJob, name: str):
+def _merge_tensor(job: MergeJob, name: str, read: Callable = _read_now):
     """One merged tensor, computed in row blocks: base + scale * method(Δ_1 .. Δ_N), in the output dtype.
 
     A method that needs whole tensors (an angle or a norm over all entries) gets one block.
@@ -181,27 +189,21 @@ def _merge_tensor(job: MergeJob, name: str):
         return _merge_union(job, name)
     opts, ref = job.options, job.reference
     tp = job.params(name)
-    out_dtype = getattr(torch, ref.dtype(name) if opts.dtype == "auto" else opts.dtype)
+    out_dtype = getattr(torch, schedule.output_dtype(job, name))
     compute = torch.float64 if ref.dtype(name) == "float64" else torch.float32
     rows = job.plan.vocab_rows.get(name)
     shape = ref.shape(name)
-    if job.method.streamed:
-        blocks = row_blocks(shape, rows, BLOCK_ELEMENTS)
-    else:
-        blocks = [None if rows is None or not shape else (0, rows)]
+    blocks = schedule.blocks(job, name, BLOCK_ELEMENTS)
     ckpts = [ref, *job.models]
+    largest = max(math.prod(shape[1:]) * (b[1] - b[0]) if b is not None else math.prod(shape) for b in blocks)
+    load = Deltas(len(ckpts), largest, compute, job.device)
 
-    def read(i: int, block):
-        return (ckpts[i][name] if block is None else ckpts[i].rows(name, *block)).to(job.device)
-
-    def deltas(block):
-        base = read(0, block).to(compute)
-        # bf16 - f32 promotes inside one kernel: no float32 copy of each model is ever made
-        return base, [torch.sub(read(i, block), base).to(compute) for i in range(1, len(ckpts))]
+    def deltas(block):  # (base, [Δ_i]) of one block, in buffers the next call overwrites
+        return load([read(c, name, block).to(job.device) for c in ckpts])
 
     out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
     if job.method.streamed:
-        thin = _sparsifiers(job, name, tp, math.prod(out.shape), blocks, deltas)
+        thin = _sparsifiers(job, name, tp, blocks, deltas)
     for block in blocks:
         base, ds = deltas(block)
         if not opts.allow_nonfinite and not all(all_finite(d) for d in ds):
@@ -213,9 +215,13 @@ def _merge_tensor(job: MergeJob, name: str):
         else:
             merged = job.method(base, ds, tp.weights, **tp.params, generators=_generators(job, name, tp))
         del ds
-        torch.add(base, merged, alpha=tp.scale, out=out if block is None else out[block[0]:block[1]])
+        target = out if block is None else out[block[0]:block[1]]
+        if merged.dtype == compute and target.dtype != compute and merged.shape == target.shape:
+            target.copy_(torch.add(base, merged, alpha=tp.scale, out=merged))  # the same rounding, one pass less
+        else:
+            torch.add(base, merged, alpha=tp.scale, out=target)
     if rows is not None:  # rows past the shared vocabulary stay the base's
-        full = read(0, None).to(out_dtype, copy=True)
+        full = read(ref, name).to(job.device).to(out_dtype, copy=True)
         full[:rows] = out
         out = full
     return out
@@ -249,7 +255,7 @@ def _generators(job: MergeJob, name: str, tp: TensorParams) -> list | None:
             for i in range(len(job.models))]
 
 
-def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, n: int, blocks, deltas) -> list:
+def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> list:
     """Per model, an in-place function that thins a block of Δ_i as the method says.
 
     TIES and Model Breadcrumbs keep entries by rank of |Δ_i| over the whole tensor: their thresholds
@@ -268,16 +274,8 @@ def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, n: int, blocks, del
         return [(lambda d, g=g, p=p: d.mul_(torch.rand(d.shape, generator=g, device=d.device) >= p)
                  .div_(1.0 - p if rescale else 1.0)) if p > 0 else (lambda d: d)
                 for g, p in zip(gens, rates, strict=True)]
-    if kind == "magnitude":
-        topks = [[TopK(max(1, int(density * n)), n)] if density < 1.0 else [TopK(n, n)]
-                 for density in tp.per_model("density", count)]
-    elif kind == "outliers":
-        topks = []
-        for density, gamma in zip(tp.per_model("density", count), tp.per_model("gamma", count), strict=True):
-            n_keep = int(density * n)
-            n_top = min(int(gamma * n), n - n_keep)
-            topks.append([TopK(n_top + n_keep, n), TopK(n_top, n)])
-    else:
+    topks = schedule.topks(job, name, tp)
+    if topks is None:
         return [lambda d: d] * count
     find_thresholds(topks, lambda: ([d.abs_() for d in deltas(block)[1]] for block in blocks))
     if kind == "magnitude":
@@ -353,10 +351,13 @@ def execute(job: MergeJob, *, command: str | None = None) -> Path:
     def card():  # after the tensors, as the manifest (mergekit writes a card too)
         return model_card(manifest(job, command), name=Path(opts.output).name)
 
-    return write_checkpoint(opts.output, merged_tensors(job), config=config, copy_from=job.reference.path,
-                            tokenizer_from=opts.tokenizer_from, max_shard_size=opts.max_shard_size,
-                            overwrite=opts.overwrite, allow_nonfinite=opts.allow_nonfinite, extra_files=extra,
-                            card=card)
+    # three threads in step: one reads the next blocks, this one merges, one writes the last tensor
+    with ReadAhead(schedule.read_plan(job, BLOCK_ELEMENTS)) as ahead:
+        return write_checkpoint(opts.output, merged_tensors(job, ahead.get), config=config,
+                                copy_from=job.reference.path, tokenizer_from=opts.tokenizer_from,
+                                max_shard_size=opts.max_shard_size, overwrite=opts.overwrite,
+                                allow_nonfinite=opts.allow_nonfinite, extra_files=extra, card=card,
+                                layout=schedule.layout(job), overlap=True)
 
 
 def _with_vocab_size(config: dict, rows: int) -> dict:

@@ -42,7 +42,11 @@ def della_keep_probabilities(delta, *, density: float, epsilon: float):
 
     rows = delta.reshape(1, -1) if delta.dim() < 2 else delta.reshape(delta.shape[0], -1)
     cols = rows.shape[1]
-    ranks = torch.argsort(torch.argsort(rows.abs(), dim=1), dim=1).to(torch.float32)
+    order = torch.argsort(rows.abs(), dim=1)
+    # the rank of each entry: the inverse permutation of the order, the argsort of the argsort
+    # (a permutation has no ties) written in one linear pass instead of a second sort
+    ranks = torch.empty_like(order).scatter_(1, order, torch.arange(cols, device=order.device).expand_as(order))
+    ranks = ranks.to(torch.float32)
     norm = ranks / (cols - 1) if cols > 1 else torch.zeros_like(ranks)
     return ((density - epsilon) + norm * (2 * epsilon)).reshape(delta.shape)
 

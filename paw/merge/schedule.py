@@ -1,0 +1,91 @@
+"""What a streamed merge will read and write, known from the headers before the first tensor.
+
+The merge walks the base's tensors in order; for each merged one it reads row blocks of every
+input once per pass (two threshold passes first for TIES and Model Breadcrumbs, then the merge
+pass), and it writes every tensor in a dtype and shape the options fix. Knowing both in advance
+lets a reader thread read the next blocks while this one computes
+(:class:`paw.io.stream.ReadAhead`) and the writer put each shard's header first and every byte
+once (:class:`paw.io.writer.ShardedWriter`). Nothing here reads a tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from paw.merge.blocks import TopK, row_blocks, threshold_passes
+
+
+def output_dtype(job, name: str) -> str:
+    """The dtype tensor ``name`` is written in: the base's, or ``--dtype``; copied tensors keep theirs."""
+    merged = name in job.plan.merge or name in job.plan.vocab_rows or name in job.plan.union
+    if merged and job.options.dtype != "auto":
+        return job.options.dtype
+    return job.reference.dtype(name)
+
+
+def layout(job) -> list[tuple[str, str, tuple[int, ...]]] | None:
+    """``(name, dtype, shape)`` of every tensor the merge writes, in order; None for a union vocabulary
+    (its row count is the union's, and laying it out reads the tokenizers)."""
+    if job.plan.union:
+        return None
+    return [(name, output_dtype(job, name), tuple(job.reference.shape(name))) for name in job.plan.order]
+
+
+def blocks(job, name: str, block_elements: int) -> list[tuple[int, int] | None]:
+    """The row blocks tensor ``name`` is merged in: many for a streamed method, one (the whole
+    tensor, or the shared vocabulary rows) for a method that needs whole tensors."""
+    rows = job.plan.vocab_rows.get(name)
+    shape = job.reference.shape(name)
+    if job.method.streamed:
+        return row_blocks(shape, rows, block_elements)
+    return [None if rows is None or not shape else (0, rows)]
+
+
+def topks(job, name: str, tp) -> list[list[TopK]] | None:
+    """Per model, the exact top-k selections the method's sparsifier needs (TIES: one; Model
+    Breadcrumbs: the kept range's two ends); None for the other methods."""
+    kind, count = job.method.sparsify, len(job.models)
+    n = math.prod(job.reference.shape(name)) if name not in job.plan.vocab_rows else \
+        job.plan.vocab_rows[name] * math.prod(job.reference.shape(name)[1:])
+    if kind == "magnitude":
+        return [[TopK(max(1, int(density * n)), n)] if density < 1.0 else [TopK(n, n)]
+                for density in tp.per_model("density", count)]
+    if kind == "outliers":
+        out = []
+        for density, gamma in zip(tp.per_model("density", count), tp.per_model("gamma", count), strict=True):
+            n_keep = int(density * n)
+            n_top = min(int(gamma * n), n - n_keep)
+            out.append([TopK(n_top + n_keep, n), TopK(n_top, n)])
+        return out
+    return None
+
+
+def read_plan(job, block_elements: int) -> Iterator[tuple[Any, str, tuple[int, int] | None]]:
+    """Every read of the merge, in the order it makes them: ``(checkpoint, name, rows or None)``.
+
+    Per merged tensor: the threshold passes and the merge pass, each reading every block of the
+    base then of each model; a vocabulary tensor merged on its shared rows then reads the base's
+    whole tensor; a copied tensor is read whole from the base. A union vocabulary is left out.
+    """
+    ckpts = [job.reference, *job.models]
+    merged = set(job.plan.merge) | set(job.plan.vocab_rows)
+    for name in job.plan.order:
+        if name in job.plan.union:
+            continue
+        if name not in merged:
+            yield job.reference, name, None
+            continue
+        row_ranges = blocks(job, name, block_elements)
+        passes = 1
+        if job.method.streamed:
+            selections = topks(job, name, job.params(name))
+            if selections is not None:
+                passes += threshold_passes(selections, float32=job.reference.dtype(name) != "float64")
+        for _ in range(passes):
+            for block in row_ranges:
+                for ckpt in ckpts:
+                    yield ckpt, name, block
+        if name in job.plan.vocab_rows:
+            yield job.reference, name, None
