@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -146,3 +148,45 @@ def test_kth_largest_radix_path_is_exact():
     mask = top_k_mask(x, 12345)
     assert int(mask.sum()) == 12345
     assert np.array_equal(mask.numpy(), ref.rank_mask(x.numpy(), 0, 12345))
+
+
+def _sign_consensus_with_masks(weighted, weights, normalize=True):
+    """The definition, written with boolean masks (the code before the branch-free form)."""
+    plus = sum(weighted[1:], weighted[0].clone()) >= 0
+    total, divisor = torch.zeros_like(weighted[0]), torch.zeros_like(weighted[0])
+    for t, w in zip(weighted, weights, strict=True):
+        agree = torch.where(plus, t > 0, t < 0)
+        total.add_(torch.where(agree, t, 0.0))
+        divisor.add_(agree, alpha=w)
+    if not normalize:
+        return total
+    divisor[divisor == 0] = 1.0
+    return total.div_(divisor)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_sign_consensus_gives_the_bits_of_the_masked_definition(normalize):
+    """Signed zeros, subnormals, infinities, weights of both signs summing to 0, and NaN (the masked path)."""
+    gen = torch.Generator().manual_seed(1)
+    values = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-45, -1e-45, 3e38, -3e38, math.inf, -math.inf, math.nan])
+    for trial in range(120):
+        k = 1 + trial % 4
+        pool = values if trial % 4 == 0 else values[:-1]
+        ts = [pool[torch.randint(0, len(pool), (512,), generator=gen)] * (1 + trial % 2 * torch.rand(512, generator=gen))
+              for _ in range(k)]
+        weights = [0.5, -0.5, 0.25, -0.25][:k] if trial % 3 == 0 else torch.randn(k, generator=gen).tolist()
+        want = _sign_consensus_with_masks([t.clone() for t in ts], weights, normalize)
+        got = sign_consensus_mean([t.clone() for t in ts], weights, normalize=normalize)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), trial
+
+
+@pytest.mark.parametrize("shape", [(7,), (1,), (3, 1), (5, 0), (64, 33), (4, 2, 3), ()])
+def test_della_ranks_are_the_argsort_of_the_argsort(shape):
+    from paw.merge.sparse import della_keep_probabilities
+
+    delta = torch.randn(shape, generator=torch.Generator().manual_seed(0)).bfloat16().float()  # ties in |Δ|
+    rows = delta.reshape(1, -1) if delta.dim() < 2 else delta.reshape(delta.shape[0], -1)
+    ranks = torch.argsort(torch.argsort(rows.abs(), dim=1), dim=1).float()
+    norm = ranks / (rows.shape[1] - 1) if rows.shape[1] > 1 else torch.zeros_like(ranks)
+    assert torch.equal(della_keep_probabilities(delta, density=0.5, epsilon=0.1),
+                       (0.4 + norm * 0.2).reshape(delta.shape))
