@@ -1,23 +1,28 @@
 #!/usr/bin/env python
-"""Benchmark ``paw merge`` against mergekit on the same three fine-tunes, in the same run.
+"""Benchmark ``paw merge`` against its I/O floor and against mergekit, in the same run.
 
 Generates a base and three "fine-tunes" (base + Gaussian noise of growing size) with the tensor
-shapes of a Llama model (``--shape 1b``: Llama-3.2-1B, 1.24B parameters, tied embeddings) as random
-bfloat16 safetensors under ``--workdir``, then runs, each in its own process:
+shapes of a Llama model (``--shape 1b``: Llama-3.2-1B, 1.24B parameters, tied embeddings;
+``--shape small``: 154M) as random bfloat16 safetensors under ``--workdir``, then runs, each in its
+own process with the same thread settings:
 
-- ``paw merge --method task-arithmetic`` and ``--method ties`` (weights from ``--mode exp`` on the
-  known L2 norms), and
-- ``mergekit-yaml`` with the same method, weights and density (``task_arithmetic`` / ``ties``),
-  installed in its own virtualenv (``--mergekit-venv``; created with ``--install-mergekit``: torch
-  first so that pip keeps the CPU wheel, then mergekit),
+- the floor (``scripts/bench_floor.py``): read every input tensor once with PAW's reader and write
+  the output's bytes once (same size, same dtype, same disk), nothing else;
+- ``paw merge`` with each method of ``--methods`` (task-arithmetic, ties, dare-ties, linear, slerp,
+  della; weights from ``--mode exp`` on the known L2 norms; slerp merges the first fine-tune);
+- ``mergekit-yaml`` with the same method, weights, density and t, installed in its own virtualenv
+  (``--mergekit-venv``; created with ``--install-mergekit``: torch first so that pip keeps the CPU
+  wheel, then mergekit),
 
-and prints wall time, peak resident memory (``ru_maxrss`` of the child), the peak above start-up
-(after the tool's imports, recorded by the same child) as a multiple of the largest float32
-tensor, and the largest absolute difference between the two outputs. If mergekit cannot be
-installed or run, it says so and still reports PAW's figures.
+and prints, side by side, wall and CPU seconds (user + system of the child), PAW / floor and
+mergekit / PAW, the peak resident memory of each (the child's own ``VmHWM``) and the peak above
+start-up (after the tool's imports) as a multiple of the largest float32 tensor, the same ratios on
+the time after start-up, and the largest absolute difference between the two outputs
+(deterministic methods). If mergekit cannot be installed or run, it says so and still reports PAW's
+figures against the floor.
 
-    python scripts/bench_merge.py --shape small --install-mergekit
-    python scripts/bench_merge.py --shape 1b --keep
+    python scripts/bench_merge.py --shape small --install-mergekit --threads 1
+    python scripts/bench_merge.py --shape 1b --threads 1 --keep
 """
 
 from __future__ import annotations
@@ -37,8 +42,15 @@ SHAPES = {  # name: hidden, layers, heads, kv heads, intermediate, vocab
     "small": dict(hidden=1024, layers=8, heads=16, kv=4, inter=4096, vocab=32000),
     "tiny": dict(hidden=256, layers=4, heads=8, kv=2, inter=1024, vocab=8000),
 }
-NOISE = (0.001, 0.002, 0.004)
-SHARD_BYTES = 1_000_000_000  # both tools buffer one output shard in memory: give them the same size  # std of each fine-tune's task vector (base std is 0.02)
+NOISE = (0.001, 0.002, 0.004)  # std of each fine-tune's task vector (base std is 0.02)
+SHARD_BYTES = 1_000_000_000  # both tools buffer one output shard in memory: give them the same size
+METHODS = ("task-arithmetic", "ties", "dare-ties", "linear", "slerp", "della")
+RANDOM = ("dare-ties", "della")  # seeded random masks: the two tools' outputs are not compared
+MERGEKIT_NAMES = {"task-arithmetic": "task_arithmetic", "ties": "ties", "dare-ties": "dare_ties",
+                  "linear": "linear", "slerp": "slerp", "della": "della"}
+EPSILON = 0.15  # della: keep probabilities span density +- epsilon (PAW's default)
+T = 0.5         # slerp
+SCRIPTS = Path(__file__).resolve().parent
 
 
 def tensor_shapes(s: dict) -> dict[str, tuple[int, ...]]:
@@ -88,18 +100,20 @@ def generate(folder: Path, shape: dict, index: int | None) -> Path:
     return folder
 
 
-# Runs a tool's entry point and records its peak RSS after the imports (start-up) and at the end.
-# VmHWM of /proc/self/status is the high-water mark of this process image alone: ru_maxrss would
-# also carry the RSS the parent had when it forked (Linux keeps it across exec).
+# Runs a tool's entry point and records its peak RSS, CPU seconds and clock after the imports
+# (start-up) and its peak RSS at the end. VmHWM of /proc/self/status is the high-water mark of this
+# process image alone: ru_maxrss would also carry the RSS the parent had when it forked (Linux keeps
+# it across exec).
 STARTUP = """
-import atexit, importlib, sys
+import atexit, importlib, resource, sys, time
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return line.split()[1]
 for name in sys.argv[2].split(","):
     importlib.import_module(name)
-start = hwm()
+use = resource.getrusage(resource.RUSAGE_SELF)
+start = f"{hwm()} {use.ru_utime + use.ru_stime} {time.time()}"
 record = sys.argv[1]
 atexit.register(lambda: open(record, "w").write(start + " " + hwm()))
 module, _, attr = sys.argv[3].partition(":")
@@ -119,17 +133,21 @@ def run_measured(cmd: list[str], env=None, record: Path | None = None) -> dict:
 
     CPU seconds are reported beside wall time because on a shared machine wall time mostly measures
     the other tenants; CPU time measures the work. With ``record`` (written by :data:`STARTUP`),
-    also the RSS after the imports and the peak above it.
+    also the RSS, CPU seconds and wall seconds at the end of the imports, and the peak and the
+    seconds after them (``above_gib``, ``work_cpu``, ``work_wall``).
     """
-    start = time.perf_counter()
+    start, clock = time.perf_counter(), time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     out = proc.stdout.read().decode(errors="replace")
     _, status, usage = os.wait4(proc.pid, 0)
     res = {"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime,
            "gib": usage.ru_maxrss / 1024**2, "rc": os.waitstatus_to_exitcode(status), "tail": out[-1500:]}
     if record is not None and record.exists():
-        start, peak = (int(v) / 1024**2 for v in record.read_text().split())
-        res.update(gib=peak, startup_gib=start, above_gib=peak - start)
+        fields = record.read_text().split()
+        start_kib, start_cpu, start_clock, peak_kib = int(fields[0]), float(fields[1]), float(fields[2]), int(fields[3])
+        res.update(gib=peak_kib / 1024**2, startup_gib=start_kib / 1024**2, above_gib=(peak_kib - start_kib) / 1024**2,
+                   startup_cpu=start_cpu, startup_wall=start_clock - clock,
+                   work_cpu=res["cpu"] - start_cpu, work_wall=res["wall"] - (start_clock - clock))
     return res
 
 
@@ -143,14 +161,37 @@ def warm(folders: list[Path]) -> None:
 
 
 def mergekit_config(method: str, base: Path, models: list[Path], weights: list[float], density: float) -> str:
-    lines = [f"merge_method: {'ties' if method == 'ties' else 'task_arithmetic'}", f"base_model: {base}",
-             "dtype: float32", "out_dtype: bfloat16", "parameters:",
-             f"  normalize: {'true' if method == 'ties' else 'false'}", "models:"]
+    """mergekit's YAML for the job ``paw merge --method METHOD`` does with these weights and knobs.
+
+    TIES, DARE-TIES and DELLA normalise by the weights that take part, as PAW's do; DARE keeps a
+    ``density`` share (PAW: ``--drop-rate 1 - density``) and rescales the survivors (mergekit to the
+    L1 norm, PAW by ``1 / (1 - p)``: random masks either way, not compared); linear averages the
+    fine-tunes; SLERP goes from the base to the first fine-tune at ``t``.
+    """
+    lines = [f"merge_method: {MERGEKIT_NAMES[method]}", f"base_model: {base}", "dtype: float32",
+             "out_dtype: bfloat16", "parameters:"]
+    if method == "slerp":
+        lines += [f"  t: {T!r}", "models:", f"  - model: {base}", f"  - model: {models[0]}"]
+        return "\n".join(lines) + "\n"
+    lines += [f"  normalize: {'false' if method == 'task-arithmetic' else 'true'}", "models:"]
     for m, w in zip(models, weights, strict=True):
         lines += [f"  - model: {m}", "    parameters:", f"      weight: {w!r}"]
-        if method == "ties":
+        if method in ("ties", "dare-ties", "della"):
             lines.append(f"      density: {density!r}")
+        if method == "della":
+            lines.append(f"      epsilon: {EPSILON!r}")
     return "\n".join(lines) + "\n"
+
+
+def paw_flags(method: str, density: float) -> list[str]:
+    """The ``paw merge`` knobs of METHOD that match :func:`mergekit_config`."""
+    if method == "dare-ties":
+        return ["--drop-rate", repr(1.0 - density)]
+    if method in ("ties", "della"):
+        return ["--density", repr(density)] + (["--epsilon", repr(EPSILON)] if method == "della" else [])
+    if method == "slerp":
+        return ["--t", repr(T)]
+    return []
 
 
 def ensure_mergekit(venv: Path, install: bool) -> tuple[Path | None, str]:
@@ -213,14 +254,15 @@ def main() -> int:
     ap.add_argument("--mergekit-venv", type=Path, default=None,
                     help="virtualenv holding mergekit (default: WORKDIR/venv-mergekit)")
     ap.add_argument("--install-mergekit", action="store_true", help="create that virtualenv if missing")
-    ap.add_argument("--methods", nargs="+", default=["task-arithmetic", "ties"],
-                    choices=["task-arithmetic", "ties"])
-    ap.add_argument("--density", type=float, default=0.2)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--density", type=float, default=0.2, help="ties, dare-ties (1 - drop rate), della")
     ap.add_argument("--device", default="cpu", help="paw --device (mergekit runs with --no-cuda)")
     ap.add_argument("--threads", type=int, default=None,
-                    help="OMP_NUM_THREADS for both tools (default: torch's own choice); on a shared, "
-                         "oversubscribed machine 1 is faster for both")
+                    help="OMP_NUM_THREADS for every child (default: torch's own choice); on a shared, "
+                         "oversubscribed machine 1 is faster for both tools")
     ap.add_argument("--skip-mergekit", action="store_true")
+    ap.add_argument("--skip-mergekit-for", nargs="*", default=[], choices=METHODS, metavar="METHOD",
+                    help="run mergekit on the other methods only (e.g. where it would not fit in memory)")
     ap.add_argument("--keep", action="store_true", help="keep the generated models and outputs")
     ap.add_argument("--norms", choices=["given", "computed"], default="given",
                     help="given: pass the known norms (--l2-norms); computed: let paw run its norm pass")
@@ -251,30 +293,35 @@ def main() -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if args.threads:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    print(f"threads: {args.threads or 'default'}; output shards of {args.shard_bytes / 1e9:g} GB for both tools")
+    print(f"threads: {args.threads or 'default'}; output shards of {args.shard_bytes / 1e9:g} GB for both tools; "
+          f"{_machine()}")
+    floors: dict[int, dict] = {}
     rows = []
     for method in args.methods:
+        used = models[:1] if method == "slerp" else models
+        if len(used) not in floors:  # one floor per set of inputs, measured before the first method using it
+            floors[len(used)] = measure_floor([base, *used], args.workdir, env, record)
         out_paw, out_mk = args.workdir / f"out-paw-{method}", args.workdir / f"out-mergekit-{method}"
-        given = ["--l2-norms", *map(str, norms)] if args.norms == "given" else []
+        given = ["--l2-norms", *map(str, norms[:len(used)])] if args.norms == "given" else []
+        weighting = [] if method == "slerp" else ["--mode", "exp", *given]
         cmd = startup_cmd(sys.executable, record, paw_imports, "paw.cli:main", [
-            "merge", "--base", str(base), "--models", *map(str, models), "--output", str(out_paw),
-            "--method", method, "--mode", "exp", *given, "--density", str(args.density), "--device", args.device,
+            "merge", "--base", str(base), "--models", *map(str, used), "--output", str(out_paw),
+            "--method", method, *weighting, *paw_flags(method, args.density), "--device", args.device,
             "--overwrite", "--max-shard-size", str(args.shard_bytes)])
-        warm([base, *models])
+        warm([base, *used])
         record.unlink(missing_ok=True)
         p = run_measured(cmd, env=env, record=record)
         if p["rc"] != 0:
             print(f"paw merge failed ({p['rc']}):\n{p['tail']}")
             return 1
         weights = json.loads((out_paw / "paw_merge.json").read_text())["weights"]
-        row = {"method": method, "paw_s": p["wall"], "paw_cpu": p["cpu"], "paw_gib": p["gib"],
-               "paw_above_gib": p.get("above_gib"), "paw_above_x": p.get("above_gib", 0) / largest,
-               "largest_f32_gib": largest, "norms": args.norms}
-        if mk_exe is not None:
+        row = {"method": method, "paw": p, "floor": floors[len(used)], "largest_f32_gib": largest,
+               "norms": args.norms}
+        if mk_exe is not None and method not in args.skip_mergekit_for:
             cfg = args.workdir / f"mergekit-{method}.yml"
-            cfg.write_text(mergekit_config(method, base, models, weights, args.density))
+            cfg.write_text(mergekit_config(method, base, used, weights, args.density))
             shutil.rmtree(out_mk, ignore_errors=True)
-            warm([base, *models])
+            warm([base, *used])
             record.unlink(missing_ok=True)
             k = run_measured(startup_cmd(
                 str(mk_exe.parent / "python"), record, ["torch", "mergekit.merge", "mergekit.scripts.run_yaml"],
@@ -284,16 +331,41 @@ def main() -> int:
             if k["rc"] != 0:
                 print(f"MERGEKIT FAILED on {method} (exit {k['rc']}); PAW's figures still follow:\n{k['tail']}")
             else:
-                row.update(mk_s=k["wall"], mk_cpu=k["cpu"], mk_gib=k["gib"], mk_above_gib=k.get("above_gib"),
-                           mk_above_x=k.get("above_gib", 0) / largest)
-                row.update(compare(out_paw, out_mk, [base, *models] if method == "ties" else None, args.density))
+                row["mk"] = k
+                if method not in RANDOM:
+                    row.update(compare(out_paw, out_mk, [base, *used] if method == "ties" else None, args.density))
+            shutil.rmtree(out_mk, ignore_errors=True)
         rows.append(row)
-        print(json.dumps(row))
-    _report(rows, n_params)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("paw", "floor", "mk")} |
+                         {k: {f: v for f, v in row[k].items() if f != "tail"} for k in ("paw", "floor", "mk") if k in row}))
+    _report(rows, n_params, args.threads)
     if not args.keep:
         for p in [data, *args.workdir.glob("out-*"), *args.workdir.glob("mergekit-*.yml")]:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     return 0
+
+
+def measure_floor(inputs: list[Path], workdir: Path, env: dict, record: Path) -> dict:
+    """The floor (:mod:`bench_floor`) on ``inputs`` in its own child, from a warm page cache."""
+    out = workdir / "floor-output.bin"
+    warm(inputs)
+    record.unlink(missing_ok=True)
+    res = run_measured(startup_cmd(sys.executable, record, ["torch", "paw.io.checkpoint"], "bench_floor:main",
+                                   ["--inputs", *map(str, inputs), "--out", str(out)]),
+                       env={**env, "PYTHONPATH": os.pathsep.join([str(SCRIPTS), env.get("PYTHONPATH", "")])},
+                       record=record)
+    out.unlink(missing_ok=True)
+    if res["rc"] != 0:
+        sys.exit(f"the floor failed ({res['rc']}):\n{res['tail']}")
+    return res
+
+
+def _machine() -> str:
+    """Cores, load average and available memory now: the loan under which these numbers were taken."""
+    available = next((int(line.split()[1]) / 1024**2 for line in open("/proc/meminfo")
+                      if line.startswith("MemAvailable:")), float("nan"))
+    return (f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
+            f"MemAvailable {available:.1f} GiB")
 
 
 def _numel(dims) -> int:
@@ -303,30 +375,50 @@ def _numel(dims) -> int:
     return n
 
 
-def _report(rows: list[dict], n_params: int) -> None:
-    head = ("method", "paw wall s", "paw cpu s", "paw GiB", "paw above start-up", "mk wall s", "mk cpu s",
-            "mk GiB", "mk above start-up", "wall ratio", "cpu ratio", "max |diff|", "entries differing")
-    print("\n" + " | ".join(head))
+def _report(rows: list[dict], n_params: int, threads: int | None) -> None:
+    """One table: each tool's wall / CPU seconds and peak, PAW / floor and mergekit / PAW side by side."""
+    head = ("method", "floor wall / CPU s", "paw wall / CPU s", "mergekit wall / CPU s", "paw / floor CPU (wall)",
+            "paw / floor after start-up CPU (wall)", "mergekit / paw CPU (wall)", "peak GiB floor / paw / mergekit",
+            "paw / mergekit above start-up GiB", "max |diff|, entries differing")
+    print(f"\nthreads {threads or 'default'}; {_machine()}\n" + " | ".join(head))
     for r in rows:
-        cells = [r["method"], f"{r['paw_s']:.1f}", f"{r['paw_cpu']:.1f}", f"{r['paw_gib']:.2f}", _above(r, "paw")]
-        if "mk_s" in r:
+        f, p, k = r["floor"], r["paw"], r.get("mk")
+        cells = [r["method"], _secs(f), _secs(p), _secs(k) if k else "n/a",
+                 _ratio(p["cpu"], f["cpu"], p["wall"], f["wall"]),
+                 _ratio(p.get("work_cpu"), f.get("work_cpu"), p.get("work_wall"), f.get("work_wall")),
+                 _ratio(k["cpu"], p["cpu"], k["wall"], p["wall"]) if k else "n/a",
+                 f"{f['gib']:.2f} / {p['gib']:.2f} / " + (f"{k['gib']:.2f}" if k else "n/a"),
+                 _above(p, r) + " / " + (_above(k, r) if k else "n/a")]
+        if k and r["method"] in RANDOM:
+            cells.append("random masks, not compared")
+        elif k and "diff" in r:
             differing = f"{r['differ']} of {n_params}"
             if r["method"] == "ties":
                 differing += (f" ({r['differ_at_ties']} at a trim-threshold tie; max |diff| elsewhere "
                               f"{r['diff_outside_ties']:.3g})")
-            cells += [f"{r['mk_s']:.1f}", f"{r['mk_cpu']:.1f}", f"{r['mk_gib']:.2f}", _above(r, "mk"),
-                      f"{r['mk_s'] / r['paw_s']:.2f}x", f"{r['mk_cpu'] / r['paw_cpu']:.2f}x",
-                      f"{r['diff']:.3g}", differing]
+            cells.append(f"{r['diff']:.3g}, {differing}")
         else:
-            cells += ["n/a"] * 8
+            cells.append("n/a")
         print(" | ".join(cells))
-    print("ratios are mergekit / paw: above 1 means paw is faster; 'above start-up' is the peak RSS minus "
-          "the RSS after the tool's imports, in GiB and as a multiple of the largest float32 tensor")
+    print("floor: read every input tensor once, write the output's bytes once (scripts/bench_floor.py); "
+          "'after start-up' leaves out each child's imports; mergekit / paw above 1 means paw is faster; "
+          "'above start-up' is the peak RSS minus the RSS after the imports, as a multiple of the largest "
+          "float32 tensor in brackets")
 
 
-def _above(row: dict, tool: str) -> str:
-    gib = row.get(f"{tool}_above_gib")
-    return "n/a" if gib is None else f"{gib:.2f} ({row[f'{tool}_above_x']:.2f}x)"
+def _secs(res: dict) -> str:
+    return f"{res['wall']:.1f} / {res['cpu']:.1f}"
+
+
+def _ratio(cpu_a, cpu_b, wall_a, wall_b) -> str:
+    if None in (cpu_a, cpu_b, wall_a, wall_b) or cpu_b <= 0 or wall_b <= 0:
+        return "n/a"
+    return f"{cpu_a / cpu_b:.2f}x ({wall_a / wall_b:.2f}x)"
+
+
+def _above(res: dict, row: dict) -> str:
+    gib = res.get("above_gib")
+    return "n/a" if gib is None else f"{gib:.2f} ({gib / row['largest_f32_gib']:.2f}x)"
 
 
 if __name__ == "__main__":

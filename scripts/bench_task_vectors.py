@@ -1,20 +1,26 @@
 #!/usr/bin/env python
-"""Benchmark ``paw task-vectors`` on a base/fine-tune pair with the shapes of a real model.
+"""Benchmark ``paw task-vectors`` against its I/O floor, on a base/fine-tune pair with real shapes.
 
 Builds two checkpoints of random bfloat16 weights on disk (shapes of Llama-3.2-3B by default;
-``--shape 1b`` / ``0.5b`` / ``tiny`` for quicker runs), then measures, each in a fresh process:
+``--shape 1b`` (Llama-3.2-1B), ``small`` (154M, as ``bench_merge.py``), ``0.5b`` or ``tiny`` for
+quicker runs), then measures, each in a fresh process with the same thread settings
+(``--threads``, one intra-op thread by default):
 
-- ``read``:  the floor, merely reading every tensor of both checkpoints from disk (the lazy reader);
-- ``paw``:   the streamed computation plus the report files (``compute_task_vectors`` + ``write_report``);
+- ``paw``:   the streamed computation plus the report files (``compute_task_vectors`` +
+  ``write_report``), with the command's default workers (one per core, up to 4);
+- ``floor``: reading every tensor of both checkpoints once with the same lazy reader and writing
+  as many bytes as PAW's report (``scripts/bench_floor.py``), run twice, the faster run kept;
 - ``naive``: loading both models whole, then per tensor Δ in float32, stats in float64 and a full
   sort for the quantiles (what a simple script does). On big shapes it runs on a slice of the
   tensors (``--naive-slice``) and the time is extrapolated by parameter count, as printed.
 
-Prints wall time, peak memory (peak anonymous RSS, sampled; mapped checkpoint pages are page
-cache, not counted) and parameters per second, and the ratios. Files go to ``--workdir``
-(default /tmp/paw-bench-taskvec), deleted at the end unless ``--keep``.
+Prints wall and CPU seconds of each phase (from the phase's start: the imports of torch and of the
+reader come before), the same for the whole process, PAW / floor and naive / PAW side by side, peak
+memory (peak anonymous RSS, sampled; mapped checkpoint pages are page cache, not counted; and the
+process's ``VmHWM``) and parameters per second. Files go to ``--workdir`` (default
+/tmp/paw-bench-taskvec), deleted at the end unless ``--keep``.
 
-Example: python scripts/bench_task_vectors.py --shape 0.5b
+Example: python scripts/bench_task_vectors.py --shape small
 """
 
 from __future__ import annotations
@@ -30,11 +36,16 @@ import threading
 import time
 from pathlib import Path
 
+PROCESS_START = time.time()  # a phase's process figures count from here (after the interpreter's start)
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]  # bench_floor beside this script; paw from this checkout
+
 # name: (hidden, intermediate, layers, heads, kv_heads, vocab, tied)
 SHAPES = {
     "3b": (3072, 8192, 28, 24, 8, 128256, True),     # Llama-3.2-3B
     "1b": (2048, 8192, 16, 32, 8, 128256, True),     # Llama-3.2-1B
     "0.5b": (896, 4864, 24, 14, 2, 151936, True),    # Qwen2.5-0.5B proportions, Llama layout
+    "small": (1024, 4096, 8, 16, 4, 32000, True),     # bench_merge.py's small shape, 154M
     "tiny": (256, 688, 2, 4, 2, 32000, True),
 }
 
@@ -132,21 +143,26 @@ class PeakMemory:
         self.peak = max(self.peak, self.read())
 
 
-def child(phase: str, base: str, ft: str, out: str, include: str | None, workers: int) -> dict:
+def child(phase: str, base: str, ft: str, out: str, include: str | None, workers: int,
+          threads: int, nbytes: int | None = None) -> dict:
     """Run one measured phase in this (fresh) process; returns its figures."""
+    import resource
+
     import torch
 
     from paw.io.checkpoint import open_checkpoint
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     b, m = open_checkpoint(base), open_checkpoint(ft)
     names = [n for n in b if include is None or __import__("re").search(include, n)]
     params = sum(b.numel(n) for n in names)
+    cpu0 = _cpu(resource.getrusage(resource.RUSAGE_SELF))
     with PeakMemory() as mem:
         start = time.perf_counter()
-        if phase == "read":
-            for n in names:
-                _ = b[n], m[n]
+        if phase == "floor":
+            from bench_floor import floor
+
+            floor([Path(base), Path(ft)], Path(out), nbytes)
         elif phase == "paw":
             from paw.taskvec import compute_task_vectors, write_report
             from paw.taskvec.compute import cpu_workers
@@ -156,12 +172,14 @@ def child(phase: str, base: str, ft: str, out: str, include: str | None, workers
         else:
             naive(b, m, names)
         wall = time.perf_counter() - start
-    import resource
+    cpu = _cpu(resource.getrusage(resource.RUSAGE_SELF))
+    return {"phase": phase, "wall_s": wall, "cpu_s": cpu - cpu0, "process_cpu_s": cpu,
+            "process_wall_s": time.time() - PROCESS_START, "params": params,
+            "peak_anon_bytes": mem.peak, "vm_hwm_bytes": PeakMemory.read("VmHWM")}
 
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return {"phase": phase, "wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime, "params": params,
-            "peak_anon_bytes": mem.peak,
-            "vm_hwm_bytes": PeakMemory.read("VmHWM")}
+
+def _cpu(use) -> float:
+    return use.ru_utime + use.ru_stime
 
 
 def naive(b, m, names) -> list:
@@ -192,12 +210,24 @@ def naive(b, m, names) -> list:
     return rows
 
 
-def run_child(args, phase: str, base: Path, ft: Path, include: str | None) -> dict:
+def run_child(args, phase: str, base: Path, ft: Path, include: str | None, nbytes: int | None = None) -> dict:
+    out = Path(args.workdir) / ("floor-output.bin" if phase == "floor" else "out")
     cmd = [sys.executable, __file__, "--child", phase, "--base", str(base), "--ft", str(ft),
-           "--out", str(Path(args.workdir) / "out"), "--workers", str(args.workers)]
+           "--out", str(out), "--workers", str(args.workers), "--threads", str(args.threads)]
     if include:
         cmd += ["--include", include]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PAW_PROGRESS": "0"})
+    if nbytes is not None:
+        cmd += ["--bytes", str(nbytes)]
+    for folder in (base, ft):  # every phase starts from the same warm page cache
+        for f in folder.glob("*.safetensors"):
+            with open(f, "rb") as fh:
+                while fh.read(64 << 20):
+                    pass
+    env = {**os.environ, "PAW_PROGRESS": "0", "OMP_NUM_THREADS": str(args.threads),
+           "MKL_NUM_THREADS": str(args.threads)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    if phase == "floor":
+        out.unlink(missing_ok=True)
     if proc.returncode != 0:
         sys.exit(f"{phase} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -213,6 +243,8 @@ def main() -> None:
                              "layers 0-1 otherwise); its time is extrapolated by parameter count")
     parser.add_argument("--workers", type=int, default=0,
                         help="CPU workers for paw (tensors in parallel; 0: one per core, up to 4, as the CLI)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads (OMP_NUM_THREADS) of every phase's process (default 1)")
     parser.add_argument("--skip-naive", action="store_true", help="do not run the naive baseline")
     parser.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -220,9 +252,11 @@ def main() -> None:
     parser.add_argument("--ft", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--include", help=argparse.SUPPRESS)
+    parser.add_argument("--bytes", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.base, args.ft, args.out, args.include, args.workers)))
+        print(json.dumps(child(args.child, args.base, args.ft, args.out, args.include, args.workers,
+                               args.threads, args.bytes)))
         return
 
     workdir = Path(args.workdir) / args.shape
@@ -236,23 +270,28 @@ def main() -> None:
         print(f"shape {args.shape}: {total / 1e9:.3f}B parameters per model, largest tensor "
               f"{largest / 1e6:.1f}M ({largest * 4 / 2**30:.2f} GiB in float32); built in "
               f"{time.perf_counter() - t:.0f}s under {workdir}")
-        read1 = run_child(args, "read", base, ft, None)
+        print(f"threads {args.threads}, paw workers {args.workers or 'default'}; {_machine()}")
         paw = run_child(args, "paw", base, ft, None)
-        read2 = run_child(args, "read", base, ft, None)
-        floor = min(read1["wall_s"], read2["wall_s"])
-        _report("read floor", read2, total, extra=f"(runs: {read1['wall_s']:.1f}s, {read2['wall_s']:.1f}s)")
+        report = sum(f.stat().st_size for f in (Path(args.workdir) / "out").rglob("*") if f.is_file())
+        floors = [run_child(args, "floor", base, ft, None, nbytes=report) for _ in range(2)]
+        floor = min(floors, key=lambda r: r["cpu_s"])
+        _report("floor", floor, total, extra=f"(runs: {floors[0]['cpu_s']:.1f}s, {floors[1]['cpu_s']:.1f}s CPU; "
+                                              f"report of {report} bytes written)")
         _report("paw", paw, total)
-        print(f"  paw / read floor: {paw['wall_s'] / floor:.2f}x   peak above the largest float32 tensor: "
-              f"{(paw['peak_anon_bytes'] - largest * 4) / 2**30:+.2f} GiB")
+        print(f"  paw / floor: {paw['cpu_s'] / floor['cpu_s']:.2f}x CPU, {paw['wall_s'] / floor['wall_s']:.2f}x wall "
+              f"(whole processes: {paw['process_cpu_s'] / floor['process_cpu_s']:.2f}x CPU, "
+              f"{paw['process_wall_s'] / floor['process_wall_s']:.2f}x wall)   "
+              f"peak above the largest float32 tensor: {(paw['peak_anon_bytes'] - largest * 4) / 2**30:+.2f} GiB")
         if not args.skip_naive:
-            sl = args.naive_slice or (None if args.shape in ("tiny", "0.5b") else
+            sl = args.naive_slice or (None if args.shape in ("tiny", "0.5b", "small") else
                                       r"layers\.[01]\.")
             nv = run_child(args, "naive", base, ft, sl)
             est = nv["wall_s"] * total / nv["params"]
+            est_cpu = nv["cpu_s"] * total / nv["params"]
             note = "" if sl is None else (f" (ran on {nv['params'] / 1e6:.0f}M params matching {sl!r}, "
                                           f"{nv['wall_s']:.1f}s; time extrapolated to the whole model)")
-            _report("naive", {**nv, "wall_s": est, "cpu_s": nv["cpu_s"] * total / nv["params"]}, total, extra=note)
-            print(f"  naive / paw: {est / paw['wall_s']:.2f}x")
+            _report("naive", {**nv, "wall_s": est, "cpu_s": est_cpu}, total, extra=note)
+            print(f"  naive / paw: {est_cpu / paw['cpu_s']:.2f}x CPU, {est / paw['wall_s']:.2f}x wall")
         print(f"  load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     finally:
         shutil.rmtree(Path(args.workdir) / "out", ignore_errors=True)
@@ -261,10 +300,17 @@ def main() -> None:
 
 
 def _report(label: str, r: dict, total: int, extra: str = "") -> None:
-    print(f"{label:>10}: {r['wall_s']:7.1f} s wall, {r['cpu_s']:7.1f} s CPU (process, all threads)   "
+    process = (f" (process {r['process_wall_s']:.1f} s wall, {r['process_cpu_s']:.1f} s CPU)"
+               if "process_cpu_s" in r else "")
+    print(f"{label:>10}: {r['wall_s']:7.1f} s wall, {r['cpu_s']:7.1f} s CPU (all threads){process}   "
           f"{total / r['wall_s'] / 1e6:8.1f} M params/s   "
-          f"peak anon RSS {r['peak_anon_bytes'] / 2**30:5.2f} GiB (VmHWM incl. mapped files "
-          f"{r['vm_hwm_bytes'] / 2**30:5.2f} GiB) {extra}")
+          f"peak anon RSS {r['peak_anon_bytes'] / 2**30:5.2f} GiB (VmHWM {r['vm_hwm_bytes'] / 2**30:5.2f} GiB) {extra}")
+
+
+def _machine() -> str:
+    available = next((int(line.split()[1]) / 1024**2 for line in open("/proc/meminfo")
+                      if line.startswith("MemAvailable:")), float("nan"))
+    return f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, MemAvailable {available:.1f} GiB"
 
 
 if __name__ == "__main__":
