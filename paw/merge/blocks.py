@@ -158,7 +158,7 @@ class Deltas:
     """The base and the task vectors ``Δ_i = M_i − base`` of one block, in the compute dtype.
 
     ``Deltas(count, numel, compute, device)(tensors)`` takes the block of the base and of each model
-    (any float dtypes, one shape) and returns ``(base, [Δ_1 .. Δ_N])``. They live in ``count``
+    (any float dtypes, one shape; a list or a generator) and returns ``(base, [Δ_1 .. Δ_N])``. They live in ``count``
     buffers of ``numel`` entries that the next call overwrites, so a merge walking 2^20-entry blocks
     allocates (and page-faults) once per tensor instead of once per block and model: use the
     results before the next call. An input the compute dtype holds exactly (bfloat16, float16 or
@@ -172,12 +172,15 @@ class Deltas:
         self.compute = compute
         self._buffers = [torch.empty(numel, dtype=compute, device=device) for _ in range(count)]
 
-    def __call__(self, tensors: list) -> tuple[Any, list]:
+    def __call__(self, tensors: Iterable[Any]) -> tuple[Any, list]:
+        """``tensors``: the base's block, then each model's; taken one at a time, so that a
+        generator of reads holds one input block at a time (whole tensors, for some methods)."""
         import torch
 
-        base = self._load(0, tensors[0])
+        tensors = iter(tensors)
+        base = self._load(0, next(tensors))
         deltas = [self._load(i, t).sub_(base) if _exact_in(t.dtype, self.compute)
-                  else torch.sub(t, base).to(self.compute) for i, t in enumerate(tensors[1:], 1)]
+                  else torch.sub(t, base).to(self.compute) for i, t in enumerate(tensors, 1)]
         return base, deltas
 
     def _load(self, i: int, tensor):

@@ -199,7 +199,7 @@ def _merge_tensor(job: MergeJob, name: str, read: Callable = _read_now):
     load = Deltas(len(ckpts), largest, compute, job.device)
 
     def deltas(block):  # (base, [Δ_i]) of one block, in buffers the next call overwrites
-        return load([read(c, name, block).to(job.device) for c in ckpts])
+        return load(read(c, name, block).to(job.device) for c in ckpts)
 
     out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
     if job.method.streamed:
@@ -216,8 +216,9 @@ def _merge_tensor(job: MergeJob, name: str, read: Callable = _read_now):
             merged = job.method(base, ds, tp.weights, **tp.params, generators=_generators(job, name, tp))
         del ds
         target = out if block is None else out[block[0]:block[1]]
-        if merged.dtype == compute and target.dtype != compute and merged.shape == target.shape:
-            target.copy_(torch.add(base, merged, alpha=tp.scale, out=merged))  # the same rounding, one pass less
+        if merged.dtype == compute != target.dtype and merged.shape == target.shape and merged.is_contiguous():
+            # into float32 in place, then one rounding to the output dtype: the bits of add(out=target), faster
+            target.copy_(torch.add(base, merged, alpha=tp.scale, out=merged))
         else:
             torch.add(base, merged, alpha=tp.scale, out=target)
     if rows is not None:  # rows past the shared vocabulary stay the base's

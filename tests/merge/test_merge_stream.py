@@ -96,3 +96,14 @@ def test_a_merge_that_fails_leaves_no_thread_behind(family, tmp_path, streamed, 
         merge(_options(family, tmp_path / "m", "ties"))
     assert not (tmp_path / "m").exists()
     assert not [t for t in threading.enumerate() if t.name in ("paw-read-ahead", "paw-writer")]
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.7, -1.3])
+def test_adding_in_float32_then_rounding_once_is_adding_into_bfloat16(alpha):
+    """The merge adds base + scale x merged into float32 and rounds once; torch.add(out=bf16) rounds the same."""
+    gen = torch.Generator().manual_seed(3)
+    base, merged = torch.randn(1 << 16, generator=gen), torch.randn(1 << 16, generator=gen) * 1e-3
+    direct = torch.empty(1 << 16, dtype=torch.bfloat16)
+    torch.add(base, merged, alpha=alpha, out=direct)
+    staged = torch.add(base, merged.clone(), alpha=alpha).to(torch.bfloat16)
+    assert torch.equal(direct.view(torch.int16), staged.view(torch.int16))
