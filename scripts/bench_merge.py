@@ -263,6 +263,9 @@ def main() -> int:
     ap.add_argument("--skip-mergekit", action="store_true")
     ap.add_argument("--skip-mergekit-for", nargs="*", default=[], choices=METHODS, metavar="METHOD",
                     help="run mergekit on the other methods only (e.g. where it would not fit in memory)")
+    ap.add_argument("--min-available-gib", type=float, default=0.0,
+                    help="skip a child (floor, paw or mergekit) when MemAvailable is below this when it would start; "
+                         "on a shared machine, so that no run is killed for memory")
     ap.add_argument("--keep", action="store_true", help="keep the generated models and outputs")
     ap.add_argument("--norms", choices=["given", "computed"], default="given",
                     help="given: pass the known norms (--l2-norms); computed: let paw run its norm pass")
@@ -299,6 +302,8 @@ def main() -> int:
     rows = []
     for method in args.methods:
         used = models[:1] if method == "slerp" else models
+        if not _room(args.min_available_gib, f"floor and paw merge --method {method}"):
+            continue
         if len(used) not in floors:  # one floor per set of inputs, measured before the first method using it
             floors[len(used)] = measure_floor([base, *used], args.workdir, env, record)
         out_paw, out_mk = args.workdir / f"out-paw-{method}", args.workdir / f"out-mergekit-{method}"
@@ -317,7 +322,8 @@ def main() -> int:
         weights = json.loads((out_paw / "paw_merge.json").read_text())["weights"]
         row = {"method": method, "paw": p, "floor": floors[len(used)], "largest_f32_gib": largest,
                "norms": args.norms}
-        if mk_exe is not None and method not in args.skip_mergekit_for:
+        if mk_exe is not None and method not in args.skip_mergekit_for and \
+                _room(args.min_available_gib, f"mergekit {method}"):
             cfg = args.workdir / f"mergekit-{method}.yml"
             cfg.write_text(mergekit_config(method, base, used, weights, args.density))
             shutil.rmtree(out_mk, ignore_errors=True)
@@ -360,12 +366,23 @@ def measure_floor(inputs: list[Path], workdir: Path, env: dict, record: Path) ->
     return res
 
 
+def _available_gib() -> float:
+    return next((int(line.split()[1]) / 1024**2 for line in open("/proc/meminfo")
+                 if line.startswith("MemAvailable:")), float("nan"))
+
+
+def _room(min_gib: float, what: str) -> bool:
+    """Whether MemAvailable allows starting ``what`` now (``--min-available-gib``); says so when not."""
+    if min_gib <= 0 or _available_gib() >= min_gib:
+        return True
+    print(f"SKIPPED {what}: MemAvailable {_available_gib():.1f} GiB < --min-available-gib {min_gib:g}")
+    return False
+
+
 def _machine() -> str:
     """Cores, load average and available memory now: the loan under which these numbers were taken."""
-    available = next((int(line.split()[1]) / 1024**2 for line in open("/proc/meminfo")
-                      if line.startswith("MemAvailable:")), float("nan"))
     return (f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
-            f"MemAvailable {available:.1f} GiB")
+            f"MemAvailable {_available_gib():.1f} GiB")
 
 
 def _numel(dims) -> int:

@@ -176,3 +176,14 @@ def test_passthrough_keeps_the_model_and_applies_its_scale():
 def test_every_method_cites_a_reference():
     for name, method in METHODS.items():
         assert len(method.paper) > 10 and method.summary, name
+
+
+@pytest.mark.parametrize("n", [10, (1 << 22) - 1, 1 << 22, 3 * (1 << 22) + 77])
+def test_the_chunked_dot_sums_the_chunks_as_before(n):
+    """Reused float64 buffers give the bits of widening each chunk afresh, summed left to right."""
+    from paw.merge.geometric import _dot
+
+    gen = torch.Generator().manual_seed(n)
+    a, b = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    chunks = zip(a.split(1 << 22), b.split(1 << 22), strict=True)
+    assert _dot(a, b) == float(sum(float(torch.dot(x.double(), y.double())) for x, y in chunks))
