@@ -168,8 +168,9 @@ def mergekit_config(method: str, base: Path, models: list[Path], weights: list[f
     L1 norm, PAW by ``1 / (1 - p)``: random masks either way, not compared); linear averages the
     fine-tunes; SLERP goes from the base to the first fine-tune at ``t``.
     """
-    lines = [f"merge_method: {MERGEKIT_NAMES[method]}", f"base_model: {base}", "dtype: float32",
-             "out_dtype: bfloat16", "parameters:"]
+    lines = [f"merge_method: {MERGEKIT_NAMES[method]}", "dtype: float32", "out_dtype: bfloat16", "parameters:"]
+    if method != "linear":  # mergekit's linear averages every model it is given, a base_model included
+        lines.insert(1, f"base_model: {base}")
     if method == "slerp":
         lines += [f"  t: {T!r}", "models:", f"  - model: {base}", f"  - model: {models[0]}"]
         return "\n".join(lines) + "\n"
