@@ -63,12 +63,49 @@ def slerp_coefficients(t: float, v0, v1, *, dot_threshold: float = SLERP_DOT_THR
     >>> slerp_coefficients(0.5, torch.tensor([1., 0.]), torch.tensor([0., 1.]))   # doctest: +SKIP
     (0.7071..., 0.7071...)
     """
-    n0, n1 = _norm(v0), _norm(v1)
-    dot = _dot(v0, v1) / ((n0 if n0 > eps else 1.0) * (n1 if n1 > eps else 1.0))
-    if abs(dot) > dot_threshold:
+    return _coefficients(t, *_gram(v0, v1), dot_threshold=dot_threshold, eps=eps)
+
+
+def _coefficients(t: float, sq0: float, sq1: float, dot: float, *, dot_threshold: float = SLERP_DOT_THRESHOLD,
+                  eps: float = 1e-8) -> tuple[float, float]:
+    """:func:`slerp_coefficients` from ``|v0|², |v1|²`` and ``v0·v1``."""
+    n0, n1 = math.sqrt(sq0), math.sqrt(sq1)
+    cos = dot / ((n0 if n0 > eps else 1.0) * (n1 if n1 > eps else 1.0))
+    if abs(cos) > dot_threshold:
         return 1.0 - t, t
-    theta = math.acos(dot)
+    theta = math.acos(cos)
     return math.sin(theta - theta * t) / math.sin(theta), math.sin(theta * t) / math.sin(theta)
+
+
+_GRAM_CHUNK = 1 << 16  # float32 entries: the chunk and its two float64 copies stay in L2 between the dots
+
+
+def _gram(v0, v1=None, *, delta=None) -> tuple[float, float, float]:
+    """``(|v0|², |v1|², v0·v1)`` in float64, in one pass; ``v1 = v0 + delta`` (float32) when ``delta`` is given.
+
+    Each chunk is widened once into two small reused float64 buffers and the three dots are taken
+    there (products of float32 numbers are exact in float64): one read of each input, where a norm,
+    a norm and a dot over the whole tensors would widen them three times, and no copy of
+    ``v0 + delta`` is made. Chunk sums are added in order, in Python floats.
+    """
+    import torch
+
+    a = v0.reshape(-1)
+    b = (v1 if delta is None else delta).reshape(-1)
+    size = _GRAM_CHUNK if a.device.type == "cpu" else _DOT_CHUNK
+    xa = torch.empty(min(size, a.numel()), dtype=torch.float64, device=a.device)
+    xb = torch.empty_like(xa)
+    summed = torch.empty(xa.numel(), dtype=a.dtype, device=a.device) if delta is not None else None
+    sq0 = sq1 = dot = 0.0
+    for start in range(0, a.numel(), size):
+        x, y = a[start:start + size], b[start:start + size]
+        if summed is not None:
+            y = torch.add(x, y, out=summed[:x.numel()])  # v0 + delta, as one addition of the tensors rounds it
+        wa, wb = xa[:x.numel()].copy_(x), xb[:y.numel()].copy_(y)
+        sq0 += float(torch.dot(wa, wa))
+        sq1 += float(torch.dot(wb, wb))
+        dot += float(torch.dot(wa, wb))
+    return sq0, sq1, dot
 
 
 def slerp(t: float, v0, v1, **kwargs):
@@ -88,7 +125,7 @@ def slerp_delta(base, deltas: Sequence, weights, *, t: float = 0.5):
     """
     if len(deltas) != 1:
         raise ValueError(f"slerp merges exactly one model into the base, got {len(deltas)}")
-    s0, s1 = slerp_coefficients(t, base, base + deltas[0])
+    s0, s1 = _coefficients(t, *_gram(base, delta=deltas[0]))
     return deltas[0].mul_(s1).add_(base, alpha=s0 + s1 - 1.0)
 
 
