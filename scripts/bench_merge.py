@@ -271,6 +271,8 @@ def main() -> int:
     ap.add_argument("--norms", choices=["given", "computed"], default="given",
                     help="given: pass the known norms (--l2-norms); computed: let paw run its norm pass")
     ap.add_argument("--shard-bytes", type=int, default=SHARD_BYTES, help="output shard size for both tools")
+    ap.add_argument("--linear-without-base", action="store_true",
+                    help="run paw's linear on the fine-tunes alone, as mergekit's (its floor then reads those only)")
     args = ap.parse_args()
 
     shape = SHAPES[args.shape]
@@ -299,29 +301,31 @@ def main() -> int:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     print(f"threads: {args.threads or 'default'}; output shards of {args.shard_bytes / 1e9:g} GB for both tools; "
           f"{_machine()}")
-    floors: dict[int, dict] = {}
+    floors: dict[tuple, dict] = {}
     rows = []
     for method in args.methods:
         used = models[:1] if method == "slerp" else models
         if not _room(args.min_available_gib, f"floor and paw merge --method {method}"):
             continue
-        if len(used) not in floors:  # one floor per set of inputs, measured before the first method using it
-            floors[len(used)] = measure_floor([base, *used], args.workdir, env, record)
+        inputs = used if method == "linear" and args.linear_without_base else [base, *used]
+        if tuple(inputs) not in floors:  # one floor per set of inputs, measured before the first method using it
+            floors[tuple(inputs)] = measure_floor(inputs, args.workdir, env, record)
         out_paw, out_mk = args.workdir / f"out-paw-{method}", args.workdir / f"out-mergekit-{method}"
         given = ["--l2-norms", *map(str, norms[:len(used)])] if args.norms == "given" else []
         weighting = [] if method == "slerp" else ["--mode", "exp", *given]
         cmd = startup_cmd(sys.executable, record, paw_imports, "paw.cli:main", [
-            "merge", "--base", str(base), "--models", *map(str, used), "--output", str(out_paw),
+            "merge", *(["--base", str(base)] if inputs[0] == base else []), "--models", *map(str, used),
+            "--output", str(out_paw),
             "--method", method, *weighting, *paw_flags(method, args.density), "--device", args.device,
             "--overwrite", "--max-shard-size", str(args.shard_bytes)])
-        warm([base, *used])
+        warm(inputs)
         record.unlink(missing_ok=True)
         p = run_measured(cmd, env=env, record=record)
         if p["rc"] != 0:
             print(f"paw merge failed ({p['rc']}):\n{p['tail']}")
             return 1
         weights = json.loads((out_paw / "paw_merge.json").read_text())["weights"]
-        row = {"method": method, "paw": p, "floor": floors[len(used)], "largest_f32_gib": largest,
+        row = {"method": method, "paw": p, "floor": floors[tuple(inputs)], "largest_f32_gib": largest,
                "norms": args.norms}
         if mk_exe is not None and method not in args.skip_mergekit_for and \
                 _room(args.min_available_gib, f"mergekit {method}"):
