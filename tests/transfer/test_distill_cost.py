@@ -121,10 +121,10 @@ def test_measure_rate_times_one_training_steps_passes_with_the_clock(tiny_llama,
     assert rate["flop"] == 2 * (2 * size.body * 18 + 2 * size.head * 6) + 2 * (2 * size.body * 10 + 2 * size.head * 4)
     assert rate["flop_per_s"] == rate["flop"] / 2.5
     assert rate["repeats"] == 1   # 2.5 s: long enough to time once
-    quick = itertools.count(0.0, 0.2)   # 0.2 s a step: timed until 0.5 s have passed, three times, and averaged
+    quick = itertools.count(0.0, 0.1)   # 0.1 s a step: timed until 0.25 s have passed, three times, and averaged
     monkeypatch.setattr(cost, "_clock", lambda: next(quick))
     again = cost.measure_rate(model, batches=batches, device=torch.device("cpu"))
-    assert again["repeats"] == 3 and again["seconds"] == 0.2 and again["cpu_seconds"] == 1.5 / 3
+    assert again["repeats"] == 3 and again["seconds"] == 0.1 and again["cpu_seconds"] == 1.5 / 3
     half = Size(body=size.body // 2, head=size.head)
     assert cost.measure_rate(model, batches=batches, device=torch.device("cpu"), size=half)["flop"] < rate["flop"]
     assert {n: p.requires_grad for n, p in model.named_parameters()} == wanted   # frozen only while it ran

@@ -37,7 +37,7 @@ from paw.memory import BANDWIDTH, GENERATION_BATCH, RATES
 from paw.progress import format_duration
 
 PARTS = ("generation", "excess", "student_base", "agreement", "training")
-PROBE_SECONDS, PROBE_REPEATS = 0.5, 5   # the probe's step is repeated until it has run this long, or this often
+PROBE_SECONDS, PROBE_REPEATS = 0.25, 5  # the probe's step is repeated until it has run this long, or this often
 _clock = time.perf_counter       # tests put a fake clock here
 _cpu_clock = time.process_time   # ... and a fake CPU clock (seconds of CPU this process had, every thread)
 
