@@ -9,6 +9,7 @@ import pytest
 
 from paw.transfer.distill.cost import (
     Rows,
+    Scoring,
     Size,
     Stopwatch,
     Work,
@@ -67,11 +68,12 @@ def test_shift_checkpointing_and_sequence_level_by_hand():
 
 
 def test_work_of_the_batches_the_run_makes():
-    def row(prompt, choices=()):   # prompt tokens; choices as (length, continuation) rows
+    def row(prompt, choices=(), grouped=(0, 0)):   # prompt tokens; choices as (length, continuation) rows
         return Rows(text=(prompt + 2, 2), teacher_text=(prompt + 3, 2), choices=tuple(choices),
-                    teacher_choices=tuple(choices), teacher_prompt=prompt + 1)
+                    teacher_scoring=Scoring(whole=tuple(choices)), teacher_prompt=prompt + 1,
+                    scoring=Scoring(grouped, () if grouped != (0, 0) else tuple(choices)))
 
-    train = [row(3, [(6, 2), (9, 4)]), row(5), row(8, [(4, 1)])]
+    train = [row(3, [(6, 2), (9, 4)], grouped=(10, 6)), row(5), row(8, [(4, 1)])]
     w = work_of(train, [], order=[[0, 1], [2, 0]], accumulation=2, measured=[0, 2], checked=2, new=2,
                 check_every=10)
     p = w.passes
@@ -83,6 +85,7 @@ def test_work_of_the_batches_the_run_makes():
     assert p["check_text"] == [2 * 6, 2 * 2]                   # the first two inputs
     assert p["prefill"] == [3 * 9, 3 * 9] and p["decode"] == [3, 3]   # prompts of 4, 6, 9 teacher tokens
     assert p["teacher_choices"] == [3 * 8, 3 * 4]             # longest first, 8 a batch: (9, 4), (6, 2), (4, 1)
+    assert p["base_choices"] == [10 + 3, 6 + 1]                # input 0's context run once; input 2's row whole
     assert p["excess_text"] == [3 * 10, 3 * 2]                 # the teacher's rows: 6, 8 and 11 tokens
 
 

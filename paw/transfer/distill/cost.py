@@ -86,7 +86,7 @@ PASSES = {
     "check_choices": "... the student's choices",
     "prefill": "the teacher reading every prompt before it writes (logits at every position)",
     "decode": "the teacher writing, one token per row and step",
-    "teacher_choices": "the teacher scoring every answer choice (longest first, 8 a batch)",
+    "teacher_choices": "the teacher scoring every answer choice (a shared context once, :func:`scored`)",
     "excess_text": "the teacher over every continuation (twice: with and without its adapter)",
     "base_choices": "--target shift: the student base scoring every answer choice",
 }
@@ -158,7 +158,7 @@ def seconds(student: Size, teacher: Size, w: Work, rate: float, *, device_type: 
 
 def padded(batches: Iterable[Sequence[tuple[int, int]]]) -> list[int]:
     """``[tokens, kept]`` of ``batches`` of rows ``(length, continuation)`` as :func:`paw.evaluate.encode.make_batch`
-    pads them (its last token is only a target) and :func:`paw.evaluate.mc.forward_logits` keeps them.
+    pads them (its last token is only a target) and :func:`paw.evaluate.forward.forward_logits` keeps them.
 
     >>> padded([[(5, 2), (9, 1)], [(4, 3)]])   # 2 rows x 8 tokens, 2 x 2 kept; then 3 tokens, 3 kept
     [19, 7]
@@ -176,29 +176,76 @@ def _chunks(items: Sequence, size: int) -> list:
 
 
 @dataclass(frozen=True)
+class Scoring:
+    """How :func:`paw.evaluate.mc.score_encoded` runs one input's choices: ``grouped``, ``[tokens, kept]`` of
+    those that run their shared context once (:mod:`paw.evaluate.shared`: the common prefix once, then each
+    choice's rest; unpadded), and ``whole``, the ``(length, continuation)`` rows that run whole.
+
+    >>> from paw.evaluate.encode import Encoded
+    >>> Scoring.of([Encoded((1, 5, 6, 7, 8), 2), Encoded((1, 5, 6, 9), 1)], share=True)  # (1, 5), then (6, 7), (6,)
+    Scoring(grouped=(5, 3), whole=())
+    >>> Scoring.of([Encoded((1, 5, 6, 7, 8), 2), Encoded((1, 5, 6, 9), 1)], share=False)
+    Scoring(grouped=(0, 0), whole=((5, 2), (4, 1)))
+    """
+
+    grouped: tuple[int, int] = (0, 0)
+    whole: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, encoded: Sequence, *, share: bool) -> Scoring:
+        from paw.evaluate.shared import plan
+
+        groups, alone = plan(encoded) if share else ([], range(len(encoded)))
+        tokens = kept = 0
+        for g in groups:
+            rests = [len(encoded[i].ids) - 1 - g.length for i in g.rows]
+            tokens, kept = tokens + g.length + sum(rests), kept + g.prefix.n_cont + sum(rests)
+        return cls(grouped=(tokens, kept), whole=tuple((len(encoded[i].ids), encoded[i].n_cont) for i in alone))
+
+
+@dataclass(frozen=True)
 class Rows:
-    """One input as each pass sees it: ``(length, continuation)`` rows, the continuation at ``new`` tokens."""
+    """One input as each pass sees it: ``(length, continuation)`` rows, the continuation at ``new`` tokens;
+    ``scoring`` and ``teacher_scoring`` its choices as the student base and the teacher score them."""
 
     text: tuple[int, int]
     teacher_text: tuple[int, int]
     choices: tuple[tuple[int, int], ...]
-    teacher_choices: tuple[tuple[int, int], ...]
+    teacher_scoring: Scoring
     teacher_prompt: int
+    scoring: Scoring = Scoring()
 
     @classmethod
-    def of(cls, prompt, student_tokenizer, teacher_tokenizer, new: int, *, shared: bool) -> Rows:
+    def of(cls, prompt, student_tokenizer, teacher_tokenizer, new: int, *, shared: bool,
+           share: tuple[bool, bool] = (False, False)) -> Rows:
+        """``shared``: one vocabulary; ``share``: whether the teacher and the student run a context their
+        choices share once (:func:`paw.evaluate.shared.refusal` says None)."""
         from paw.evaluate.encode import encode_pair, own_start
         from paw.transfer.distill.prompts import START
 
         def length(tok) -> int:
             return len(own_start(tok)) + len(tok.encode(prompt.text, add_special_tokens=False))
 
-        def pairs(tok) -> tuple:
-            return tuple((len(e.ids), e.n_cont) for e in (encode_pair(tok, c, x, start=START) for c, x in prompt.pairs))
+        def pairs(tok) -> list:
+            return [encode_pair(tok, c, x, start=START) for c, x in prompt.pairs]
 
         s, t = length(student_tokenizer), length(teacher_tokenizer)
+        mine, theirs = pairs(student_tokenizer), pairs(teacher_tokenizer)
         return cls(text=(s + new, new), teacher_text=(s + new, new) if shared else (t + new, new),
-                   choices=pairs(student_tokenizer), teacher_choices=pairs(teacher_tokenizer), teacher_prompt=t)
+                   choices=tuple((len(e.ids), e.n_cont) for e in mine), teacher_prompt=t,
+                   teacher_scoring=Scoring.of(theirs, share=share[0]), scoring=Scoring.of(mine, share=share[1]))
+
+
+def scored(rows: Iterable[Scoring]) -> list[int]:
+    """``[tokens, kept]`` of :func:`paw.evaluate.mc.score_encoded` over every input's choices: the grouped ones as
+    they are, the whole rows longest first, 8 a batch, padded.
+
+    >>> scored([Scoring((4, 2), ((5, 1),)), Scoring((0, 0), ((3, 2),))])   # 4 + 2 x 4 tokens; 2 + 2 x 2 kept
+    [12, 6]
+    """
+    rows = list(rows)
+    whole = padded(_chunks(sorted((c for r in rows for c in r.whole), reverse=True), 8))
+    return [sum(r.grouped[0] for r in rows) + whole[0], sum(r.grouped[1] for r in rows) + whole[1]]
 
 
 def work_of(train: list[Rows], held: list[Rows], *, order: list[list[int]], accumulation: int, measured: list[int],
@@ -206,8 +253,8 @@ def work_of(train: list[Rows], held: list[Rows], *, order: list[list[int]], accu
     """:class:`Work` of the batches the run makes: the training steps' ``order`` (indices into ``train``, each
     cut into ``accumulation`` micro-batches), the agreement on ``measured`` (indices into ``held``, or into
     ``train`` where nothing is held out) and the stop checks on the first ``checked`` training inputs, 16 a
-    batch; the teacher writes in batches of 16 (:data:`paw.memory.GENERATION_BATCH`) and scores 8 a batch,
-    longest first (:func:`paw.evaluate.mc.score_encoded`)."""
+    batch; the teacher writes in batches of 16 (:data:`paw.memory.GENERATION_BATCH`) and scores the choices as
+    :func:`scored` counts them."""
     from paw.train.loop import micro_batches
 
     def reading(batches: list[list[Rows]], prefix: str) -> dict[str, list[int]]:
@@ -226,9 +273,9 @@ def work_of(train: list[Rows], held: list[Rows], *, order: list[list[int]], accu
               **reading(_chunks(train[:checked], GENERATION_BATCH), "check_"),
               "prefill": padded([[(r.teacher_prompt + 1, r.teacher_prompt) for r in c] for c in written]),
               "decode": [len(everyone) * (new - 1)] * 2,
-              "teacher_choices": padded(_chunks(sorted((c for r in everyone for c in r.teacher_choices), reverse=True), 8)),
+              "teacher_choices": scored(r.teacher_scoring for r in everyone),
               "excess_text": padded([[r.teacher_text for r in c] for c in _chunks(everyone, GENERATION_BATCH)]),
-              "base_choices": padded(_chunks(sorted((c for r in everyone for c in r.choices), reverse=True), 8))}
+              "base_choices": scored(r.scoring for r in everyone)}
     return Work(steps=len(order), passes=passes, decode_steps=len(written) * new, **flags)
 
 
@@ -239,7 +286,7 @@ def measure_rate(model, *, batches: dict[str, Sequence[tuple[int, int]]], device
 
     ``batches``: ``{"text": rows, "choices": rows}`` (either may be missing), rows ``(length, continuation)``
     as :class:`Rows` holds them: the first step's continuations, through
-    :func:`paw.evaluate.mc.forward_logits`, and its answer choices, through
+    :func:`paw.evaluate.forward.forward_logits`, and its answer choices, through
     :func:`paw.transfer.distill.head.choice_sums` (the LM head in row chunks where its logits are large), each
     under the training's autocast and padded as :func:`paw.evaluate.encode.make_batch` pads them. Every weight
     is frozen while it runs and the embeddings' output is made to want a gradient, so the backward pass runs
@@ -308,7 +355,7 @@ def _train_pass(model, kind: str, encoded: list, device, pad_id: int, autocast) 
     import torch
 
     from paw.evaluate.encode import make_batch, sliding_window_of
-    from paw.evaluate.mc import forward_logits
+    from paw.evaluate.forward import forward_logits
     from paw.transfer.distill.head import choice_sums
 
     batch = make_batch(encoded, pad_id=pad_id, padding_side="left", window=sliding_window_of(model))

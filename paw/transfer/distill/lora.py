@@ -31,6 +31,7 @@ from paw import fsdp as fsdp_sharding
 from paw.data import sample_texts
 from paw.device import guard_cuda_attention, resolve_device
 from paw.errors import PawError
+from paw.evaluate import shared as shared_context
 from paw.evaluate.items import MCItem
 from paw.evaluate.train import batches_in_order
 from paw.io.adapter import LoraAdapter, lora_config_dict
@@ -232,8 +233,11 @@ def _work(inputs: list[Prompt], held: list[Prompt], teacher: LM, student: LM, vo
           scale: distill_scale.Scale | None) -> tuple[distill_cost.Work, dict[str, list[tuple[int, int]]]]:
     """The work of this run (:func:`paw.transfer.distill.cost.work_of`) from the batches it will make, and the
     rows of its first training batch, continuations and choices (the probe's shape)."""
+    share = tuple(shared_context.refusal(m.model) is None for m in (teacher, student))
+
     def rows(prompts: list[Prompt]) -> list[distill_cost.Rows]:
-        return [distill_cost.Rows.of(p, student.tokenizer, teacher.tokenizer, new, shared=vocab.shared) for p in prompts]
+        return [distill_cost.Rows.of(p, student.tokenizer, teacher.tokenizer, new, shared=vocab.shared, share=share)
+                for p in prompts]
 
     train, tests = rows(inputs), rows(held)
     order = batches_in_order(len(inputs), batch_size * accumulation, steps, seed)
