@@ -42,6 +42,7 @@ from paw.transfer.distill import cost as distill_cost
 from paw.transfer.distill import fit, generation, synthesis
 from paw.transfer.distill import report as distill_report
 from paw.transfer.distill import scale as distill_scale
+from paw.transfer.distill import timing as distill_timing
 from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.prompts import Prompt, generic_prompts, prompts_from, split_holdout
@@ -154,7 +155,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
              if main and not sharded else None)
     predicted = _estimate(teacher, student, work, first, device=device, probe=probe, shown=shown,
                           earliest=fit.Stop([], work.check_every).earliest() if auto else None)
-    watch = distill_cost.Stopwatch()
+    watch = distill_timing.Stopwatch()
     shift = distill_train.Shift(shift_scale, teacher_off=distill_train.teacher_off(teacher)) if target == "shift" else None
     if shift is not None:
         _check_shift(shift, vocab, inputs)
@@ -213,7 +214,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
             peft_model.unload()
         for n, p in student.model.named_parameters():
             p.requires_grad_(grads.get(n, p.requires_grad))
-    cost = distill_cost.with_measured(predicted, watch, steps_run=len(curve.get("loss", [])))
+    cost = distill_timing.with_measured(predicted, watch, steps_run=len(curve.get("loss", [])))
     measured_on = distill_report.measured_on(len(measured), len(pool), bool(tests))
     report = distill_report.report(
         adapter, teacher, student, moved, info, losses_used, distill_report.vocabulary_note(vocab, train),
@@ -271,13 +272,13 @@ def _estimate(teacher: LM, student: LM, work: distill_cost.Work, first: dict[str
         with torch.random.fork_rng(devices=[]):   # the LoRA's random initialisation leaves the seed as it was
             wrapped = probe()
         try:
-            rate = distill_cost.measure_rate(wrapped, batches=first, device=device, size=size)
+            rate = distill_timing.measure_rate(wrapped, batches=first, device=device, size=size)
         finally:
             wrapped.unload()
     else:
         rate = distill_cost.assumed_rate(device.type)
     predicted = distill_cost.estimate(size, distill_cost.Size.of(teacher.model), work, rate, device_type=device.type,
-                                      on=distill_cost.where(device), earliest=earliest)
+                                      on=distill_timing.where(device), earliest=earliest)
     if shown and worth_a_line(predicted["total_seconds"]):
         status(f"distill: {distill_cost.line(predicted)}")
     return predicted
