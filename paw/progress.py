@@ -175,14 +175,6 @@ def format_duration(seconds: float) -> str:
     return f"{whole} s"
 
 
-def worth_a_line(seconds: float) -> bool:
-    """Whether work expected to last ``seconds`` is announced: as long as a progress interval
-    (``PAW_PROGRESS_EVERY``) or longer, or always with ``PAW_PROGRESS=1``; never with ``PAW_PROGRESS=0``.
-    A run over before the line could be read is not told how long it will take."""
-    flag = _flag()
-    return flag == "1" or (flag is None and math.isfinite(seconds) and seconds >= _every())
-
-
 def status(message: str) -> None:
     """One line of progress text on stderr (``[paw] message``); none with ``PAW_PROGRESS=0``."""
     if _flag() != "0":

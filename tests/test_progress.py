@@ -6,7 +6,7 @@ import pytest
 
 from paw import progress
 from paw.errors import PawError
-from paw.progress import format_duration, status, track, worth_a_line
+from paw.progress import format_duration, status, track
 
 
 class FakeClock:
@@ -81,18 +81,6 @@ def test_paw_progress_0_silences_lines_and_status(clock, capsys, monkeypatch):
     monkeypatch.delenv("PAW_PROGRESS")
     status("building target 'upgrade'")
     assert capsys.readouterr().err == "[paw] building target 'upgrade'\n"
-
-
-def test_an_estimate_is_said_when_the_work_may_outlast_an_interval(monkeypatch):
-    monkeypatch.delenv("PAW_PROGRESS", raising=False)
-    monkeypatch.delenv("PAW_PROGRESS_EVERY", raising=False)
-    assert worth_a_line(10.0) and not worth_a_line(9.9) and not worth_a_line(float("nan"))
-    monkeypatch.setenv("PAW_PROGRESS_EVERY", "60")
-    assert not worth_a_line(59.0) and worth_a_line(60.0)
-    monkeypatch.setenv("PAW_PROGRESS", "1")
-    assert worth_a_line(0.1)
-    monkeypatch.setenv("PAW_PROGRESS", "0")
-    assert not worth_a_line(1e6)
 
 
 def test_interval_from_the_environment(clock, capsys, monkeypatch):

@@ -36,7 +36,7 @@ from paw.evaluate.items import MCItem
 from paw.evaluate.train import batches_in_order
 from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.memory import prepare_student
-from paw.progress import status, worth_a_line
+from paw.progress import status
 from paw.train import Recipe
 from paw.transfer.distill import cost as distill_cost
 from paw.transfer.distill import fit, generation, synthesis
@@ -263,8 +263,7 @@ def _estimate(teacher: LM, student: LM, work: distill_cost.Work, first: dict[str
               probe, shown: bool, earliest: int | None) -> dict:
     """The prediction of the work's cost (:mod:`paw.transfer.distill.cost`) at a rate measured on the student
     wrapped in a LoRA as it will train (``probe()`` wraps it; the LoRA is dropped after) over the rows of the
-    first training batch, or without ``probe`` at :data:`paw.memory.RATES`; said in one line when the work
-    may outlast a progress interval."""
+    first training batch, or without ``probe`` at :data:`paw.memory.RATES`; said in one line (``shown``)."""
     import torch
 
     size = distill_cost.Size.of(student.model)
@@ -279,7 +278,7 @@ def _estimate(teacher: LM, student: LM, work: distill_cost.Work, first: dict[str
         rate = distill_cost.assumed_rate(device.type)
     predicted = distill_cost.estimate(size, distill_cost.Size.of(teacher.model), work, rate, device_type=device.type,
                                       on=distill_timing.where(device), earliest=earliest)
-    if shown and worth_a_line(predicted["total_seconds"]):
+    if shown:
         status(f"distill: {distill_cost.line(predicted)}")
     return predicted
 
