@@ -39,7 +39,6 @@ def test_measure_rate_times_one_training_steps_passes_with_the_clock(tiny_llama,
     assert again["repeats"] == 3 and again["seconds"] == 0.1 and again["cpu_seconds"] == 1.5 / 3
     half = Size(body=size.body // 2, head=size.head)
     assert timing.measure_rate(model, batches=batches, device=torch.device("cpu"), size=half)["flop"] < rate["flop"]
-    assert any(wanted.values())   # an optimiser step ran over them, at rate 0
     assert {n: p.requires_grad for n, p in model.named_parameters()} == wanted   # frozen only while it ran
     assert all(p.grad is None and torch.equal(p, before[n]) for n, p in model.named_parameters())
 

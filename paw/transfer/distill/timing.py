@@ -26,19 +26,20 @@ def measure_rate(model, *, batches: dict[str, Sequence[tuple[int, int]]], device
     as :class:`Rows` holds them: the first step's continuations, through
     :func:`paw.evaluate.forward.forward_logits`, and its answer choices, through
     :func:`paw.transfer.distill.head.choice_sums` (the LM head in row chunks where its logits are large), each
-    under the training's autocast and padded as :func:`paw.evaluate.encode.make_batch` pads them, then an
-    AdamW step over the weights that want a gradient (:func:`_optimiser_step`: at rate 0, nothing moves). Every
+    under the training's autocast and padded as :func:`paw.evaluate.encode.make_batch` pads them. Every
     weight is frozen while the passes run and the embeddings' output is made to want a gradient, so the backward
     pass runs through the base as it does to the LoRA factors; no weight or gradient is left changed. ``model``
     may carry a LoRA (its layers' own overhead is then in the time); ``size`` counts the FLOPs (default:
     ``model``'s).
 
-    The step is repeated until it has taken :data:`PROBE_SECONDS` (at most :data:`PROBE_REPEATS` times) and
-    the time of one is their mean. Costs that FLOPs do not see (Python, small kernels, a LoRA's extra layers,
-    the optimiser) are in the time, so on a model as small as the demo's the rate is mostly theirs. Returns ``{"flop_per_s", "seconds",
-    "cpu_seconds", "flop", "repeats", "batches", "load"}``: ``batches`` the ``[rows, tokens, kept]`` of each pass (padded),
-    ``cpu_seconds`` the CPU time the process had in the timed passes (its share of a loaded machine:
-    ``seconds`` x threads when it had every core it asked for), ``load`` the system's one-minute load average.
+    The passes are repeated until they have taken :data:`PROBE_SECONDS` (at most :data:`PROBE_REPEATS` times)
+    and the time of one round is their mean. Costs that FLOPs do not see (Python, small kernels, a LoRA's extra
+    layers) are in the time, so on a model as small as the demo's the rate is mostly theirs; the optimiser's
+    step is not timed (a throwaway optimiser would fire every hook a user registered for all optimisers).
+    Returns ``{"flop_per_s", "seconds", "cpu_seconds", "flop", "repeats", "batches", "load"}``: ``batches``
+    the ``[rows, tokens, kept]`` of each pass (padded), ``cpu_seconds`` the CPU time the process had in the
+    timed passes (its share of a loaded machine: ``seconds`` x threads when it had every core it asked
+    for), ``load`` the system's one-minute load average.
     """
     from paw.transfer.distill.train import PAD_ID, _autocast
 
@@ -55,19 +56,16 @@ def measure_rate(model, *, batches: dict[str, Sequence[tuple[int, int]]], device
     def once(kind: str, rows) -> None:
         _train_pass(model, kind, _encoded(rows, vocab), device, PAD_ID, _autocast)
 
-    step = _optimiser_step([p for p, flag in wanted if flag])
     try:
         for p, _ in wanted:
             p.requires_grad_(False)
         model.train()
         kind, rows = next(iter(kinds.items()))
         once(kind, rows[:1])
-        step()
         start, cpu, repeats = clock(), _cpu_clock(), 0
         while True:   # a pass of a few milliseconds is timed again, and the mean taken: one is mostly noise
             for kind, rows in kinds.items():
                 once(kind, rows)
-            step()
             repeats += 1
             took = clock() - start
             if took >= PROBE_SECONDS or repeats == PROBE_REPEATS:
@@ -82,26 +80,6 @@ def measure_rate(model, *, batches: dict[str, Sequence[tuple[int, int]]], device
     flop = sum(2 * size.forward(*shape) for shape in shapes.values())
     return {"flop_per_s": flop / took, "seconds": round(took, 4), "cpu_seconds": round(cpu, 4), "flop": flop,
             "repeats": repeats, "batches": {k: [len(kinds[k]), *shape] for k, shape in shapes.items()}, "load": load()}
-
-
-def _optimiser_step(params: list):
-    """A function that takes one AdamW step over ``params`` as the training's does, at rate 0 on zero gradients:
-    the step's work without a change to any weight (``p - 0 x update`` is ``p``). The gradients are set back to
-    None after each step."""
-    import torch
-
-    if not params:
-        return lambda: None
-    optimizer = torch.optim.AdamW(params, lr=0.0, weight_decay=0.0)
-
-    def step() -> None:
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-        for p in params:
-            p.grad = None
-
-    return step
 
 
 def _encoded(rows: Sequence[tuple[int, int]], vocab: int) -> list:
