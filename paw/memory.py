@@ -216,11 +216,13 @@ def plan(student_config: dict, *, teacher_config: dict | None = None, lora_rank:
          batch_size: int, steps: int, max_new_tokens: int, n_inputs: int, device_type: str, world: int = 1,
          kept_tokens: int | None = None,
          dtype: str = "auto", prompt_tokens: int = PROMPT_TOKENS, teacher_per_step: bool = False,
-         offload_teacher: bool = False, gradient_checkpointing: bool = False, fsdp: bool = False) -> dict | None:
+         offload_teacher: bool = False, gradient_checkpointing: bool = False, fsdp: bool = False,
+         timed: bool = True) -> dict | None:
     """The prediction printed before a run and kept in its report; None for a config this model cannot read.
 
     ``kept_tokens``: positions per input that go through the LM head (the continuation; the answer
-    for ``paw train-lora``).
+    for ``paw train-lora``). ``timed=False``: memory alone; a distillation predicts its time once its
+    models are loaded, at a rate measured on them (:mod:`paw.transfer.distill.cost`).
     """
     try:
         student = Shape.of(student_config)
@@ -234,15 +236,17 @@ def plan(student_config: dict, *, teacher_config: dict | None = None, lora_rank:
                      seq_tokens=seq, kept_tokens=kept_tokens or max_new_tokens, offload_teacher=offload_teacher,
                      student_bytes=dtype_bytes(dtype, device_type, student_config),
                      teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), fsdp=fsdp, **common)
-    time = predict_time(student, steps=steps, batch_size=batch_size, seq_tokens=seq, n_inputs=n_inputs,
-                        max_new_tokens=max_new_tokens if teacher is not None else 0,
-                        teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), **common)
-    return {"predicted_peak_bytes": memory["peak_bytes"], "parts": memory["parts"], "phase": memory["phase"],
-            "predicted_seconds": round(time["seconds"], 1), "flop": time["flop"],
-            "assumptions": {"device": device_type, "world": world, "fsdp": fsdp, "prompt_tokens": prompt_tokens,
-                            "rate_flop_per_s_per_device": time["rate_flop_per_s_per_device"],
-                            "student_parameters": student.parameters,
-                            "teacher_parameters": teacher.parameters if teacher else 0}}
+    out = {"predicted_peak_bytes": memory["peak_bytes"], "parts": memory["parts"], "phase": memory["phase"],
+           "assumptions": {"device": device_type, "world": world, "fsdp": fsdp, "prompt_tokens": prompt_tokens,
+                           "student_parameters": student.parameters,
+                           "teacher_parameters": teacher.parameters if teacher else 0}}
+    if timed:
+        time = predict_time(student, steps=steps, batch_size=batch_size, seq_tokens=seq, n_inputs=n_inputs,
+                            max_new_tokens=max_new_tokens if teacher is not None else 0,
+                            teacher_bytes=dtype_bytes(dtype, device_type, teacher_config), **common)
+        out.update(predicted_seconds=round(time["seconds"], 1), flop=time["flop"])
+        out["assumptions"]["rate_flop_per_s_per_device"] = time["rate_flop_per_s_per_device"]
+    return out
 
 
 SAY_FROM_PARAMETERS = 100_000_000   # the prediction is printed from this size on (always recorded in the report)
@@ -264,13 +268,16 @@ def worth_saying(p: dict | None) -> bool:
 
 
 def plan_line(p: dict) -> str:
-    """``expected peak 9.8 GiB per device (weights 4.6, ...), about 2 min 5 s``: the line printed before a run."""
+    """``expected peak 9.8 GiB per device (weights 4.6, ...), about 2 min 5 s``: the line printed before a run
+    (without the time for a prediction of memory alone)."""
     from paw.progress import format_duration
 
     parts = ", ".join(f"{k.replace('_', ' ')} {v / 2**30:.1f}" for k, v in p["parts"].items() if v >= 0.05 * 2**30)
-    return (f"expected peak {gib(p['predicted_peak_bytes'])} per device in {p['phase']} ({parts} GiB), "
-            f"about {format_duration(p['predicted_seconds'])} at {p['assumptions']['rate_flop_per_s_per_device']:.0e} "
-            "FLOP/s per device")
+    memory = f"expected peak {gib(p['predicted_peak_bytes'])} per device in {p['phase']} ({parts} GiB)"
+    if "predicted_seconds" not in p:
+        return memory
+    return (f"{memory}, about {format_duration(p['predicted_seconds'])} at "
+            f"{p['assumptions']['rate_flop_per_s_per_device']:.0e} FLOP/s per device")
 
 
 def with_measured(p: dict | None, device) -> dict:

@@ -40,6 +40,8 @@ TORCH_FREE = [
     "paw.merge.weights",
     "paw.progress",
     "paw.transfer.distill.byte_align",
+    "paw.transfer.distill.cost",
+    "paw.transfer.distill.timing",
     "paw.transfer.distill.prompts",
     "paw.transfer.distill.synthesis",
     "paw.transfer.distill.lora",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from paw.memory import ADAM_BYTES, Shape, dtype_bytes, plan, predict
+from paw.memory import ADAM_BYTES, Shape, dtype_bytes, plan, plan_line, predict
 
 LLAMA_3_2_1B = dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                     num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256,
@@ -66,6 +66,16 @@ def test_gradient_checkpointing_and_more_devices_lower_the_peak():
     assert eight["predicted_peak_bytes"] < one["predicted_peak_bytes"]
     assert eight["predicted_seconds"] == pytest.approx(one["predicted_seconds"] / 8, rel=1e-3)
     assert plan({"model_type": "llama"}, **base) is None  # no shape fields: no prediction, no error
+
+
+def test_a_distillation_plans_memory_alone_and_its_line_says_no_time():
+    # distill says its time once its models are loaded, at a measured rate (paw.transfer.distill.cost)
+    base = dict(lora_rank=16, batch_size=16, steps=300, max_new_tokens=64, n_inputs=1000, device_type="cpu")
+    timed, memory = plan(LLAMA_3_2_1B, **base), plan(LLAMA_3_2_1B, **base, timed=False)
+    assert "predicted_seconds" not in memory and "rate_flop_per_s_per_device" not in memory["assumptions"]
+    assert memory["predicted_peak_bytes"] == timed["predicted_peak_bytes"] and memory["parts"] == timed["parts"]
+    assert plan_line(timed).startswith(plan_line(memory) + ", about ")
+    assert "FLOP" not in plan_line(memory)
 
 
 def test_fsdp_splits_the_student_and_its_adam_state_and_adds_the_gathered_units_by_hand():

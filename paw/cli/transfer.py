@@ -53,11 +53,13 @@ def _figures(result, method: str) -> dict:
 
 def _distill_points(result) -> list[tuple[int, dict]]:
     """A distillation for ``--track``: each step's loss and its terms (``train/loss``, ``train/token-kl``,
-    ...; a step with none, None in the report, is left out), then :func:`_figures` at the last step."""
+    ...; a step with none, None in the report, is left out), then :func:`_figures` at the last step. The
+    automatic budget's ``probe`` scores (one a check, not one a step) are not among them."""
     curve = result.report["distill"]["curve"]
     steps = len(curve.get("loss", []))
+    per_step = {name: values for name, values in curve.items() if len(values) == steps}
     points = [(step + 1, {"train/loss" if name == "loss" else f"train/{name}": values[step]
-                          for name, values in curve.items() if values[step] is not None})
+                          for name, values in per_step.items() if values[step] is not None})
               for step in range(steps)]
     return [*points, (steps, _figures(result, DISTILL))]
 

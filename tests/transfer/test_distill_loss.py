@@ -113,24 +113,6 @@ def test_synthesis_template_start():
     assert template_start([Prompt("What is"), Prompt("What is it")]) == "What is"   # a whole seed, at a boundary
 
 
-def test_cost_estimate_arithmetic():
-    from paw.transfer.distill.report import estimate_cost
-
-    # 300 steps x 16 sequences x 80 tokens x (4 + 2) x 7e9, plus 1,000 continuations x 80 tokens x 2 x 7e9
-    cost = estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16, prompt_tokens=64)
-    assert cost["flop"] == pytest.approx(300 * 16 * 80 * 42e9 + 1000 * 80 * 14e9)
-    seq = estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16, prompt_tokens=64,
-                        teacher_per_step=False)
-    assert seq["flop"] == pytest.approx(300 * 16 * 80 * 28e9 + 1000 * 80 * 14e9)
-    mc = estimate_cost(1.0, 1.0, n_inputs=0, steps=1, batch_size=1, max_new_tokens=16, prompt_tokens=64,
-                       choices_per_input=4, teacher_per_step=False)
-    assert mc["flop"] == pytest.approx(80 * 4 + 4 * 64 * 4)
-    # the agreement, before and after: 10 inputs x (80 tokens x 2 x (1 + 1) + 4 choices x 64 tokens x 2), twice
-    measured = estimate_cost(1.0, 1.0, n_inputs=0, steps=0, batch_size=1, max_new_tokens=16, prompt_tokens=64,
-                             choices_per_input=4, agreement_inputs=10)
-    assert measured["flop"] == pytest.approx(2 * 10 * (80 * 4 + 4 * 64 * 2))
-
-
 def test_agreement_inputs_are_a_seeded_sample_in_their_order():
     from paw.transfer.distill.lora import agreement_inputs
 

@@ -58,6 +58,14 @@ class Stop:
             return False
         return max(history[-self.patience:]) < max(history[:-self.patience]) + self.min_gain
 
+    def earliest(self) -> int:
+        """The first step at which :meth:`done` can say stop: ``patience + 1`` checks, and ``min_steps``.
+
+        >>> Stop([], 10).earliest(), Stop([], 50).earliest()
+        (100, 200)
+        """
+        return self.every * max(self.patience + 1, -(-self.min_steps // self.every))
+
 
 def probe_score(peft_model, teacher_model, probe, vocab: Vocab, device, shift: Shift | None = None) -> float:
     """The stopping signal: the mean of the student's agreement with the teacher where the adapter changed

@@ -31,15 +31,18 @@ from paw import fsdp as fsdp_sharding
 from paw.data import sample_texts
 from paw.device import guard_cuda_attention, resolve_device
 from paw.errors import PawError
+from paw.evaluate import shared as shared_context
 from paw.evaluate.items import MCItem
 from paw.evaluate.train import batches_in_order
 from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.memory import prepare_student
 from paw.progress import status
 from paw.train import Recipe
+from paw.transfer.distill import cost as distill_cost
 from paw.transfer.distill import fit, generation, synthesis
 from paw.transfer.distill import report as distill_report
 from paw.transfer.distill import scale as distill_scale
+from paw.transfer.distill import timing as distill_timing
 from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.prompts import Prompt, generic_prompts, prompts_from, split_holdout
@@ -48,7 +51,6 @@ from paw.transfer.training_free import transfer_lora
 from paw.validate import lora_rank
 from paw.vocab.align import AlignContext, exact, match_specials
 
-LARGE_MODEL = 100_000_000   # parameters from which the cost estimate is printed before starting
 # the automatic budget (no --max-steps): at most AUTO_EPOCHS passes over the inputs, within these bounds,
 # stopped earlier when the agreement on what the adapter changed stops improving (fit.Stop)
 AUTO_MIN_STEPS, AUTO_EPOCHS, AUTO_MAX_STEPS = 200, 30, 3000
@@ -146,26 +148,25 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                     with_choices=sum(bool(p.pairs) for p in inputs))
     init_adapter, init_note = _init_adapter(adapter, teacher, student, init, vocab.columns if vocab.shared else None,
                                             rank, alpha, target_modules, device)
-    sample = inputs[:256]
-    cost = distill_report.estimate_cost(
-        distill_report.n_params(teacher.model), distill_report.n_params(student.model), n_inputs=len(inputs) + len(held),
-        steps=steps, batch_size=per_step, max_new_tokens=max_new_tokens,
-        prompt_tokens=sum(len(student.tokenizer.encode(p.text)) for p in sample) / len(sample),
-        choices_per_input=sum(len(p.pairs) for p in sample) / len(sample),
-        teacher_per_step=vocab.shared or vocab.aligned,
-        agreement_inputs=len(agreement_inputs(held or inputs, seed)))
-    if max(cost["teacher_parameters"], cost["student_parameters"]) >= LARGE_MODEL:
-        status(f"distill: about {cost['tflop']:.3g} TFLOP of work ({cost['note']})")
+    sharded = scale is not None and scale.fsdp   # the student stays on the CPU until FSDP moves its shards
+    work, first = _work(inputs, held, teacher, student, vocab, steps=steps, batch_size=batch_size,
+                        accumulation=accumulation, seed=seed, new=max_new_tokens, auto=auto, target=target, scale=scale)
+    probe = (partial(_student, adapter, student.model, init_adapter, rank, alpha, target_modules, seed, device)
+             if main and not sharded else None)
+    predicted = _estimate(teacher, student, work, first, device=device, probe=probe, shown=shown,
+                          earliest=fit.Stop([], work.check_every).earliest() if auto else None)
+    watch = distill_timing.Stopwatch()
     shift = distill_train.Shift(shift_scale, teacher_off=distill_train.teacher_off(teacher)) if target == "shift" else None
     if shift is not None:
         _check_shift(shift, vocab, inputs)
     key = distill_scale.teacher_key(teacher.name, adapter, max_new_tokens) if scale is not None and scale.work else ""
-    train = distill_train.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
-                                   progress=shown, shift=shift is not None)
-    tests = (distill_train.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
-                                    progress=shown, shift=shift is not None) if held else [])
-    # what the adapter changed, per token
-    excess = distill_train.add_excess(train + tests, teacher, student, device, scale, key, progress=shown)
+    with watch("generation"):
+        train = distill_train.examples(inputs, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
+                                       progress=shown, shift=shift is not None)
+        tests = (distill_train.examples(held, teacher, student, max_new_tokens, device, vocab, scale=scale, key=key,
+                                        progress=shown, shift=shift is not None) if held else [])
+    with watch("excess"):   # what the adapter changed, per token
+        excess = distill_train.add_excess(train + tests, teacher, student, device, scale, key, progress=shown)
     if token_focus and not excess:
         raise PawError("--token-focus needs the teacher with its adapter unmerged (a PEFT model), to compare "
                        "it with and without the adapter")
@@ -176,7 +177,6 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         raise PawError("the teacher continued no input with any text and no input has answer choices: "
                        "nothing to distill")
     grads = {n: p.requires_grad for n, p in student.model.named_parameters()}
-    sharded = scale is not None and scale.fsdp   # the student stays on the CPU until FSDP moves its shards
     peft_model = _student(adapter, student.model, init_adapter, rank, alpha, target_modules, seed,
                           "cpu" if sharded else device)
     prepare_student(peft_model, gradient_checkpointing=scale is not None and scale.gradient_checkpointing)
@@ -186,7 +186,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         remember = (partial(distill_scale.remembered, scale, "student-base-choice-scores",
                             distill_scale.student_key(student.name, student.model))
                     if key and not sharded else None)
-        distill_train.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
+        with watch("student_base"):
+            distill_train.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     pool = tests or train
     measured = agreement_inputs(pool, seed)
@@ -194,15 +195,18 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         before = scale.checkpoints.extra("before") if scale is not None else None
         if before is not None and before.get("prompts") == len(pool):
             measured = pool   # checkpointed by a run that measured every input: after on the same ones
-        before = before or (fit.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown,
-                                        shift=shift) if measure else None)
+        with watch("agreement"):
+            before = before or (fit.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown,
+                                              shift=shift) if measure else None)
         stop = fit.Stop(_probe(train), every=check_every(len(train), per_step)) if auto else None
-        curve = fit.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
-                        seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
-                        focus=token_focus, stop=stop, shift=shift, **recipe.changes())
+        with watch("training"):
+            curve = fit.train(peft_model, teacher.model, train, vocab, steps=steps, batch_size=batch_size, lr=lr,
+                              seed=seed, device=device, progress=shown, scale=scale, extra={"before": before},
+                              focus=token_focus, stop=stop, shift=shift, **recipe.changes())
         diverged = curve.pop("diverged_at", None)
-        after = (fit.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
-                 if measure else None)
+        with watch("agreement"):
+            after = (fit.agreement(peft_model, teacher.model, measured, vocab, device, progress=shown, shift=shift)
+                     if measure else None)
         moved = _adapter_of(peft_model, adapter, target_name or student.name,
                             fsdp_sharding.full_lora_state(peft_model) if sharded else None)
     finally:
@@ -210,6 +214,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
             peft_model.unload()
         for n, p in student.model.named_parameters():
             p.requires_grad_(grads.get(n, p.requires_grad))
+    cost = distill_timing.with_measured(predicted, watch, steps_run=len(curve.get("loss", [])))
     measured_on = distill_report.measured_on(len(measured), len(pool), bool(tests))
     report = distill_report.report(
         adapter, teacher, student, moved, info, losses_used, distill_report.vocabulary_note(vocab, train),
@@ -222,6 +227,60 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
     if fsdp:
         report["distill"]["fsdp"] = fsdp
     return moved, report
+
+
+def _work(inputs: list[Prompt], held: list[Prompt], teacher: LM, student: LM, vocab: distill_train.Vocab, *,
+          steps: int, batch_size: int, accumulation: int, seed: int, new: int, auto: bool, target: str,
+          scale: distill_scale.Scale | None) -> tuple[distill_cost.Work, dict[str, list[tuple[int, int]]]]:
+    """The work of this run (:func:`paw.transfer.distill.cost.work_of`) from the batches it will make, and the
+    rows of its first training batch, continuations and choices (the probe's shape)."""
+    share = tuple(shared_context.refusal(m.model) is None for m in (teacher, student))
+
+    def rows(prompts: list[Prompt]) -> list[distill_cost.Rows]:
+        return [distill_cost.Rows.of(p, student.tokenizer, teacher.tokenizer, new, shared=vocab.shared, share=share)
+                for p in prompts]
+
+    train, tests = rows(inputs), rows(held)
+    order = batches_in_order(len(inputs), batch_size * accumulation, steps, seed)
+    work = distill_cost.work_of(
+        train, tests, order=order, accumulation=accumulation, measured=_indices(held or inputs, seed), new=new,
+        checked=min(PROBE_INPUTS, len(inputs)), check_every=check_every(len(inputs), batch_size * accumulation)
+        if auto else 0, teacher_per_step=vocab.shared or vocab.aligned,
+        text=target != "shift" or vocab.shared or vocab.aligned, shift=target == "shift",
+        excess=distill_train.teacher_off(teacher) is not None,
+        checkpointing=scale is not None and scale.gradient_checkpointing, world=1 if scale is None else scale.ranks.world)
+    first = order[0][:batch_size]   # the first step's first micro-batch: the probe's shape
+    return work, {"text": [train[i].text for i in first] if work.text else [],
+                  "choices": [c for i in first for c in train[i].choices]}
+
+
+def _indices(pool: list, seed: int) -> list[int]:
+    """The positions in ``pool`` of :func:`agreement_inputs`'s sample."""
+    return agreement_inputs(list(range(len(pool))), seed)
+
+
+def _estimate(teacher: LM, student: LM, work: distill_cost.Work, first: dict[str, list[tuple[int, int]]], *, device,
+              probe, shown: bool, earliest: int | None) -> dict:
+    """The prediction of the work's cost (:mod:`paw.transfer.distill.cost`) at a rate measured on the student
+    wrapped in a LoRA as it will train (``probe()`` wraps it; the LoRA is dropped after) over the rows of the
+    first training batch, or without ``probe`` at :data:`paw.memory.RATES`; said in one line (``shown``)."""
+    import torch
+
+    size = distill_cost.Size.of(student.model)
+    if probe is not None and any(first.values()):   # no rows carry a loss: the run stops before training
+        with torch.random.fork_rng(devices=[]):   # the LoRA's random initialisation leaves the seed as it was
+            wrapped = probe()
+        try:
+            rate = distill_timing.measure_rate(wrapped, batches=first, device=device, size=size)
+        finally:
+            wrapped.unload()
+    else:
+        rate = distill_cost.assumed_rate(device.type)
+    predicted = distill_cost.estimate(size, distill_cost.Size.of(teacher.model), work, rate, device_type=device.type,
+                                      on=distill_timing.where(device), earliest=earliest)
+    if shown:
+        status(f"distill: {distill_cost.line(predicted)}")
+    return predicted
 
 
 def auto_steps(n_inputs: int, batch_size: int) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-from paw.progress import format_duration
 from paw.transfer.distill import loss as distill_loss
 from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import DISTILL
@@ -74,40 +73,6 @@ def vocabulary_note(vocab: distill_train.Vocab, train: list) -> str:
                 f"tokenizations share ({len(with_cuts)} of {len(train)} inputs; byte-aligned)")
     why = vocab.why or "no input's continuation is cut at the same byte by both tokenizers"
     return f"different tokenizers: the teacher's continuations are re-tokenised (sequence-level only: {why})"
-
-
-def n_params(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def estimate_cost(teacher_parameters: int, student_parameters: int, *, n_inputs: int, steps: int, batch_size: int,
-                  max_new_tokens: int, prompt_tokens: float = 64, choices_per_input: float = 0.0,
-                  teacher_per_step: bool = True, agreement_inputs: int = 0) -> dict:
-    """FLOPs of one distillation: ``2N`` per token for a forward pass, ``4N`` for forward and backward
-    through a frozen base (the LoRA factors' own gradients are negligible).
-
-    Per step, ``batch_size`` sequences of ``prompt_tokens + max_new_tokens`` tokens: the student's
-    forward and backward, the teacher's forward when its distributions are matched (token KL), and
-    the student's passes over each input's choices (``choices_per_input`` sequences of about the
-    prompt's length). Once: the teacher writes every continuation. Twice: the agreement, forward passes
-    alone over ``agreement_inputs`` inputs. The throughputs in ``note`` are
-    rough effective rates of a laptop-class CPU and of one data-centre GPU in bf16.
-
-    >>> estimate_cost(7e9, 7e9, n_inputs=1000, steps=300, batch_size=16, max_new_tokens=16,
-    ...               prompt_tokens=64)["tflop"]  # doctest: +SKIP
-    17248.0
-    """
-    seq = prompt_tokens + max_new_tokens
-    teacher = 2 * teacher_parameters if teacher_per_step else 0   # its forward pass beside the student's
-    choices = choices_per_input * prompt_tokens * student_parameters
-    train = steps * batch_size * (seq * (4 * student_parameters + teacher) + 4 * choices)
-    generate = n_inputs * seq * 2 * teacher_parameters
-    measure = agreement_inputs * (seq * (2 * student_parameters + teacher) + 2 * choices)   # forward passes alone
-    flop = train + generate + 2 * measure
-    return {"teacher_parameters": int(teacher_parameters), "student_parameters": int(student_parameters),
-            "flop": flop, "tflop": flop / 1e12,
-            "note": f"~{format_duration(flop / 5e10)} on a CPU at 50 GFLOP/s, "
-                    f"~{format_duration(flop / 2e14)} on one GPU at 200 TFLOP/s bf16"}
 
 
 def report(adapter, teacher, student, moved, info, losses_used, vocabulary, init_note, curve, cost, agreement,

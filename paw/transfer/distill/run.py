@@ -108,7 +108,8 @@ def distill_to_folder(adapter: str | Path, source_base: str | Path, target_base:
 
 
 def _announce(source_base, target_base, lora, o: DistillOptions, device, ranks, *, n_inputs: int) -> dict | None:
-    """Predict peak memory per device and time from the two configs, and say it before any model is loaded."""
+    """Predict peak memory per device from the two configs and say it before any model is loaded (the time is
+    predicted once both are loaded, at a rate measured on the student: :mod:`paw.transfer.distill.cost`)."""
     predicted = plan(open_checkpoint(target_base).config or {}, teacher_config=open_checkpoint(source_base).config or {},
                      lora_rank=o.rank or lora.r, target_modules=o.target_modules or sorted({m.rsplit(".", 1)[-1]
                                                                                              for m in lora.modules()}),
@@ -117,7 +118,7 @@ def _announce(source_base, target_base, lora, o: DistillOptions, device, ranks, 
                      n_inputs=min(o.synthesize or n_inputs, o.batch_size * (o.max_steps or n_inputs)),
                      device_type=device.type, world=ranks.world, dtype=o.dtype,
                      teacher_per_step=True, offload_teacher=o.offload_teacher,
-                     gradient_checkpointing=o.gradient_checkpointing, fsdp=o.fsdp)
+                     gradient_checkpointing=o.gradient_checkpointing, fsdp=o.fsdp, timed=False)
     if worth_saying(predicted):
         status(f"distill: {plan_line(predicted)}")
     return predicted
