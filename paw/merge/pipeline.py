@@ -29,7 +29,7 @@ from paw.io.manifest import call_text
 from paw.io.stream import ReadAhead
 from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
 from paw.io.writer import tokenizer_source, write_checkpoint
-from paw.merge import schedule
+from paw.merge import schedule, sparse
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
 from paw.merge.blocks import Deltas, find_thresholds
 from paw.merge.card import model_card
@@ -268,6 +268,8 @@ def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> 
     import torch
 
     kind, count = job.method.sparsify, len(job.models)
+    if kind == "della":
+        return _della_sparsifiers(job, name, tp, blocks, deltas)
     if kind == "random":
         gens = _generators(job, name, tp)
         rates = tp.per_model("drop_rate", count)
@@ -282,6 +284,31 @@ def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> 
     if kind == "magnitude":
         return [lambda d, t=t[0]: d.mul_(t.mask(d.abs())) for t in topks]
     return [lambda d, keep=t[0], drop=t[1]: d.mul_(keep.mask(d.abs()) & ~drop.mask(d.abs())) for t in topks]
+
+
+def _della_sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> list:
+    """Per model, DELLA's drop of a block of Δ_i, rows ranked within the block (a block holds whole rows).
+
+    The L1 rescale is per tensor: when it applies, a first pass over the blocks draws every mask
+    (:func:`paw.merge.sparse.della_rescale_factors`) for the factors, and the merge pass draws the
+    same masks again from generators seeded alike, block after block in row order: the bytes of
+    :func:`paw.merge.sparse.sparsify_della` on the whole tensor.
+    """
+    count = len(job.models)
+    densities, epsilons = tp.per_model("density", count), tp.per_model("epsilon", count)
+    factors: list[float | None] = [None] * count
+    if schedule.della_rescale_passes(job, tp):
+        factors = sparse.della_rescale_factors((deltas(block)[1] for block in blocks), densities=densities,
+                                               epsilons=epsilons, generators=_generators(job, name, tp))
+
+    def thin(d, density, epsilon, generator, factor):
+        if density >= 1.0:
+            return d
+        d.mul_(sparse.della_keep(d, density=density, epsilon=epsilon, generator=generator))
+        return d if factor is None else d.mul_(factor)
+
+    return [lambda d, a=a, e=e, g=g, f=f: thin(d, a, e, g, f)
+            for a, e, g, f in zip(densities, epsilons, _generators(job, name, tp), factors, strict=True)]
 
 
 def _refuse_nonfinite(job: MergeJob, name: str, tensor) -> None:
