@@ -289,26 +289,30 @@ def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> 
 def _della_sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> list:
     """Per model, DELLA's drop of a block of Δ_i, rows ranked within the block (a block holds whole rows).
 
-    The L1 rescale is per tensor: when it applies, a first pass over the blocks draws every mask
-    (:func:`paw.merge.sparse.della_rescale_factors`) for the factors, and the merge pass draws the
-    same masks again from generators seeded alike, block after block in row order: the bytes of
+    Without the L1 rescale each block's mask is drawn as the block comes, from a generator seeded
+    per (tensor, model), block after block in row order: the CPU generator then gives the whole
+    tensor's draws. The rescale is per tensor: a first pass over the blocks draws every mask
+    (:func:`paw.merge.sparse.della_rescale_pass`) for the factors and keeps them packed (1 bit an
+    entry), and the merge pass applies them. Either way, the bytes of
     :func:`paw.merge.sparse.sparsify_della` on the whole tensor.
     """
+    from collections import deque
+
     count = len(job.models)
     densities, epsilons = tp.per_model("density", count), tp.per_model("epsilon", count)
-    factors: list[float | None] = [None] * count
-    if schedule.della_rescale_passes(job, tp):
-        factors = sparse.della_rescale_factors((deltas(block)[1] for block in blocks), densities=densities,
-                                               epsilons=epsilons, generators=_generators(job, name, tp))
+    gens = _generators(job, name, tp)
+    if not schedule.della_rescale_passes(job, tp):
+        return [(lambda d, a=a, e=e, g=g: d.mul_(sparse.della_keep(d, density=a, epsilon=e, generator=g)))
+                if a < 1.0 else (lambda d: d) for a, e, g in zip(densities, epsilons, gens, strict=True)]
+    factors, masks = sparse.della_rescale_pass((deltas(block)[1] for block in blocks), densities=densities,
+                                               epsilons=epsilons, generators=gens)
 
-    def thin(d, density, epsilon, generator, factor):
-        if density >= 1.0:
-            return d
-        d.mul_(sparse.della_keep(d, density=density, epsilon=epsilon, generator=generator))
+    def thin(d, queue: deque, factor):  # the masks in block order, each dropped once applied
+        d.mul_(sparse.unpack_mask(queue.popleft(), d.shape, d.dtype))
         return d if factor is None else d.mul_(factor)
 
-    return [lambda d, a=a, e=e, g=g, f=f: thin(d, a, e, g, f)
-            for a, e, g, f in zip(densities, epsilons, _generators(job, name, tp), factors, strict=True)]
+    return [(lambda d, q=deque(m), f=f: thin(d, q, f)) if a < 1.0 else (lambda d: d)
+            for a, m, f in zip(densities, masks, factors, strict=True)]
 
 
 def _refuse_nonfinite(job: MergeJob, name: str, tensor) -> None:

@@ -3,7 +3,7 @@
 Pure tensor functions, registered by :mod:`paw.merge.methods`. Each works on one tensor at a time
 (``delta``: shape S, float32) and, like the other sparsifiers, may overwrite what it is given.
 SCE needs the whole tensor; DELLA ranks within rows, so the streamed merge walks it in row blocks
-(:func:`della_keep` per block, :func:`della_rescale_factors` for the L1 rescale, one pass before).
+(:func:`della_keep` per block; :func:`della_rescale_pass` first, for the L1 rescale).
 
 Tiny example of DELLA's keep probabilities (one row, ``density 0.5``, ``epsilon 0.1``)::
 
@@ -86,28 +86,57 @@ def della_keep(delta, *, density: float, epsilon: float, generator):
     return torch.bernoulli(della_keep_probabilities(delta, density=density, epsilon=epsilon), generator=generator)
 
 
-def della_rescale_factors(blocks: Iterable[Sequence], *, densities: Sequence[float], epsilons: Sequence[float],
-                          generators: Sequence) -> list[float | None]:
-    """Per model, the L1 rescale factor of :func:`sparsify_della` on a tensor given in row blocks.
+def della_rescale_pass(blocks: Iterable[Sequence], *, densities: Sequence[float], epsilons: Sequence[float],
+                       generators: Sequence) -> tuple[list[float | None], list[list]]:
+    """Per model, DELLA's L1 rescale factor on a tensor given in row blocks, and the masks it drew.
 
-    ``blocks`` yields, in row order, the list of the N models' Δ blocks (read, not written);
-    ``generators`` are seeded as the merge pass's will be, which then draws the same masks again.
-    The two L1 norms are float64 sums of the blocks' float64 sums: the whole tensor's sum in another
-    order, equal up to float64 rounding (about 1e-16 relative), which the float32 factor
-    (``masked.mul_(factor)`` rounds it) absorbs unless the quotient lies that close to a float32
-    rounding boundary. Returns None (no rescale) for ``density >= 1`` or a norm below
-    :data:`RESCALE_EPS`, as :func:`sparsify_della` does.
+    ``blocks`` yields, in row order, the list of the N models' Δ blocks (read, not written). Returns
+    ``(factors, masks)``: ``factors[i]`` as :func:`sparsify_della` would find it on the whole tensor
+    (None: no rescale, for ``density >= 1`` or a norm below :data:`RESCALE_EPS`); ``masks[i]`` model
+    i's mask of every block, packed 8 entries a byte (:func:`pack_mask`, 1/32 of the float32 data),
+    so that the merge pass neither ranks nor draws again. The two L1 norms are float64 sums of the
+    blocks' float64 sums: the whole tensor's sum in another order, equal up to float64 rounding
+    (about 1e-16 relative), which the factor's rounding to float32 (``masked.mul_(factor)`` on
+    float32 data) absorbs unless the quotient lies that close to a float32 rounding boundary.
     """
     count = len(densities)
     before, after = [0.0] * count, [0.0] * count
+    masks: list[list] = [[] for _ in range(count)]
     for deltas in blocks:
         for i, d in enumerate(deltas):
             if densities[i] >= 1.0:
                 continue
             keep = della_keep(d, density=densities[i], epsilon=epsilons[i], generator=generators[i])
+            masks[i].append(pack_mask(keep))
             before[i] += l1_norm(d)
             after[i] += l1_norm(keep.mul_(d))  # the bits of d * keep, d left as it is
-    return [None if densities[i] >= 1.0 else l1_factor(before[i], after[i]) for i in range(count)]
+    return [None if densities[i] >= 1.0 else l1_factor(before[i], after[i]) for i in range(count)], masks
+
+
+def pack_mask(keep):
+    """A 0/1 tensor (any shape and float dtype) as uint8, 8 entries a byte, lowest bit first.
+
+    ``pack_mask(tensor([1., 0., 1.])) == tensor([5], dtype=uint8)``; :func:`unpack_mask` inverts it.
+    """
+    import torch
+
+    flat = keep.reshape(-1).to(torch.uint8)
+    pad = -flat.numel() % 8
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    shifts = torch.arange(8, dtype=torch.uint8, device=flat.device)
+    return (flat.view(-1, 8) << shifts).sum(1, dtype=torch.uint8)
+
+
+def unpack_mask(packed, shape, dtype):
+    """The 0/1 tensor of ``shape`` and ``dtype`` that :func:`pack_mask` packed."""
+    import math
+
+    import torch
+
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    bits = (packed.unsqueeze(1) >> shifts) & 1
+    return bits.reshape(-1)[:math.prod(shape)].reshape(shape).to(dtype)
 
 
 def sce_mask(deltas: Sequence, density: float):

@@ -36,7 +36,8 @@ def reference_della(delta, *, density, epsilon, seed, rescale=True):
 
 
 def streamed_della(deltas, *, densities, epsilons, seeds, rows_per_block, rescale=True):
-    """The pipeline's scheme on plain tensors: a rescale pass over row blocks, then the drop pass."""
+    """The pipeline's scheme on plain tensors: with the rescale, a pass over row blocks draws the masks
+    and finds the factors, then they are applied; without, each block's mask is drawn in turn."""
     shape = deltas[0].shape
     blocks = row_blocks(shape, block_elements=rows_per_block * max(1, deltas[0][0].numel())) \
         if len(shape) > 1 else [None]
@@ -47,21 +48,34 @@ def streamed_della(deltas, *, densities, epsilons, seeds, rows_per_block, rescal
     def gens():
         return [torch.Generator().manual_seed(s) for s in seeds]
 
-    factors = [None] * len(deltas)
-    if rescale:
-        factors = sparse.della_rescale_factors(([pick(d, b) for d in deltas] for b in blocks), densities=densities,
-                                               epsilons=epsilons, generators=gens())
     out = [d.clone() for d in deltas]
+    if rescale:
+        factors, masks = sparse.della_rescale_pass(([pick(d, b) for d in deltas] for b in blocks),
+                                                   densities=densities, epsilons=epsilons, generators=gens())
+        for i, d in enumerate(out):
+            if densities[i] < 1.0:
+                for b, packed in zip(blocks, masks[i], strict=True):
+                    part = pick(d, b)
+                    part.mul_(sparse.unpack_mask(packed, part.shape, part.dtype))
+                    if factors[i] is not None:
+                        part.mul_(factors[i])
+        return out
     merge_gens = gens()
     for b in blocks:
         for i, d in enumerate(out):
-            if densities[i] >= 1.0:
-                continue
-            part = pick(d, b)
-            part.mul_(sparse.della_keep(part, density=densities[i], epsilon=epsilons[i], generator=merge_gens[i]))
-            if factors[i] is not None:
-                part.mul_(factors[i])
+            if densities[i] < 1.0:
+                part = pick(d, b)
+                part.mul_(sparse.della_keep(part, density=densities[i], epsilon=epsilons[i], generator=merge_gens[i]))
     return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 64, 1001])
+def test_packed_masks_unpack_to_themselves(n):
+    keep = torch.bernoulli(torch.full((n,), 0.4), generator=torch.Generator().manual_seed(n))
+    packed = sparse.pack_mask(keep)
+    assert packed.dtype == torch.uint8 and packed.numel() == (n + 7) // 8
+    assert torch.equal(sparse.unpack_mask(packed, (n,), torch.float32), keep)
+    assert torch.equal(sparse.pack_mask(torch.tensor([1.0, 0.0, 1.0])), torch.tensor([5], dtype=torch.uint8))
 
 
 def _same_bits(a, b) -> bool:
