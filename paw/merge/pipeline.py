@@ -304,8 +304,10 @@ def _della_sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, delta
     if not schedule.della_rescale_passes(job, tp):
         return [(lambda d, a=a, e=e, g=g: d.mul_(sparse.della_keep(d, density=a, epsilon=e, generator=g)))
                 if a < 1.0 else (lambda d: d) for a, e, g in zip(densities, epsilons, gens, strict=True)]
-    factors, masks = sparse.della_rescale_pass((deltas(block)[1] for block in blocks), densities=densities,
-                                               epsilons=epsilons, generators=gens)
+    shape = job.reference.shape(name)
+    sizes = [math.prod(shape) if b is None else (b[1] - b[0]) * math.prod(shape[1:]) for b in blocks]
+    factors, masks = sparse.della_rescale_pass((deltas(block)[1] for block in blocks), sizes=sizes,
+                                               densities=densities, epsilons=epsilons, generators=gens)
 
     def thin(d, queue: deque, factor):  # the masks in block order, each dropped once applied
         d.mul_(sparse.unpack_mask(queue.popleft(), d.shape, d.dtype))

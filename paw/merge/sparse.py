@@ -86,11 +86,12 @@ def della_keep(delta, *, density: float, epsilon: float, generator):
     return torch.bernoulli(della_keep_probabilities(delta, density=density, epsilon=epsilon), generator=generator)
 
 
-def della_rescale_pass(blocks: Iterable[Sequence], *, densities: Sequence[float], epsilons: Sequence[float],
-                       generators: Sequence) -> tuple[list[float | None], list[list]]:
+def della_rescale_pass(blocks: Iterable[Sequence], *, sizes: Sequence[int], densities: Sequence[float],
+                       epsilons: Sequence[float], generators: Sequence) -> tuple[list[float | None], list[list]]:
     """Per model, DELLA's L1 rescale factor on a tensor given in row blocks, and the masks it drew.
 
-    ``blocks`` yields, in row order, the list of the N models' Δ blocks (read, not written). Returns
+    ``blocks`` yields, in row order, the list of the N models' Δ blocks (read, not written), and
+    ``sizes`` says how many entries each block holds. Returns
     ``(factors, masks)``: ``factors[i]`` as :func:`sparsify_della` would find it on the whole tensor
     (None: no rescale, for ``density >= 1`` or a norm below :data:`RESCALE_EPS`); ``masks[i]`` model
     i's mask of every block, packed 8 entries a byte (:func:`pack_mask`, 1/32 of the float32 data),
@@ -99,22 +100,33 @@ def della_rescale_pass(blocks: Iterable[Sequence], *, densities: Sequence[float]
     (about 1e-16 relative), which the factor's rounding to float32 (``masked.mul_(factor)`` on
     float32 data) absorbs unless the quotient lies that close to a float32 rounding boundary.
     """
+    import torch
+
     count = len(densities)
     before, after = [0.0] * count, [0.0] * count
     masks: list[list] = [[] for _ in range(count)]
-    for deltas in blocks:
+    # one buffer per model for every block's bits: thousands of small tensors kept between the
+    # blocks' large temporaries would fragment the heap (+0.3 GiB resident for 12 MB of masks)
+    ends = [0]
+    for n in sizes:
+        ends.append(ends[-1] + (n + 7) // 8)
+    buffers: list = [None] * count
+    for b, deltas in enumerate(blocks):
         for i, d in enumerate(deltas):
             if densities[i] >= 1.0:
                 continue
+            if buffers[i] is None:
+                buffers[i] = torch.empty(ends[-1], dtype=torch.uint8, device=d.device)
             keep = della_keep(d, density=densities[i], epsilon=epsilons[i], generator=generators[i])
-            masks[i].append(pack_mask(keep))
+            masks[i].append(pack_mask(keep, out=buffers[i][ends[b]:ends[b + 1]]))
             before[i] += l1_norm(d)
             after[i] += l1_norm(keep.mul_(d))  # the bits of d * keep, d left as it is
     return [None if densities[i] >= 1.0 else l1_factor(before[i], after[i]) for i in range(count)], masks
 
 
-def pack_mask(keep):
-    """A 0/1 tensor (any shape and float dtype) as uint8, 8 entries a byte, lowest bit first.
+def pack_mask(keep, *, out=None):
+    """A 0/1 tensor (any shape and float dtype) as uint8, 8 entries a byte, lowest bit first (into
+    ``out``, ``ceil(n / 8)`` bytes, when given).
 
     ``pack_mask(tensor([1., 0., 1.])) == tensor([5], dtype=uint8)``; :func:`unpack_mask` inverts it.
     """
@@ -125,7 +137,7 @@ def pack_mask(keep):
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
     shifts = torch.arange(8, dtype=torch.uint8, device=flat.device)
-    return (flat.view(-1, 8) << shifts).sum(1, dtype=torch.uint8)
+    return torch.sum(flat.view(-1, 8) << shifts, 1, dtype=torch.uint8, out=out)
 
 
 def unpack_mask(packed, shape, dtype):

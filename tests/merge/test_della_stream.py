@@ -50,7 +50,8 @@ def streamed_della(deltas, *, densities, epsilons, seeds, rows_per_block, rescal
 
     out = [d.clone() for d in deltas]
     if rescale:
-        factors, masks = sparse.della_rescale_pass(([pick(d, b) for d in deltas] for b in blocks),
+        sizes = [pick(deltas[0], b).numel() for b in blocks]
+        factors, masks = sparse.della_rescale_pass(([pick(d, b) for d in deltas] for b in blocks), sizes=sizes,
                                                    densities=densities, epsilons=epsilons, generators=gens())
         for i, d in enumerate(out):
             if densities[i] < 1.0:
