@@ -2,7 +2,9 @@
 
 A merge must not hold N + 5 float32 copies of a 128k x 4096 embedding. Every method is elementwise
 once two per-model figures are known: TIES keeps entries whose |Δ| is among the k largest, Model
-Breadcrumbs those ranked in ``[n_top, n_top + n_keep)``, DARE draws one uniform per entry in order.
+Breadcrumbs those ranked in ``[n_top, n_top + n_keep)``, DARE draws one uniform per entry in order,
+DELLA ranks within rows (a block holds whole rows) and rescales by a per-tensor factor found in one
+pass before (:func:`paw.merge.sparse.della_rescale_pass`).
 So a merge reads each tensor in row blocks of :data:`BLOCK_ELEMENTS`: two streamed passes find the
 k-th largest |Δ_i| exactly (:func:`kth_largest_streamed`, a radix select on the float bits), and
 the merge pass applies the masks block by block (:class:`TopK`). Memory then holds N + 2 float32

@@ -55,9 +55,10 @@ class MergeMethod:
 
     @property
     def streamed(self) -> bool:
-        """True when the pipeline may merge a tensor in row blocks (elementwise once sparsified);
-        False: the method needs whole tensors (an angle, a norm or a variance over all entries)."""
-        return self.elementwise or self.fixed.get("sparsify") in ("magnitude", "random", "outliers")
+        """True when the pipeline may merge a tensor in row blocks (elementwise once sparsified; DELLA
+        ranks within rows); False: the method needs whole tensors (an angle, a norm or a variance
+        over all entries)."""
+        return self.elementwise or self.fixed.get("sparsify") in ("magnitude", "random", "outliers", "della")
 
     def __call__(self, base, deltas, weights, **params):
         return self.fn(base, deltas, weights, **self._bind(self.fixed, params))

@@ -29,7 +29,7 @@ from paw.io.manifest import call_text
 from paw.io.stream import ReadAhead
 from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
 from paw.io.writer import tokenizer_source, write_checkpoint
-from paw.merge import schedule
+from paw.merge import schedule, sparse
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
 from paw.merge.blocks import Deltas, find_thresholds
 from paw.merge.card import model_card
@@ -268,6 +268,8 @@ def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> 
     import torch
 
     kind, count = job.method.sparsify, len(job.models)
+    if kind == "della":
+        return _della_sparsifiers(job, name, tp, blocks, deltas)
     if kind == "random":
         gens = _generators(job, name, tp)
         rates = tp.per_model("drop_rate", count)
@@ -282,6 +284,37 @@ def _sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> 
     if kind == "magnitude":
         return [lambda d, t=t[0]: d.mul_(t.mask(d.abs())) for t in topks]
     return [lambda d, keep=t[0], drop=t[1]: d.mul_(keep.mask(d.abs()) & ~drop.mask(d.abs())) for t in topks]
+
+
+def _della_sparsifiers(job: MergeJob, name: str, tp: TensorParams, blocks, deltas) -> list:
+    """Per model, DELLA's drop of a block of Δ_i, rows ranked within the block (a block holds whole rows).
+
+    Without the L1 rescale each block's mask is drawn as the block comes, from a generator seeded
+    per (tensor, model), block after block in row order: the CPU generator then gives the whole
+    tensor's draws. The rescale is per tensor: a first pass over the blocks draws every mask
+    (:func:`paw.merge.sparse.della_rescale_pass`) for the factors and keeps them packed (1 bit an
+    entry), and the merge pass applies them. Either way, the bytes of
+    :func:`paw.merge.sparse.sparsify_della` on the whole tensor.
+    """
+    from collections import deque
+
+    count = len(job.models)
+    densities, epsilons = tp.per_model("density", count), tp.per_model("epsilon", count)
+    gens = _generators(job, name, tp)
+    if not schedule.della_rescale_passes(job, tp):
+        return [(lambda d, a=a, e=e, g=g: d.mul_(sparse.della_keep(d, density=a, epsilon=e, generator=g)))
+                if a < 1.0 else (lambda d: d) for a, e, g in zip(densities, epsilons, gens, strict=True)]
+    shape = job.reference.shape(name)
+    sizes = [math.prod(shape) if b is None else (b[1] - b[0]) * math.prod(shape[1:]) for b in blocks]
+    factors, masks = sparse.della_rescale_pass((deltas(block)[1] for block in blocks), sizes=sizes,
+                                               densities=densities, epsilons=epsilons, generators=gens)
+
+    def thin(d, queue: deque, factor):  # the masks in block order, each dropped once applied
+        d.mul_(sparse.unpack_mask(queue.popleft(), d.shape, d.dtype))
+        return d if factor is None else d.mul_(factor)
+
+    return [(lambda d, q=deque(m), f=f: thin(d, q, f)) if a < 1.0 else (lambda d: d)
+            for a, m, f in zip(densities, masks, factors, strict=True)]
 
 
 def _refuse_nonfinite(job: MergeJob, name: str, tensor) -> None:

@@ -1,8 +1,8 @@
 """What a streamed merge will read and write, known from the headers before the first tensor.
 
 The merge walks the base's tensors in order; for each merged one it reads row blocks of every
-input once per pass (two threshold passes first for TIES and Model Breadcrumbs, then the merge
-pass), and it writes every tensor in a dtype and shape the options fix. Knowing both in advance
+input once per pass (two threshold passes first for TIES and Model Breadcrumbs, one rescale pass
+for DELLA, then the merge pass), and it writes every tensor in a dtype and shape the options fix. Knowing both in advance
 lets a reader thread read the next blocks while this one computes
 (:class:`paw.io.stream.ReadAhead`) and the writer put each shard's header first and every byte
 once (:class:`paw.io.writer.ShardedWriter`). Nothing here reads a tensor.
@@ -38,9 +38,18 @@ def blocks(job, name: str, block_elements: int) -> list[tuple[int, int] | None]:
     tensor, or the shared vocabulary rows) for a method that needs whole tensors."""
     rows = job.plan.vocab_rows.get(name)
     shape = job.reference.shape(name)
-    if job.method.streamed:
+    if job.method.streamed and not (job.method.sparsify == "della" and len(shape) == 1):
         return row_blocks(shape, rows, block_elements)
+    # DELLA ranks a 1-D tensor as one row: whole, like the methods that need whole tensors
     return [None if rows is None or not shape else (0, rows)]
+
+
+def della_rescale_passes(job, tp) -> int:
+    """1 when DELLA rescales to the L1 norm (some model's density below 1): a pass over the blocks
+    finds each model's factor before the merge pass; else 0."""
+    if job.method.sparsify != "della" or not tp.params.get("rescale", True):
+        return 0
+    return int(any(d < 1.0 for d in tp.per_model("density", len(job.models))))
 
 
 def topks(job, name: str, tp) -> list[list[TopK]] | None:
@@ -83,6 +92,7 @@ def read_plan(job, block_elements: int) -> Iterator[tuple[Any, str, tuple[int, i
             selections = topks(job, name, job.params(name))
             if selections is not None:
                 passes += threshold_passes(selections, float32=job.reference.dtype(name) != "float64")
+            passes += della_rescale_passes(job, job.params(name))
         for _ in range(passes):
             for block in row_ranges:
                 for ckpt in ckpts:

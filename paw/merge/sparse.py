@@ -1,7 +1,9 @@
-"""Sparsifiers and selections that need a whole tensor: DELLA's magnitude-ranked drop, SCE, norm rescaling.
+"""Sparsifiers and selections beyond TIES and DARE: DELLA's magnitude-ranked drop, SCE, norm rescaling.
 
 Pure tensor functions, registered by :mod:`paw.merge.methods`. Each works on one tensor at a time
 (``delta``: shape S, float32) and, like the other sparsifiers, may overwrite what it is given.
+SCE needs the whole tensor; DELLA ranks within rows, so the streamed merge walks it in row blocks
+(:func:`della_keep` per block; :func:`della_rescale_pass` first, for the L1 rescale).
 
 Tiny example of DELLA's keep probabilities (one row, ``density 0.5``, ``epsilon 0.1``)::
 
@@ -11,23 +13,24 @@ Tiny example of DELLA's keep probabilities (one row, ``density 0.5``, ``epsilon 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-RESCALE_EPS = 1e-7  # below this norm (before or after the mask) the masked tensor is not rescaled
+RESCALE_EPS = 1e-7  # below this L1 norm (before or after the mask) the masked tensor is not rescaled
 
 
-def rescale_l1(masked, original):
-    """Scale ``masked`` so its L1 norm equals ``original``'s (mergekit's ``rescale``); in place.
-
-    Left as is when either L1 norm is below :data:`RESCALE_EPS`.
-    """
+def l1_norm(tensor) -> float:
+    """``‖tensor‖₁``, summed in float64."""
     import torch
 
-    before = float(original.abs().sum(dtype=torch.float64))
-    after = float(masked.abs().sum(dtype=torch.float64))
+    return float(tensor.abs().sum(dtype=torch.float64))
+
+
+def l1_factor(before: float, after: float) -> float | None:
+    """``before / after``, the factor that gives the masked tensor its L1 norm back; None (leave it as
+    it is) when either norm is below :data:`RESCALE_EPS`. ``l1_factor(3.0, 1.5) == 2.0``."""
     if before < RESCALE_EPS or after < RESCALE_EPS:
-        return masked
-    return masked.mul_(before / after)
+        return None
+    return before / after
 
 
 def della_keep_probabilities(delta, *, density: float, epsilon: float):
@@ -60,14 +63,92 @@ def sparsify_della(delta, *, density: float, epsilon: float, generator, rescale:
     ``rescale``; the paper divides each survivor by its keep probability instead, equal in
     expectation).
     """
-    import torch
-
     if density >= 1.0:
         return delta
-    keep = torch.bernoulli(della_keep_probabilities(delta, density=density, epsilon=epsilon), generator=generator)
+    keep = della_keep(delta, density=density, epsilon=epsilon, generator=generator)
     if not rescale:
         return delta.mul_(keep)
-    return rescale_l1(delta * keep, delta)
+    before = l1_norm(delta)
+    factor = l1_factor(before, l1_norm(delta.mul_(keep)))  # in place: the caller reads ``delta``, not the return
+    return delta if factor is None else delta.mul_(factor)
+
+
+def della_keep(delta, *, density: float, epsilon: float, generator):
+    """DELLA's random mask of ``delta`` (float 1.0 kept, 0.0 dropped, shape S): one Bernoulli draw per
+    entry in row-major order, with :func:`della_keep_probabilities`.
+
+    Ranks are per row and the CPU generator draws ``torch.bernoulli``'s entries one after another,
+    so whole rows ``[a, b)`` then ``[b, c)`` of a 2-D or higher tensor, drawn in that order from one
+    generator, give the same mask as the whole tensor at once (a 1-D tensor is one row: whole).
+    """
+    import torch
+
+    return torch.bernoulli(della_keep_probabilities(delta, density=density, epsilon=epsilon), generator=generator)
+
+
+def della_rescale_pass(blocks: Iterable[Sequence], *, sizes: Sequence[int], densities: Sequence[float],
+                       epsilons: Sequence[float], generators: Sequence) -> tuple[list[float | None], list[list]]:
+    """Per model, DELLA's L1 rescale factor on a tensor given in row blocks, and the masks it drew.
+
+    ``blocks`` yields, in row order, the list of the N models' Δ blocks (read, not written), and
+    ``sizes`` says how many entries each block holds. Returns
+    ``(factors, masks)``: ``factors[i]`` as :func:`sparsify_della` would find it on the whole tensor
+    (None: no rescale, for ``density >= 1`` or a norm below :data:`RESCALE_EPS`); ``masks[i]`` model
+    i's mask of every block, packed 8 entries a byte (:func:`pack_mask`, 1/32 of the float32 data),
+    so that the merge pass neither ranks nor draws again. The two L1 norms are float64 sums of the
+    blocks' float64 sums: the whole tensor's sum in another order, equal up to float64 rounding
+    (about 1e-16 relative), which the factor's rounding to float32 (``masked.mul_(factor)`` on
+    float32 data) absorbs unless the quotient lies that close to a float32 rounding boundary.
+    """
+    import torch
+
+    count = len(densities)
+    before, after = [0.0] * count, [0.0] * count
+    masks: list[list] = [[] for _ in range(count)]
+    # one buffer per model for every block's bits: thousands of small tensors kept between the
+    # blocks' large temporaries would fragment the heap (+0.3 GiB resident for 12 MB of masks)
+    ends = [0]
+    for n in sizes:
+        ends.append(ends[-1] + (n + 7) // 8)
+    buffers: list = [None] * count
+    for b, deltas in enumerate(blocks):
+        for i, d in enumerate(deltas):
+            if densities[i] >= 1.0:
+                continue
+            if buffers[i] is None:
+                buffers[i] = torch.empty(ends[-1], dtype=torch.uint8, device=d.device)
+            keep = della_keep(d, density=densities[i], epsilon=epsilons[i], generator=generators[i])
+            masks[i].append(pack_mask(keep, out=buffers[i][ends[b]:ends[b + 1]]))
+            before[i] += l1_norm(d)
+            after[i] += l1_norm(keep.mul_(d))  # the bits of d * keep, d left as it is
+    return [None if densities[i] >= 1.0 else l1_factor(before[i], after[i]) for i in range(count)], masks
+
+
+def pack_mask(keep, *, out=None):
+    """A 0/1 tensor (any shape and float dtype) as uint8, 8 entries a byte, lowest bit first (into
+    ``out``, ``ceil(n / 8)`` bytes, when given).
+
+    ``pack_mask(tensor([1., 0., 1.])) == tensor([5], dtype=uint8)``; :func:`unpack_mask` inverts it.
+    """
+    import torch
+
+    flat = keep.reshape(-1).to(torch.uint8)
+    pad = -flat.numel() % 8
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    shifts = torch.arange(8, dtype=torch.uint8, device=flat.device)
+    return torch.sum(flat.view(-1, 8) << shifts, 1, dtype=torch.uint8, out=out)
+
+
+def unpack_mask(packed, shape, dtype):
+    """The 0/1 tensor of ``shape`` and ``dtype`` that :func:`pack_mask` packed."""
+    import math
+
+    import torch
+
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    bits = (packed.unsqueeze(1) >> shifts) & 1
+    return bits.reshape(-1)[:math.prod(shape)].reshape(shape).to(dtype)
 
 
 def sce_mask(deltas: Sequence, density: float):
