@@ -38,9 +38,10 @@ def transplant_card(output: str | Path, model: str | Path, tokenizer: str | Path
                 intro=intro, sections=(("Transplant", tuple(lines)),), command=command)
 
 
-def heal_card(output: str | Path, model: str | Path, record: dict[str, Any], *, base: str | None,
+def heal_card(output: str | Path, model: str, record: dict[str, Any], *, base: str | None,
               command: str | None) -> Card:
-    """A transplant whose new rows were trained on text: the rows, the steps, bits per byte before and after."""
+    """A transplant whose new rows were trained on text: the rows, the steps, bits per byte before and after.
+    ``model``: how the text names the healed transplant (a path in backquotes; a temporary folder is not named)."""
     bpb = record["bpb"]
     lines = [f"- rows trained: {record['rows_trained']} ({', '.join(record['tensors_trained'])}); every other "
              "weight frozen",
@@ -48,7 +49,7 @@ def heal_card(output: str | Path, model: str | Path, record: dict[str, Any], *, 
              f"- bits per byte on held-out text: {bpb['before']:.4f} -> {bpb['after']:.4f}"
              + (f" (the model before the transplant: {bpb['original']:.4f})" if bpb.get("original") is not None
                 else "")]
-    intro = (f"The tokenizer transplant `{model}` with its new embedding rows trained on text by PAW's "
+    intro = (f"The tokenizer transplant {model} with its new embedding rows trained on text by PAW's "
              "`paw heal-transplant`.")
     return Card(Path(output).name, "transformers", inputs=(base,) if base else (),
                 tags=("paw", "tokenizer-transplant", "heal-transplant"),

@@ -102,7 +102,8 @@ def heal_transplant(options: HealOptions, run: RunOptions = RunOptions(), *, com
     figure = heal.curve_figure(curve, original_bpb=original, title=f"heal: {len(heal_ids):,} rows, {plan.steps} steps")
     write_checkpoint(output, _patched(ckpt, names, new, heal_ids), copy_from=model, overwrite=overwrite,
                      extra_files=extra, figures={"heal_curve.png": figure},
-                     card=heal_card(output, model, record, base=_transplanted_from(extra), command=command))
+                     card=heal_card(output, f"`{model}`" if model_input is None else "of this run", record,
+                                    base=_transplanted_from(extra), command=command))
     return Healed(Path(output), record, seconds)
 
 
