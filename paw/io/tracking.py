@@ -77,7 +77,25 @@ class CsvTracker:
             _say(f"metrics CSV: {self.shown}")
 
 
-class SwanlabTracker:
+class _LibraryRun:
+    """What the swanlab and wandb trackers share: a library run (``self._run``) that takes the scalars, its
+    output hushed when it finishes; where the logs are is said once, at the start."""
+
+    _run: Any = None
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
+        if scalars and self._run is not None:
+            self._run.log(scalars, step=step)
+
+    def finish(self) -> None:
+        if self._run is not None:
+            with _hushed():
+                self._run.finish()
+            self._run = None
+
+
+class SwanlabTracker(_LibraryRun):
     """``--track swanlab``: a swanlab run in offline mode under ``run_dir/swanlog``."""
 
     def __init__(self, run_dir: str | Path, config: Mapping[str, Any], shown: Path | None = None):
@@ -97,19 +115,8 @@ class SwanlabTracker:
         where = getattr(self._run, "dir", None) or log_dir
         _say(f"swanlab offline logs: {where} (nothing is uploaded; `swanlab sync {where}` publishes them)")
 
-    def log(self, metrics: Mapping[str, float], step: int) -> None:
-        scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
-        if scalars:
-            self._run.log(scalars, step=step)
 
-    def finish(self) -> None:
-        if self._run is not None:
-            with _hushed():
-                self._run.finish()
-            self._run = None  # where the logs are was said once, at the start
-
-
-class WandbTracker:
+class WandbTracker(_LibraryRun):
     """``--track wandb``: a Weights & Biases run under ``run_dir/wandb``, offline unless ``WANDB_MODE`` is set."""
 
     def __init__(self, run_dir: str | Path, config: Mapping[str, Any], shown: Path | None = None):
@@ -132,17 +139,6 @@ class WandbTracker:
             _say(f"wandb offline run: {run_folder} (nothing is uploaded; `wandb sync {run_folder}` publishes it)")
         else:
             _say(f"wandb run ({mode}): {getattr(self._run, 'url', None) or shown_where}")
-
-    def log(self, metrics: Mapping[str, float], step: int) -> None:
-        scalars = {k: float(v) for k, v in metrics.items() if _is_scalar(v)}
-        if scalars and self._run is not None:
-            self._run.log(scalars, step=step)
-
-    def finish(self) -> None:
-        if self._run is not None:
-            with _hushed():
-                self._run.finish()
-            self._run = None
 
 
 TRACKERS: dict[str, Callable[..., Any]] = {  # (run_dir, config, shown) -> tracker
