@@ -27,6 +27,7 @@ Tiny example (one entry, three models, weights 1/3 each)::
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,16 @@ class MergeMethod:
     paper: str = ""                     # the reference: paper (authors, year, title) or URL
     n_models: tuple[int, int | None] = (1, None)  # how many models besides the base: (least, most or None)
     weighted: bool = True               # False: the per-model weights are not read (slerp, model-stock, ...)
+    sum_of_inputs: Callable[..., Any] | None = None  # (weights, scale, **params) -> (c_base, [c_i]) or None
+
+    def combination(self, weights: Sequence[float], scale: float, params: dict[str, Any]
+                    ) -> tuple[float, list[float]] | None:
+        """``(c_base, [c_1 .. c_N])`` when ``base + scale × method(Δ)`` equals ``c_base·base + Σ_i c_i·M_i``
+        (task arithmetic, linear, with these knobs): the merge may then add each input once and never
+        form a Δ. None for every other method."""
+        if self.sum_of_inputs is None or self.sparsify is not None or self.fixed.get("consensus"):
+            return None
+        return self.sum_of_inputs(list(weights), scale, **self._bind(self.fixed, params))
 
     @property
     def streamed(self) -> bool:
@@ -85,13 +96,14 @@ METHODS: Registry[MergeMethod] = Registry("merge method")
 
 def merge_method(name: str, *, params: Sequence[str] = (), needs_base: bool = True, summary: str = "",
                  normalise_weights: bool = False, elementwise: bool = False, paper: str = "",
-                 n_models: tuple[int, int | None] = (1, None), weighted: bool = True, **fixed: Any):
+                 n_models: tuple[int, int | None] = (1, None), weighted: bool = True,
+                 sum_of_inputs: Callable | None = None, **fixed: Any):
     """Register the decorated function as method ``name`` with ``fixed`` keyword arguments bound."""
 
     def register(fn: Callable) -> Callable:
         METHODS.add(name, MergeMethod(name, fn, dict(fixed), tuple(params), needs_base, summary,
                                     normalise_weights, random=fixed.get("sparsify") in ("random", "della"), elementwise=elementwise,
-                                    paper=paper, n_models=n_models, weighted=weighted))
+                                    paper=paper, n_models=n_models, weighted=weighted, sum_of_inputs=sum_of_inputs))
         return fn
 
     return register
@@ -229,6 +241,27 @@ _DELLA = "Deep et al. 2024, DELLA-Merging: Reducing Interference in Model Mergin
 
 
 # decorators apply bottom-up: the last one listed registers first (and is listed first in --help)
+def _task_arithmetic_sum(weights: list[float], scale: float, *, normalize=None, consensus=False, **_):
+    """``base + s Σ c_i (M_i − base) = (1 − s Σ c_i) base + Σ s c_i M_i``, with ``c_i = w_i`` (or
+    ``w_i / Σ w`` when normalised, so that Σ c_i is exactly 1 and ``c_base = 1 − s``)."""
+    total = math.fsum(weights)
+    if normalize if normalize is not None else consensus:
+        if abs(total) < 1e-8:  # a zero divisor counts as 1, as in the function
+            return 1.0 - scale * total, [scale * w for w in weights]
+        return 1.0 - scale, [scale * w / total for w in weights]
+    return 1.0 - scale * total, [scale * w for w in weights]
+
+
+def _linear_sum(weights: list[float], scale: float, *, normalize=True, **_):
+    """``(1 − s) R + s Σ w_i M_i / Σ w`` (normalised) or ``(1 − s) R + s Σ w_i M_i``: the reference R
+    (the base, or the first model) drops out at scale 1, so it is not read."""
+    normalize = normalize is None or normalize
+    total = math.fsum(weights) if normalize else 1.0
+    if total == 0.0:
+        return None
+    return 1.0 - scale, [scale * w / total for w in weights]
+
+
 @merge_method("della-linear", params=_DELLA_PARAMS, sparsify="della", normalize=False,
               summary="magnitude-ranked random drop (MagPrune), L1 rescale, Σ w_i Δ_i", paper=_DELLA)
 @merge_method("della", params=_DELLA_PARAMS, sparsify="della", consensus=True, normalize=True,
@@ -249,6 +282,7 @@ _DELLA = "Deep et al. 2024, DELLA-Merging: Reducing Interference in Model Mergin
               summary="trim to top density, elect sign, weighted disjoint mean",
               paper="Yadav et al. 2023, TIES-Merging: Resolving Interference When Merging Models (NeurIPS)")
 @merge_method("task-arithmetic", params=("normalize",), summary="Σ w_i Δ_i", elementwise=True,
+              sum_of_inputs=_task_arithmetic_sum,
               paper="Ilharco et al. 2023, Editing Models with Task Arithmetic (ICLR)")
 def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None = None,
                                 consensus: bool = False, density=0.2, drop_rate=0.9, gamma=0.01, epsilon=0.15,
@@ -298,6 +332,7 @@ def generalized_task_arithmetic(base, deltas, weights, *, sparsify: str | None =
 
 
 @merge_method("linear", params=("normalize",), needs_base=False, normalise_weights=True, elementwise=True,
+              sum_of_inputs=_linear_sum,
               summary="weighted average of the full weights (model soup)",
               paper="Wortsman et al. 2022, Model soups (ICML)")
 def linear(base, deltas, weights, *, normalize: bool | None = True):

@@ -196,12 +196,16 @@ def _merge_tensor(job: MergeJob, name: str, read: Callable = _read_now):
     blocks = schedule.blocks(job, name, BLOCK_ELEMENTS)
     ckpts = [ref, *job.models]
     largest = max(math.prod(shape[1:]) * (b[1] - b[0]) if b is not None else math.prod(shape) for b in blocks)
+    out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
+    coefs = schedule.combination(job, name)
+    if coefs is not None:
+        _sum_inputs(job, name, read, coefs, blocks, out, torch.empty(largest, dtype=compute, device=job.device))
+        return _with_base_rows(job, name, read, out)
     load = Deltas(len(ckpts), largest, compute, job.device)
 
     def deltas(block):  # (base, [Δ_i]) of one block, in buffers the next call overwrites
         return load(read(c, name, block).to(job.device) for c in ckpts)
 
-    out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
     if job.method.streamed:
         thin = _sparsifiers(job, name, tp, blocks, deltas)
     for block in blocks:
@@ -221,11 +225,42 @@ def _merge_tensor(job: MergeJob, name: str, read: Callable = _read_now):
             target.copy_(torch.add(base, merged, alpha=tp.scale, out=merged))
         else:
             torch.add(base, merged, alpha=tp.scale, out=target)
-    if rows is not None:  # rows past the shared vocabulary stay the base's
-        full = read(ref, name).to(job.device).to(out_dtype, copy=True)
-        full[:rows] = out
-        out = full
-    return out
+    return _with_base_rows(job, name, read, out)
+
+
+def _with_base_rows(job: MergeJob, name: str, read: Callable, out):
+    """``out`` itself, or for a tensor merged on the shared vocabulary rows, the base's whole tensor
+    with those rows replaced (the rows past them stay the base's)."""
+    rows = job.plan.vocab_rows.get(name)
+    if rows is None:
+        return out
+    full = read(job.reference, name).to(job.device).to(out.dtype, copy=True)
+    full[:rows] = out
+    return full
+
+
+def _sum_inputs(job: MergeJob, name: str, read: Callable, coefs: tuple[float, list[float]], blocks, out, buffer):
+    """Fill ``out`` block by block with ``c_base·base + Σ_i c_i·M_i`` (:func:`paw.merge.schedule.combination`):
+    each input added once into ``buffer`` in the compute dtype, which holds it exactly, and the sum rounded
+    once to the output dtype. No Δ is formed; the base is not read when ``c_base`` is 0. A non-finite
+    input makes the sum non-finite (a zero weight included: 0 × Inf is NaN), so one check of the sum per
+    block finds it."""
+    c_base, cs = coefs
+    terms = list(zip(schedule.inputs(job, name), ([c_base] if c_base != 0.0 else []) + list(cs), strict=True))
+    for block in blocks:
+        target = out if block is None else out[block[0]:block[1]]
+        acc = buffer[:target.numel()].view(target.shape)
+        for k, (ckpt, c) in enumerate(terms):
+            x = read(ckpt, name, block).to(job.device)
+            if k == 0:
+                acc.copy_(x)
+                if c != 1.0:
+                    acc.mul_(c)
+            else:
+                acc.add_(x, alpha=c)
+        if not job.options.allow_nonfinite and not all_finite(acc):
+            _refuse_nonfinite(job, name, None)
+        target.copy_(acc)
 
 
 def _merge_union(job: MergeJob, name: str):

@@ -44,6 +44,34 @@ def blocks(job, name: str, block_elements: int) -> list[tuple[int, int] | None]:
     return [None if rows is None or not shape else (0, rows)]
 
 
+# the input dtypes each compute dtype holds exactly (a sum of inputs may then skip forming Δ)
+_EXACT_IN = {"float32": {"float32", "bfloat16", "float16"}, "float64": {"float64", "float32", "bfloat16", "float16"}}
+
+
+def combination(job, name: str) -> tuple[float, list[float]] | None:
+    """``(c_base, [c_i])`` when tensor ``name`` merges as ``c_base·base + Σ_i c_i·M_i`` (task arithmetic
+    and linear: :meth:`paw.merge.methods.MergeMethod.combination`) and every input's dtype is held
+    exactly by the compute dtype; None otherwise. The merge then adds each input into one float buffer
+    once, and leaves out the base when ``c_base`` is 0."""
+    if name in job.plan.union:
+        return None
+    tp = job.params(name)
+    coefs = job.method.combination(tp.weights, tp.scale, tp.params)
+    compute = "float64" if job.reference.dtype(name) == "float64" else "float32"
+    if coefs is None or any(c.dtype(name) not in _EXACT_IN[compute] for c in (job.reference, *job.models)):
+        return None
+    return coefs
+
+
+def inputs(job, name: str) -> list:
+    """The checkpoints a merge pass over ``name`` reads, in order: the base (or reference), then each
+    model; the reference left out when the merge is a sum of inputs that does not use it."""
+    coefs = combination(job, name)
+    if coefs is not None and coefs[0] == 0.0:
+        return list(job.models)
+    return [job.reference, *job.models]
+
+
 def della_rescale_passes(job, tp) -> int:
     """1 when DELLA rescales to the L1 norm (some model's density below 1): a pass over the blocks
     finds each model's factor before the merge pass; else 0."""
@@ -78,7 +106,6 @@ def read_plan(job, block_elements: int) -> Iterator[tuple[Any, str, tuple[int, i
     base then of each model; a vocabulary tensor merged on its shared rows then reads the base's
     whole tensor; a copied tensor is read whole from the base. A union vocabulary is left out.
     """
-    ckpts = [job.reference, *job.models]
     merged = set(job.plan.merge) | set(job.plan.vocab_rows)
     for name in job.plan.order:
         if name in job.plan.union:
@@ -93,6 +120,7 @@ def read_plan(job, block_elements: int) -> Iterator[tuple[Any, str, tuple[int, i
             if selections is not None:
                 passes += threshold_passes(selections, float32=job.reference.dtype(name) != "float64")
             passes += della_rescale_passes(job, job.params(name))
+        ckpts = inputs(job, name)
         for _ in range(passes):
             for block in row_ranges:
                 for ckpt in ckpts:
