@@ -243,8 +243,8 @@ def _sum_inputs(job: MergeJob, name: str, read: Callable, coefs: tuple[float, li
     """Fill ``out`` block by block with ``c_base·base + Σ_i c_i·M_i`` (:func:`paw.merge.schedule.combination`):
     each input added once into ``buffer`` in the compute dtype, which holds it exactly, and the sum rounded
     once to the output dtype. No Δ is formed; the base is not read when ``c_base`` is 0. A non-finite
-    input makes the sum non-finite (a zero weight included: 0 × Inf is NaN), so one check of the sum per
-    block finds it."""
+    input makes the sum, and so the output, non-finite (a zero weight included: 0 × Inf is NaN): the
+    check of the output in :func:`merged_tensors` finds it and names the input."""
     c_base, cs = coefs
     terms = list(zip(schedule.inputs(job, name), ([c_base] if c_base != 0.0 else []) + list(cs), strict=True))
     for block in blocks:
@@ -258,8 +258,6 @@ def _sum_inputs(job: MergeJob, name: str, read: Callable, coefs: tuple[float, li
                     acc.mul_(c)
             else:
                 acc.add_(x, alpha=c)
-        if not job.options.allow_nonfinite and not all_finite(acc):
-            _refuse_nonfinite(job, name, None)
         target.copy_(acc)
 
 
