@@ -272,7 +272,7 @@ def main() -> int:
                     help="given: pass the known norms (--l2-norms); computed: let paw run its norm pass")
     ap.add_argument("--shard-bytes", type=int, default=SHARD_BYTES, help="output shard size for both tools")
     ap.add_argument("--linear-without-base", action="store_true",
-                    help="run paw's linear on the fine-tunes alone, as mergekit's (its floor then reads those only)")
+                    help="run paw's linear without --base, as mergekit's (the floor of linear reads the models only either way)")
     args = ap.parse_args()
 
     shape = SHAPES[args.shape]
@@ -307,14 +307,16 @@ def main() -> int:
         used = models[:1] if method == "slerp" else models
         if not _room(args.min_available_gib, f"floor and paw merge --method {method}"):
             continue
-        inputs = used if method == "linear" and args.linear_without_base else [base, *used]
+        with_base = not (method == "linear" and args.linear_without_base)
+        # linear at scale 1 needs no base (PAW does not read it when given): its floor reads the models only
+        inputs = used if method == "linear" else [base, *used]
         if tuple(inputs) not in floors:  # one floor per set of inputs, measured before the first method using it
             floors[tuple(inputs)] = measure_floor(inputs, args.workdir, env, record)
         out_paw, out_mk = args.workdir / f"out-paw-{method}", args.workdir / f"out-mergekit-{method}"
         given = ["--l2-norms", *map(str, norms[:len(used)])] if args.norms == "given" else []
         weighting = [] if method == "slerp" else ["--mode", "exp", *given]
         cmd = startup_cmd(sys.executable, record, paw_imports, "paw.cli:main", [
-            "merge", *(["--base", str(base)] if inputs[0] == base else []), "--models", *map(str, used),
+            "merge", *(["--base", str(base)] if with_base else []), "--models", *map(str, used),
             "--output", str(out_paw),
             "--method", method, *weighting, *paw_flags(method, args.density), "--device", args.device,
             "--overwrite", "--max-shard-size", str(args.shard_bytes)])
