@@ -15,7 +15,7 @@ Two levels then find any set of ranks exactly (the classic MSD radix select, e.g
    bucket that holds it and k's rank inside that bucket;
 2. the rank inside the bucket is found among the bucket's own elements.
 
-One pass suffices when the buckets of step 2 are guessed before it: a strided sample of the tensor
+One pass suffices when the buckets of step 2 are guessed before it: a random sample of the tensor
 (about 1 in 32 elements) says where each wanted rank falls, give or take five standard deviations
 of the sample's rank, and the pass keeps every element of the buckets in those brackets (a few per
 cent of the tensor) beside its histogram. The exact histogram then names the buckets; when the
@@ -82,17 +82,20 @@ def _raw_order(table: np.ndarray) -> np.ndarray:
     return np.concatenate([table[:_HALF][::-1], table[_HALF:]])
 
 
-def sample_slice(n: int, *, row: int = 1) -> slice:
-    """Every ``step``-th element, about one in :data:`SAMPLE_SHARE` (at least 16,384, at most 2^20).
+def sample_positions(n: int, *, device=None):
+    """About one in :data:`SAMPLE_SHARE` of ``range(n)`` (at least 16,384, at most 2^20), drawn at
+    random with a seed fixed by ``n``: the same positions every run, and no stride for a periodic
+    layout (rows, heads, tied blocks) to fall in step with. Every position when ``n`` is small.
 
-    The step shares no factor with ``row`` (the last dimension), so the sample runs over every
-    column of a matrix instead of a few: ``sample_slice(1 << 20, row=1024) == slice(16, 1 << 20, 33)``.
+    >>> sample_positions(5).tolist()
+    [0, 1, 2, 3, 4]
     """
+    torch = _torch()
     target = min(max(n // SAMPLE_SHARE, 1 << 14), 1 << 20)
-    step = max(n // target, 1)
-    while step > 1 and math.gcd(step, row) != 1:
-        step += 1
-    return slice(step // 2, n, step)
+    if target >= n:
+        return torch.arange(n, device=device)
+    gen = torch.Generator().manual_seed(n)
+    return torch.randint(0, n, (target,), generator=gen).to(device)
 
 
 def keys_to_floats(keys: Sequence[int]) -> list[float]:
@@ -330,7 +333,7 @@ SMALL_TENSOR = 1 << 16
 def order_statistics_selector(n: int, ranks: Iterable[int], *, device=None, sample=None):
     """A :class:`SortSelect` for small ``n``, else a :class:`RadixSelect` (same results, exact).
 
-    ``sample``: some of the same values (see :func:`sample_slice`), to find them in one pass.
+    ``sample``: some of the same values (see :func:`sample_positions`), to find them in one pass.
     """
     return (SortSelect if n <= SMALL_TENSOR else RadixSelect)(n, ranks, device=device, sample=sample)
 
@@ -366,7 +369,7 @@ def exact_quantiles(x, percents: Sequence[float] = QUANTILES, *, chunk_size: int
     chunks = flat.split(chunk_size or (1 << 24 if flat.device.type == "cuda" else 1 << 18))
     with single_threaded_cpu([flat.device]):
         sel = order_statistics_selector(n, wanted_ranks(n, percents), device=flat.device,
-                                        sample=flat[sample_slice(n)])
+                                        sample=flat[sample_positions(n, device=flat.device)])
         for c in chunks:
             sel.first_pass(c)
         if sel.plan():

@@ -4,7 +4,7 @@
 accumulated in float64. One pass over the chunks gathers everything:
 
 - Σ |Δ|, min and max of Δ, the power sums Σ (Δ − K)^p for p = 1..4 about a shift K near the mean
-  (from a strided sample of Δ), whence Σ Δ, Σ Δ² and the central moments (:class:`_Moments`), and
+  (from a random sample of Δ), whence Σ Δ, Σ Δ² and the central moments (:class:`_Moments`), and
   with several models the Gram matrix Σ Δ_i·Δ_j (its off-diagonal entries give the pairwise cosines);
 - the high-bit histogram of the radix select, and the elements of the buckets that the sample
   says hold the quantiles' order statistics (:mod:`paw.taskvec.quantiles`).
@@ -27,7 +27,7 @@ from paw.taskvec.quantiles import (
     QUANTILES,
     order_statistics_selector,
     quantiles_from_order_stats,
-    sample_slice,
+    sample_positions,
     wanted_ranks,
 )
 
@@ -97,9 +97,8 @@ def delta_stats(base, models: Sequence, *, chunk_size: int | None = None) -> Ten
             b = flat_base[start:start + chunk]
             yield [delta(m[start:start + chunk], b, out[:b.numel()]) for m, out in zip(flats, work, strict=True)]
 
-    pick = sample_slice(n, row=base.shape[-1] if base.dim() else 1)
-    samples = [delta(m[pick], flat_base[pick], torch.empty(len(range(n)[pick]), device=base.device))
-               for m in flats]
+    pick = sample_positions(n, device=base.device)
+    samples = [delta(m[pick], flat_base[pick], torch.empty(pick.numel(), device=base.device)) for m in flats]
     acc = _Moments([_shift(s) for s in samples], base.device)
     selects = [order_statistics_selector(n, wanted_ranks(n), device=base.device, sample=s) for s in samples]
     for ds in deltas():
