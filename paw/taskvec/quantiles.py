@@ -204,7 +204,8 @@ class RadixSelect:
         torch.index_select(self._keep, 0, raw, out=wanted)
         torch.ne(flat.view(torch.int16)[_LOW_HALF::2], 0, out=low)  # low 16 bits not all zero
         wanted &= low
-        kept = flat[wanted]
+        # numpy's boolean index is 4x cheaper than torch's nonzero on a mostly-false CPU mask
+        kept = torch.from_numpy(flat.numpy()[wanted.numpy()]) if flat.device.type == "cpu" else flat[wanted]
         self._kept.append(kept)
         self._kept_count += kept.numel()
         if self._kept_count > KEEP_LIMIT * self.n + _HI_BUCKETS:  # a poor guess: stop keeping
