@@ -160,7 +160,9 @@ class RadixSelect:
         self.device = device
         self._hist = torch.zeros(_HI_BUCKETS, dtype=torch.int64, device=device)  # by raw high bits
         self._keep = None if sample is None or sample.numel() == 0 else self._guess(sample)
-        self._kept: list = []
+        # untouched pages of an empty CPU tensor cost no memory: only what is written is resident
+        self._kept = (None if self._keep is None else
+                      torch.empty(int(KEEP_LIMIT * n) + _HI_BUCKETS, device=device))
         self._kept_count = 0
         self._cum = None
         self._found: dict[int, float] = {}
@@ -206,10 +208,12 @@ class RadixSelect:
         wanted &= low
         # numpy's boolean index is 4x cheaper than torch's nonzero on a mostly-false CPU mask
         kept = torch.from_numpy(flat.numpy()[wanted.numpy()]) if flat.device.type == "cpu" else flat[wanted]
-        self._kept.append(kept)
-        self._kept_count += kept.numel()
-        if self._kept_count > KEEP_LIMIT * self.n + _HI_BUCKETS:  # a poor guess: stop keeping
-            self._keep, self._kept = None, []
+        end = self._kept_count + kept.numel()
+        if end > self._kept.numel():  # a poor guess: stop keeping
+            self._keep, self._kept = None, None
+            return
+        self._kept[self._kept_count:end] = kept  # one buffer: small long-lived pieces fragment the heap
+        self._kept_count = end
 
     def _buffers(self, size: int):
         """Work buffers reused from chunk to chunk (a fresh 1 MB tensor per op costs page faults)."""
@@ -250,8 +254,8 @@ class RadixSelect:
         if self._keep is None:
             return set(self.ranks)
         keep = _key_order(self._keep.cpu()).numpy()
-        keys = float_keys(torch.cat(self._kept)) if self._kept else None
-        self._kept = []
+        keys = float_keys(self._kept[:self._kept_count]) if self._kept_count else None
+        self._kept = None
         if keys is not None:
             key_buckets = (keys >> 16) + _HALF
         missed = set()
