@@ -146,10 +146,13 @@ def compute_task_vectors(base: Checkpoint, models: Sequence[Checkpoint], *, devi
 
     def work(name: str, dev) -> TensorResult:
         _, tensors = next(iter_aligned(ckpts, [name], device=dev))
-        for i, (ckpt, tensor) in enumerate(zip(ckpts, tensors, strict=True)):  # the merge's policy, by name
-            refuse_nonfinite(name, tensor, what=f"{'base' if i == 0 else 'model'} {ckpt.name} (its task-vector "
-                             "statistics would be nan)", allow=allow_nonfinite, path=ckpt.path)
         result = delta_stats(tensors[0], tensors[1:], chunk_size=chunk_size)
+        # Σ |Δ| is finite exactly when every input entry is (NaN and ±inf reach Δ), so the inputs
+        # are read again, to name the one at fault, only when it is not
+        if not allow_nonfinite and not all(math.isfinite(s.l1) for s in result.stats):
+            for i, (ckpt, tensor) in enumerate(zip(ckpts, tensors, strict=True)):  # the merge's policy, by name
+                refuse_nonfinite(name, tensor, what=f"{'base' if i == 0 else 'model'} {ckpt.name} (its task-"
+                                 "vector statistics would be nan)", path=ckpt.path)
         if spectra is None:
             return result
         per_model, pairs = tensor_spectra(tensors[0], tensors[1:], spectra)

@@ -22,6 +22,7 @@ from paw.taskvec.quantiles import (
     keys_to_floats,
     order_statistics_selector,
     quantiles_from_order_stats,
+    sample_positions,
     wanted_ranks,
 )
 
@@ -141,3 +142,62 @@ def test_radix_select_on_cuda_matches_numpy():
     x = torch.from_numpy(np.random.default_rng(2).standard_normal(3_000_000, dtype=np.float32))
     ours = exact_quantiles(x.cuda())
     np.testing.assert_allclose(ours, np.quantile(x.numpy().astype(np.float64), QS), rtol=1e-12, atol=0)
+
+
+def _one_pass(x: torch.Tensor, ranks, sample, chunk: int = 8191):
+    sel = RadixSelect(x.numel(), ranks, sample=sample)
+    for c in x.split(chunk):
+        sel.first_pass(c)
+    again = sel.plan()
+    if again:
+        for c in x.split(chunk):
+            sel.second_pass(c)
+    return again, sel.values()
+
+
+@pytest.mark.parametrize("kind", ["float32", "bf16 delta", "ties and signed zeros"])
+def test_sampled_guess_finds_every_rank_in_one_pass(kind):
+    gen = torch.Generator().manual_seed(5)
+    n = 300_001
+    if kind == "float32":
+        x = torch.randn(n, generator=gen) * 1e-3 - 2e-4
+    elif kind == "bf16 delta":  # Δ of bf16 weights: few distinct values, most with zero low bits
+        base = (torch.randn(n, generator=gen) * 0.02).bfloat16()
+        x = (base.float() + torch.randn(n, generator=gen) * 2e-4).bfloat16().float() - base.float()
+    else:
+        x = torch.randn(n, generator=gen)
+        x[torch.rand(n, generator=gen) < 0.3] = 0.0
+        x[torch.rand(n, generator=gen) < 0.1] = -0.0
+    ranks = wanted_ranks(n) + [7, n // 3, n - 5]
+    again, found = _one_pass(x, ranks, x[sample_positions(n)])
+    assert not again
+    ordered = torch.sort(x).values
+    assert found == {r: float(ordered[r]) for r in sorted(set(ranks))}
+
+
+def test_a_misleading_sample_costs_a_second_pass_not_exactness():
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(200_000, generator=gen)
+    ranks = wanted_ranks(x.numel())
+    again, found = _one_pass(x, ranks, torch.randn(5000, generator=gen) * 100 + 50)
+    assert again
+    ordered = torch.sort(x).values
+    assert found == {r: float(ordered[r]) for r in ranks}
+
+
+def test_keeping_too_much_falls_back_to_the_second_pass(monkeypatch):
+    import paw.taskvec.quantiles as q
+
+    monkeypatch.setattr(q, "KEEP_LIMIT", 0.0)
+    x = torch.from_numpy(np.random.default_rng(7).standard_normal(400_000, dtype=np.float32))
+    ranks = wanted_ranks(x.numel())
+    again, found = _one_pass(x, ranks, x[sample_positions(x.numel())])
+    assert again
+    ordered = torch.sort(x).values
+    assert found == {r: float(ordered[r]) for r in ranks}
+
+
+def test_sample_positions_are_fixed_and_cover_small_tensors():
+    assert torch.equal(sample_positions(1 << 20), sample_positions(1 << 20))
+    assert sample_positions(1 << 20).numel() == 1 << 15
+    assert sample_positions(1000).tolist() == list(range(1000))

@@ -82,3 +82,41 @@ def test_float16_and_float64_inputs_are_differenced_in_float32():
     r = delta_stats(base, [model]).stats[0]
     d = (model.float() - base.float()).numpy()
     assert_matches(r, reference(d))
+
+
+@pytest.mark.parametrize("offset", [0.0, 3.0, 1000.0])
+def test_one_pass_moments_match_two_pass_references_on_hard_cases(offset):
+    """Large mean, tiny spread: the shifted power sums (one pass) keep float64 accuracy."""
+    gen = torch.Generator().manual_seed(8)
+    n = 200_003  # the radix path, several chunks
+    base = torch.randn(n, generator=gen)
+    model = base + offset + 1e-3 * torch.randn(n, generator=gen) ** 3  # skewed, heavy tails
+    r = delta_stats(base, [model], chunk_size=30_000).stats[0]
+    assert_matches(r, reference((model - base).numpy()))
+
+
+def test_a_shift_far_from_the_mean_is_redone_in_a_second_pass():
+    from paw.taskvec.stats import _Moments
+
+    gen = torch.Generator().manual_seed(9)
+    d = 500.0 + 1e-3 * torch.randn(100_000, generator=gen)
+    acc = _Moments([0.0], d.device)  # no shift: the power sums cancel catastrophically
+    chunks = d.split(7_000)
+    for c in chunks:
+        acc.first_pass([c])
+    assert acc.end_first_pass(d.numel())
+    for c in chunks:
+        acc.second_pass([c])
+    r = acc.finish(d.numel(), [tuple([0.0] * len(QUANTILES))]).stats[0]
+    ref = reference(d.numpy())
+    for key in ("mean", "std", "skew", "kurtosis_excess", "l2", "l1", "maxabs"):
+        assert getattr(r, key) == pytest.approx(ref[key], rel=1e-9, abs=1e-15), key
+
+
+def test_bf16_deltas_with_ties_match_numpy_on_the_one_pass_path():
+    gen = torch.Generator().manual_seed(10)
+    base = (torch.randn(512, 600, generator=gen) * 0.02).bfloat16()
+    model = (base.float() + torch.randn(512, 600, generator=gen) * 2e-4).bfloat16()
+    model[:100] = base[:100]  # unchanged rows: Δ = 0 exactly
+    r = delta_stats(base, [model]).stats[0]
+    assert_matches(r, reference((model.float() - base.float()).numpy()))
