@@ -41,6 +41,7 @@ from paw.transfer.distill import cost as distill_cost
 from paw.transfer.distill import fit, generation, synthesis
 from paw.transfer.distill import report as distill_report
 from paw.transfer.distill import scale as distill_scale
+from paw.transfer.distill import targets as distill_targets
 from paw.transfer.distill import timing as distill_timing
 from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import GENERIC, DistillOptions
@@ -162,6 +163,12 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                     if key and not sharded else None)
         with watch("student_base"):
             distill_train.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
+    targets = {"cached": False, "why": "several ranks"}
+    if vocab.shared and (scale is None or not scale.ranks.parallel):
+        with watch("targets"):   # the token KL's target once per input, not on every batch
+            targets = distill_targets.cache(train + tests, peft_model, teacher.model, vocab, device, shift,
+                                            pad_id=distill_train.PAD_ID,
+                                            window=distill_train.window_of(peft_model, teacher.model))
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     pool = tests or train
     measured = agreement_inputs(pool, seed)
@@ -200,6 +207,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         report["distill"]["diverged_at_step"] = int(diverged[0])
     if fsdp:
         report["distill"]["fsdp"] = fsdp
+    if vocab.shared:
+        report["distill"]["token_targets"] = targets
     return moved, report
 
 
