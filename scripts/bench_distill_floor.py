@@ -45,7 +45,7 @@ import bench_merge  # noqa: E402  (a sibling script: the random-weight checkpoin
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE_100M = dict(hidden=768, layers=12, heads=12, kv=4, inter=2048, vocab=49152)
-RUNS = {"100m": dict(inputs=48, batch=8, steps=24), "1b": dict(inputs=8, batch=4, steps=4)}  # 4 and 2 epochs
+RUNS = {"100m": dict(inputs=48, batch=8, steps=24), "1b": dict(inputs=4, batch=2, steps=4)}  # 4 and 2 epochs
 RANK, ALPHA, NEW_TOKENS, LR, SEED = 8, 16.0, 16, 1e-3, 0
 TARGETS = ("teacher", "shift")
 KINDS = ("paw", "floor", "naive")
