@@ -352,6 +352,8 @@ def measure(work: Path, shape: str, target: str, kinds: list[str]) -> dict:
         out = work / f"{kind}-{tag}.json"
         out.unlink(missing_ok=True)
         extra = ["--rows-from", str(work / f"paw-{tag}.json")] if kind == "floor" else []
+        if kind == "paw":   # PAW keeps continuations across restarts there: a rerun would not generate them
+            shutil.rmtree(work / f"paw-out-{tag}-work", ignore_errors=True)
         proc = child(["--child", kind, "--workdir", str(work), "--shape", shape, "--target", target,
                       "--out", str(out), *extra], f"{kind} {tag}")
         row[kind] = {"process": proc, **(json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {})}
