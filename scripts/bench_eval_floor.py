@@ -85,6 +85,37 @@ def linear_maps(model) -> dict[tuple[int, int], int]:
     return maps
 
 
+def product_weights(maps: dict[tuple[int, int], int]) -> dict:
+    """One random weight per shape of ``maps``: a product's cost does not depend on the values."""
+    import torch
+
+    return {shape: torch.randn(shape) * 0.02 for shape in maps}
+
+
+def body_products(maps: dict[tuple[int, int], int], weights: dict, tokens: int, *, chunk: int = CHUNK) -> None:
+    """Run ``tokens`` rows through every map of ``maps`` (``{(out, in): count}``) as bare matrix products,
+    ``chunk`` rows at a time, with ``weights`` (:func:`product_weights`)."""
+    import torch
+
+    with torch.no_grad():
+        for (o, i), n in maps.items():
+            w = weights[(o, i)]
+            for start in range(0, tokens, chunk):
+                x = torch.randn(min(chunk, tokens - start), i)
+                for _ in range(n):
+                    x @ w.T
+
+
+def head_products(head, positions: int, *, chunk: int = CHUNK // 8) -> None:
+    """The LM head ``head`` (vocabulary, hidden) and its log-softmax on ``positions`` rows."""
+    import torch
+
+    with torch.no_grad():
+        for start in range(0, positions, chunk):
+            x = torch.randn(min(chunk, positions - start), head.shape[1])
+            torch.log_softmax(x @ head.T, dim=-1)
+
+
 def floor_child(model_dir: Path, path: Path, fmt: str, out: Path) -> None:
     """Time the floor of scoring ``path`` with ``model_dir``: bare matrix products, no PAW code on the way."""
     import torch
@@ -106,22 +137,10 @@ def floor_child(model_dir: Path, path: Path, fmt: str, out: Path) -> None:
     flops_linear = 2 * counts["tokens"] * sum(o * i * n for (o, i), n in maps.items())
     flops_head = 2 * counts["head"] * head.numel()
     flops_attention = 4 * layers * heads * head_dim * counts["attended"]
-    weights = {shape: torch.randn(shape) * 0.02 for shape in maps}   # the products' cost does not depend on values
-
-    def run() -> None:
-        with torch.no_grad():
-            for (o, i), n in maps.items():
-                w = weights[(o, i)]
-                for start in range(0, counts["tokens"], CHUNK):
-                    x = torch.randn(min(CHUNK, counts["tokens"] - start), i)
-                    for _ in range(n):
-                        x @ w.T
-            for start in range(0, counts["head"], CHUNK // 8):
-                x = torch.randn(min(CHUNK // 8, counts["head"] - start), hidden)
-                torch.log_softmax(x @ head.T, dim=-1)
-
+    weights = product_weights(maps)
     wall, cpu = time.perf_counter(), time.process_time()
-    run()
+    body_products(maps, weights, counts["tokens"])
+    head_products(head, counts["head"])
     result = {**counts, "flops_linear": flops_linear, "flops_head": flops_head, "flops_attention": flops_attention,
               "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
               "threads": torch.get_num_threads()}

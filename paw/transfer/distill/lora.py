@@ -34,7 +34,6 @@ from paw.errors import PawError
 from paw.evaluate import shared as shared_context
 from paw.evaluate.items import MCItem
 from paw.evaluate.train import batches_in_order
-from paw.io.adapter import LoraAdapter, lora_config_dict
 from paw.memory import prepare_student
 from paw.progress import status
 from paw.train import Recipe
@@ -42,14 +41,18 @@ from paw.transfer.distill import cost as distill_cost
 from paw.transfer.distill import fit, generation, synthesis
 from paw.transfer.distill import report as distill_report
 from paw.transfer.distill import scale as distill_scale
+from paw.transfer.distill import targets as distill_targets
 from paw.transfer.distill import timing as distill_timing
 from paw.transfer.distill import train as distill_train
 from paw.transfer.distill.options import GENERIC, DistillOptions
 from paw.transfer.distill.prompts import Prompt, generic_prompts, prompts_from, split_holdout
+from paw.transfer.distill.student import adapter_of as _adapter_of
+from paw.transfer.distill.student import init_adapter as _init_adapter
+from paw.transfer.distill.student import student as _student
+from paw.transfer.distill.student import target_modules_of as _target_modules
 from paw.transfer.distill.train import LM
-from paw.transfer.training_free import transfer_lora
+from paw.transfer.distill.vocabulary import vocabulary as _vocabulary
 from paw.validate import lora_rank
-from paw.vocab.align import AlignContext, exact, match_specials
 
 # the automatic budget (no --max-steps): at most AUTO_EPOCHS passes over the inputs, within these bounds,
 # stopped earlier when the agreement on what the adapter changed stops improving (fit.Stop)
@@ -58,34 +61,6 @@ PROBE_INPUTS = 64           # training inputs whose loss decides when to stop
 # the before/after agreement is measured on at most this many inputs (a seeded sample): on 1,000 inputs each
 # measurement cost about a fifth of the distillation's time on a CPU, and 256 inputs give thousands of positions
 AGREEMENT_INPUTS = 256
-
-
-def token_columns(teacher_info, student_info, rows: int) -> Any:
-    """Student id -> teacher id of the same canonical bytes (``exact`` alignment, special tokens by
-    role): a LongTensor of ``rows``, -1 where the teacher has no such token."""
-    import torch
-
-    mapping = dict(match_specials(teacher_info, student_info))
-    todo = [i for i in range(student_info.size) if student_info.vocab[i] is not None and i not in mapping]
-    mapping.update({t: src[0] for t, (src, _) in exact(AlignContext(teacher_info, student_info), todo).items()})
-    columns = torch.full((max(rows, student_info.size),), -1, dtype=torch.long)
-    for t, s in mapping.items():
-        columns[t] = s
-    return columns[:rows]
-
-
-def shared_vocabulary(teacher_info, student_info, columns) -> bool:
-    """Whether the teacher can read the student's ids: every student token (``columns``) has a teacher
-    token of the same bytes, and both tokenizers encode the embedded sample text to the same ids."""
-    needed = [i for i in range(min(student_info.size, len(columns)))
-              if student_info.vocab[i] is not None or i in student_info.specials]
-    if any(int(columns[i]) < 0 for i in needed):
-        return False
-    probe = sample_texts("multi")
-    for s_ids, t_ids in zip(student_info.encode_batch(probe), teacher_info.encode_batch(probe), strict=True):
-        if [int(columns[i]) if i < len(columns) else -1 for i in s_ids] != list(t_ids):
-            return False
-    return True
 
 
 def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | MCItem | Prompt] | str | None = None,
@@ -188,6 +163,12 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
                     if key and not sharded else None)
         with watch("student_base"):
             distill_train.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
+    targets = {"cached": False, "why": "several ranks"}
+    if vocab.shared and (scale is None or not scale.ranks.parallel):
+        with watch("targets"):   # the token KL's target once per input, not on every batch
+            targets = distill_targets.cache(train + tests, peft_model, teacher.model, vocab, device, shift,
+                                            pad_id=distill_train.PAD_ID,
+                                            window=distill_train.window_of(peft_model, teacher.model))
     measure = main or sharded                  # under FSDP every rank runs every student forward pass
     pool = tests or train
     measured = agreement_inputs(pool, seed)
@@ -226,6 +207,8 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         report["distill"]["diverged_at_step"] = int(diverged[0])
     if fsdp:
         report["distill"]["fsdp"] = fsdp
+    if vocab.shared:
+        report["distill"]["token_targets"] = targets
     return moved, report
 
 
@@ -367,21 +350,6 @@ def _visited(inputs: list[Prompt], steps: int, batch_size: int, seed: int) -> li
     return inputs if len(reached) == len(inputs) else [p for i, p in enumerate(inputs) if i in reached]
 
 
-def _vocabulary(teacher: LM, student: LM, byte_kl: bool) -> distill_train.Vocab:
-    """Shared vocabulary (token KL), shared tokens at shared cuts (byte-aligned KL), or nothing matched."""
-    t_info, s_info = teacher.tokenizer_info, student.tokenizer_info
-    if t_info is None or s_info is None:
-        return distill_train.Vocab(why="no tokenizer files to align")
-    columns = token_columns(t_info, s_info, student.model.get_input_embeddings().weight.shape[0])
-    if shared_vocabulary(t_info, s_info, columns):
-        return distill_train.Vocab(columns, shared=True)
-    if not byte_kl:
-        return distill_train.Vocab(why="byte-aligned KL not asked for (--byte-kl)")
-    if not bool((columns >= 0).any()):
-        return distill_train.Vocab(why="no target token has a source token of the same bytes")
-    return distill_train.Vocab(columns, student_bytes=s_info.vocab, teacher_bytes=t_info.vocab)
-
-
 def _check_shift(shift: distill_train.Shift, vocab: distill_train.Vocab, inputs: list[Prompt]) -> None:
     """Refuse the shift target where it cannot be carried: a teacher with no adapter to switch off, or
     inputs without choices across tokenizers with no shared cuts (the text alone is the teacher's)."""
@@ -393,86 +361,3 @@ def _check_shift(shift: distill_train.Shift, vocab: distill_train.Vocab, inputs:
                        "tokenizers differ, so no next-token shift can be compared; add --byte-kl (the cuts both "
                        "tokenizations share) or --next-words K (the teacher's next words as choices), or use "
                        "--target teacher")
-
-
-# ---------------------------------------------------------------------------------- student
-
-def _target_modules(adapter, model, target_modules) -> list[str]:
-    """The source adapter's module types (``q_proj`` ...) that the target has, or the ones given."""
-    if target_modules:
-        return list(target_modules)
-    suffixes = sorted({m.rsplit(".", 1)[-1] for m in adapter.modules()})
-    present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-    kept = [s for s in suffixes if s in present]
-    if not kept:
-        raise PawError(f"the target has none of the adapter's module types ({', '.join(suffixes)}); "
-                       "pass --target-modules")
-    return kept
-
-
-def _init_adapter(adapter, teacher, student, init, columns, rank, alpha, target_modules, device):
-    """``(LoraAdapter to start from or None, note)``: the ``auto`` transfer when it applies."""
-    if init == "none":
-        return None, {"how": "none", "why": "--init none"}
-    mapped = columns >= 0 if columns is not None else None  # rows past the tokenizer (padding) map to nothing
-    same_ids = columns is not None and bool((columns[mapped] == _arange(len(columns))[mapped]).all())
-    if not same_ids:
-        return None, {"how": "none", "why": "the tokenizers differ, so no weight-space map keeps the gain"}
-    if rank is not None or alpha is not None or target_modules:
-        return None, {"how": "none", "why": "rank, alpha or target modules differ from the source adapter's"}
-    if teacher.checkpoint is None or student.checkpoint is None:
-        return None, {"how": "none", "why": "no checkpoints given for the weight-space transfer"}
-
-    try:
-        moved, report = transfer_lora(adapter, teacher.checkpoint, student.checkpoint, method="auto", device=device)
-    except PawError as err:
-        return None, {"how": "none", "why": f"auto transfer did not apply: {str(err)[:300]}"}
-    return moved, {"how": "auto transfer", "methods": report["summary"]["methods"]}
-
-
-def _arange(n: int):
-    import torch
-
-    return torch.arange(n)
-
-
-def _student(adapter, model, init_adapter, rank, alpha, target_modules, seed, device):
-    """The target base wrapped in a fresh (or ``init_adapter``-initialised) trainable LoRA."""
-    import torch
-    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-
-    if init_adapter is not None:
-        cfg = init_adapter.config
-        config = LoraConfig(r=cfg["r"], lora_alpha=cfg["lora_alpha"], target_modules=cfg["target_modules"],
-                            rank_pattern=cfg.get("rank_pattern") or {}, alpha_pattern=cfg.get("alpha_pattern") or {},
-                            use_rslora=bool(cfg.get("use_rslora")), lora_dropout=0.0, task_type="CAUSAL_LM")
-    else:
-        config = LoraConfig(r=rank or adapter.r, lora_alpha=alpha if alpha is not None else adapter.alpha,
-                            target_modules=_target_modules(adapter, model, target_modules),
-                            use_rslora=bool(adapter.config.get("use_rslora")), lora_dropout=0.0,
-                            task_type="CAUSAL_LM")
-    torch.manual_seed(seed)
-    try:
-        peft_model = get_peft_model(model.to(device), config)
-    except ValueError as err:
-        raise PawError(f"cannot attach a LoRA to the target: {err}") from None
-    guard_cuda_attention(model)
-    if init_adapter is not None:
-        set_peft_model_state_dict(peft_model, {k: v.to(device) for k, v in init_adapter.tensors.items()})
-    return peft_model
-
-
-def _adapter_of(peft_model, adapter, base_name: str, state_dict: dict | None = None):
-    """The trained LoRA as an adapter for ``base_name``; ``state_dict``: whole factors of a sharded model."""
-    from peft import get_peft_model_state_dict
-
-    cfg = peft_model.peft_config["default"]
-    tensors = {k: v.detach().to("cpu").float().clone().contiguous() for k, v in
-               get_peft_model_state_dict(peft_model, state_dict=state_dict).items()}
-    targets = sorted(cfg.target_modules) if not isinstance(cfg.target_modules, str) else [cfg.target_modules]
-    config = lora_config_dict(r=cfg.r, alpha=cfg.lora_alpha, target_modules=targets, base_model=base_name,
-                              rank_pattern=dict(cfg.rank_pattern or {}), alpha_pattern=dict(cfg.alpha_pattern or {}),
-                              use_rslora=bool(cfg.use_rslora))
-    return LoraAdapter(config=config, tensors=tensors)
-
-

@@ -1,17 +1,16 @@
 """What :func:`paw.transfer.distill.lora.distill_lora` trains on: inputs made into examples, the loss parts of a batch.
 
 Teacher outputs that do not change during training (its continuations, its choice scores) are
-computed once per input; its next-token distributions (token KL with a shared vocabulary, the
-byte-aligned KL across tokenizers) are recomputed per batch so that nothing of vocabulary size is
-stored. On CUDA the forward passes run
+computed once per input; so are its next-token distributions for the token KL with a shared vocabulary
+(:mod:`paw.transfer.distill.targets`, while they fit its budget; past it they are recomputed per batch), while
+the byte-aligned KL across tokenizers recomputes them per batch. On CUDA the forward passes run
 under bf16 autocast and the LoRA factors stay float32.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from paw.errors import PawError
@@ -21,8 +20,10 @@ from paw.progress import track
 from paw.transfer.distill import byte_align
 from paw.transfer.distill import loss as distill_loss
 from paw.transfer.distill import scale as distill_scale
+from paw.transfer.distill import targets as distill_targets
 from paw.transfer.distill.head import choice_sums
 from paw.transfer.distill.prompts import START, Prompt
+from paw.transfer.distill.targets import autocast as _autocast
 
 PAD_ID = 0   # padded positions are masked out; any id inside the vocabulary does
 TOKEN_KL, SEQUENCE, CHOICE = "token-kl", "sequence-nll", "choice-kl"   # the loss names of the report
@@ -98,6 +99,8 @@ class Example:
     teacher_sequence: Any = None   # Encoded of prompt + continuation in the teacher's ids (byte-aligned KL)
     aligned: list = field(default_factory=list)   # (student position, teacher position) at shared cuts
     excess: list[float] | None = None   # per student continuation token: what the LoRA added to the teacher's log-prob
+    token_target: Any = None       # (n_cont, V) the token KL's target, made once (paw.transfer.distill.targets)
+    token_moved: Any = None        # (n_cont,) bool, --target shift: where the adapter moved the teacher
 
 
 def examples(prompts: list[Prompt], teacher: LM, student: LM, max_new_tokens: int, device,
@@ -289,14 +292,6 @@ def _focus_mask(examples, mask, fraction: float, device):
     return _excess_at(examples, mask, device, kept)
 
 
-def _autocast(device):
-    import torch
-
-    if getattr(device, "type", str(device)) == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, device, focus: float = 0.0,
                      shift: Shift | None = None):
     """``({loss name: value}, logits, targets, mask, aligned positions)`` over the teacher's continuations.
@@ -312,30 +307,18 @@ def _sequence_losses(peft_model, teacher_model, examples, vocab: Vocab, pad_id, 
 
     # left padding: the continuations end every row, and only their positions go through the LM head
     batch = make_batch([e.sequence for e in examples], pad_id=pad_id, padding_side="left",
-                       window=_narrowest_window(peft_model, teacher_model))
+                       window=window_of(peft_model, teacher_model))
     with _autocast(device):
         logits, skip = forward_logits(peft_model, batch, device)
     mask, targets = batch.target_mask[:, skip:].to(device), batch.targets[:, skip:].to(device)
     weights = _focus_mask(examples, mask, focus, device) if focus else None  # token focus (TiTok)
     parts = {} if shift else {SEQUENCE: distill_loss.sequence_nll(logits, targets, mask, weights)}
     n_aligned = 0
-    if vocab.shared:
-        columns = vocab.columns
-        teacher_batch = replace(batch, input_ids=columns.clamp(min=0)[batch.input_ids])
-
-        def teacher_lp():
-            return distill_loss.to_student_vocab(forward_logits(teacher_model, teacher_batch, device)[0], columns)
-
-        with torch.no_grad(), _autocast(device):
-            target = teacher_lp()
-            if shift:
-                with shift.teacher_off():
-                    base = teacher_lp()
-                with shift.student_off():
-                    student_base = forward_logits(peft_model, batch, device)[0]
-                moved = (target != base).any(-1)
-                target = distill_loss.shift_token_target(student_base, target, base, shift.scale)
-                weights = mask & moved
+    if vocab.shared:   # the target made once per input, or (over the cache's budget) now
+        made = distill_targets.cached(examples, mask, device)
+        target, moved = made or distill_targets.token_target(peft_model, teacher_model, batch, vocab, device, shift)
+        if shift:
+            weights = mask & moved
         parts[TOKEN_KL] = distill_loss.token_kl(logits, target, mask, weights)
     elif vocab.aligned and any(e.aligned for e in examples):
         rows = [(r, e) for r, e in enumerate(examples) if e.aligned]
@@ -378,7 +361,7 @@ def _aligned_shift(peft_model, teacher_model, batch, t_batch, student_at, teache
     return distill_loss.kl_rows(student_at[moved], target[moved], shared)
 
 
-def _narrowest_window(*models) -> int | None:
+def window_of(*models) -> int | None:
     """The smallest sliding window of ``models`` (the teacher reads the student's batch when the
     vocabularies are shared), ``None`` when none slides."""
     windows = [w for w in map(sliding_window_of, models) if w is not None]
