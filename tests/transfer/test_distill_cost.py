@@ -31,12 +31,35 @@ def test_flops_by_part_by_hand():
         "generation": (2 * 300 * 12 + 2 * 20 * 12) + (2 * 300 * 5 + 2 * 20 * 5) + (2 * 300 * 7 + 2 * 20 * 3),
         "excess": 2 * (2 * 300 * 11 + 2 * 20 * 4),   # the teacher with and without its adapter
         "student_base": 0,
+        "targets": 0,                                # the teacher runs per step: nothing made beforehand
         "agreement": 2 * look,                       # before and after
         # per step: the student forward and backward (2 passes) on the text and the choices, the teacher's
         # forward; and 10 // 4 = 2 stop checks
         "training": 10 * (2 * text + t_text + 2 * choices) + 2 * check,
     }
     assert parts["training"] == 10 * (2 * 4_080 + 18_160 + 2 * 2_040) + 2 * (1_640 + 5_480)
+
+
+def test_targets_made_once_per_input_by_hand():
+    """With a shared vocabulary the token KL's target is made once per continuation before training: the
+    steps, the stop checks and the agreement run no teacher (and under shift no base either)."""
+    passes = {"text": [20, 4], "teacher_text": [30, 4], "choices": [10, 2], "look_text": [40, 8],
+              "look_teacher_text": [50, 8], "look_choices": [6, 2], "check_text": [8, 2], "check_teacher_text": [9, 2],
+              "excess_text": [11, 4]}
+    text, choices, every = 2 * 100 * 20 + 2 * 10 * 4, 2 * 100 * 10 + 2 * 10 * 2, (11, 4)
+    t_every, s_every = 2 * 300 * 11 + 2 * 20 * 4, 2 * 100 * 11 + 2 * 10 * 4
+    look = (2 * 100 * 40 + 2 * 10 * 8) + (2 * 100 * 6 + 2 * 10 * 2)
+    check = 2 * 100 * 8 + 2 * 10 * 2
+    w = Work(steps=10, passes=passes, check_every=4, teacher_per_step=True, targets_cached=True)
+    parts = flops(STUDENT, TEACHER, w)
+    assert every == tuple(passes["excess_text"])
+    assert parts["targets"] == t_every
+    assert parts["training"] == 10 * (2 * text + 2 * choices) + 2 * check
+    assert parts["agreement"] == 2 * look
+    shifted = flops(STUDENT, TEACHER, Work(steps=10, passes=passes, teacher_per_step=True, targets_cached=True,
+                                           shift=True))
+    assert shifted["targets"] == 2 * t_every + s_every        # the teacher, its base, the student's base
+    assert shifted["training"] == 10 * (2 * text + 2 * choices)
 
 
 def test_shift_checkpointing_and_sequence_level_by_hand():

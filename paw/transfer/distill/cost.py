@@ -13,8 +13,10 @@ One model gives the line printed before the work and the report's ``distill.cost
 
 The parts, in the order they run: ``generation`` (the teacher's continuations and choice scores),
 ``excess`` (the teacher with and without its adapter over every continuation), ``student_base``
-(``--target shift``: the student base's choice scores), ``agreement`` (before and after training) and
-``training`` (every step, and with the automatic budget its stop checks).
+(``--target shift``: the student base's choice scores), ``targets`` (with a shared vocabulary, the token
+KL's target once per input, :mod:`paw.transfer.distill.targets`: the teacher, and under shift both bases,
+over every continuation; the steps and the agreement then read it and run no teacher), ``agreement``
+(before and after training) and ``training`` (every step, and with the automatic budget its stop checks).
 
 The rate is measured, not assumed (:func:`paw.transfer.distill.timing.measure_rate`): the train passes of the first training step (its
 continuations and its answer choices) on the student wrapped in a LoRA as it will train, timed after a
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from paw.memory import BANDWIDTH, GENERATION_BATCH, RATES
 from paw.progress import format_duration
 
-PARTS = ("generation", "excess", "student_base", "agreement", "training")
+PARTS = ("generation", "excess", "student_base", "targets", "agreement", "training")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class Work:
     decode_steps: int = 0           # the teacher's forward calls while writing (each reads every weight)
     check_every: int = 0            # steps between two stop checks (0: a fixed budget, none)
     teacher_per_step: bool = False  # the teacher's distributions are read at every step (token or aligned KL)
+    targets_cached: bool = False    # ... and made once per input before training (a shared vocabulary)
     text: bool = True               # the continuations carry a loss (not so for --target shift across tokenizers)
     shift: bool = False             # --target shift
     excess: bool = True             # the teacher's adapter can be switched off (what it changed, per token)
@@ -114,7 +117,7 @@ def flops(student: Size, teacher: Size, w: Work, steps: int | None = None) -> di
         return teacher.forward(*w.passes.get(name, (0, 0)))
 
     def beside(prefix: str) -> float:   # the teacher's distributions, and under shift both bases, per read
-        if not w.teacher_per_step:
+        if not w.teacher_per_step or w.targets_cached:
             return 0.0
         return t(f"{prefix}teacher_text") + (t(f"{prefix}teacher_text") + s(f"{prefix}text") if w.shift else 0.0)
 
@@ -127,6 +130,9 @@ def flops(student: Size, teacher: Size, w: Work, steps: int | None = None) -> di
     return {"generation": t("prefill") + t("decode") + t("teacher_choices") * (1 + w.shift),
             "excess": 2 * t("excess_text") if w.excess else 0.0,
             "student_base": s("base_choices") if w.shift else 0.0,
+            # every continuation once: the teacher, under shift also its base and the student's (the same ids)
+            "targets": t("excess_text") * (1 + w.shift) + (s("excess_text") if w.shift else 0.0)
+            if w.targets_cached else 0.0,
             "agreement": 2 * look("look_"),
             "training": steps * step + checks * look("check_")}
 

@@ -225,10 +225,13 @@ def _work(inputs: list[Prompt], held: list[Prompt], teacher: LM, student: LM, vo
 
     train, tests = rows(inputs), rows(held)
     order = batches_in_order(len(inputs), batch_size * accumulation, steps, seed)
+    width = student.model.get_input_embeddings().weight.shape[0]   # the cache's bytes, continuations at ``new``
+    cached = vocab.shared and (scale is None or not scale.ranks.parallel) and \
+        sum(r.text[1] for r in train + tests) * width * 4 <= distill_targets.CACHE_BYTES
     work = distill_cost.work_of(
         train, tests, order=order, accumulation=accumulation, measured=_indices(held or inputs, seed), new=new,
         checked=min(PROBE_INPUTS, len(inputs)), check_every=check_every(len(inputs), batch_size * accumulation)
-        if auto else 0, teacher_per_step=vocab.shared or vocab.aligned,
+        if auto else 0, teacher_per_step=vocab.shared or vocab.aligned, targets_cached=cached,
         text=target != "shift" or vocab.shared or vocab.aligned, shift=target == "shift",
         excess=distill_train.teacher_off(teacher) is not None,
         checkpointing=scale is not None and scale.gradient_checkpointing, world=1 if scale is None else scale.ranks.world)
