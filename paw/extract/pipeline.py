@@ -33,7 +33,7 @@ from paw.device import resolve_device
 from paw.errors import PawError
 from paw.extract.plan import EMBED, HEAD, LINEAR, check_pair, plan_tensor, tied_head_module
 from paw.extract.plot import energy_figure
-from paw.extract.svd import choose_rank, is_zero, lora_factors, relative_error, spectrum, squared_norm
+from paw.extract.svd import choose_rank, lora_factors, relative_error, spectrum, squared_norm
 from paw.io.adapter import PEFT_PREFIX, LoraAdapter, adapter_key, lora_config_dict, write_adapter
 from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
@@ -179,15 +179,15 @@ def _extract_all(base, finetune, fam, options: ExtractOptions, device):
     records, not_carried, tensors = [], [], {}
     for name in track(list(base), "extracting", unit="tensors"):
         plan = plan_tensor(name, tuple(base.shape(name)), fam)
-        b = base[name]
-        b = b.to(device=device, dtype=_float(b))
-        f = finetune[name]
-        delta = f.to(device=device, dtype=b.dtype) - b
+        b, f = base[name], finetune[name]
+        # Δ = F − B in float32 with one full-size tensor: the fine-tune widened (a copy, so that f
+        # stays the fine-tune's table for modules_to_save), the base widened on the fly by sub_
+        delta = f.to(device=device, dtype=_float(b), copy=True).sub_(b.to(device))
         if plan.kind == LINEAR or plan.kind == EMBED or plan.kind == HEAD:
             record = _module(plan, delta, f, options, tensors, tied_head if plan.kind == EMBED else None)
             records += record
-        elif not is_zero(delta):
-            change = math.sqrt(squared_norm(delta) / max(squared_norm(b), 1e-300))
+        elif moved := squared_norm(delta):  # 0 exactly when the tensor is unchanged
+            change = math.sqrt(moved / max(squared_norm(b), 1e-300))
             not_carried.append({"tensor": name, "kind": plan.role, "relative_change": change})
         del b, f, delta
     return records, not_carried, tensors
@@ -223,10 +223,11 @@ def _module(plan, delta, finetuned, options: ExtractOptions, tensors: dict, tied
         return {"module": modules[i], "tensor": plan.tensor, "role": roles[i], "shape": list(delta.shape),
                 "tied": bool(tied_head), **fields}
 
-    if is_zero(delta):
+    total = squared_norm(delta)  # one pass: 0 exactly when unchanged, else the spectrum's and the error's ‖Δ‖²
+    if total == 0.0:
         return [record(i, how="unchanged", rank=None, energy=None, relative_error=None, energies=[])
                 for i in range(len(modules))]
-    spec = spectrum(delta, limit=options.cap, exact=options.exact, seed=options.seed)
+    spec = spectrum(delta, limit=options.cap, exact=options.exact, seed=options.seed, total=total)
     energies = spec.energies()
     rank = choose_rank(spec, **options.rank_rule())
     held = energies[rank - 1]
@@ -240,7 +241,7 @@ def _module(plan, delta, finetuned, options: ExtractOptions, tensors: dict, tied
     for i, layout in enumerate((plan.kind, HEAD)[:len(modules)]):  # a tied head is a Linear over the same table
         embedding = layout == EMBED
         A, B = lora_factors(spec, rank, embedding=embedding)
-        error = relative_error(delta, A, B, embedding=embedding)
+        error = relative_error(delta, A, B, embedding=embedding, total=spec.total)
         kind = "embedding" if embedding else "linear"
         tensors[adapter_key(modules[i], "A", kind)], tensors[adapter_key(modules[i], "B", kind)] = A.cpu(), B.cpu()
         out.append(record(i, how="lora", rank=rank, energy=held, relative_error=error, energies=curve,
