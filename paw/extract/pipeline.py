@@ -33,7 +33,7 @@ from paw.device import resolve_device
 from paw.errors import PawError
 from paw.extract.plan import EMBED, HEAD, LINEAR, OTHER, check_pair, plan_tensor, tied_head_module
 from paw.extract.plot import energy_figure
-from paw.extract.svd import choose_rank, lora_factors, relative_error, spectrum, squared_norm
+from paw.extract.svd import choose_rank, difference, lora_factors, relative_error, spectrum, squared_norm
 from paw.io.adapter import PEFT_PREFIX, LoraAdapter, adapter_key, lora_config_dict, write_adapter
 from paw.io.atomic import check_output
 from paw.io.checkpoint import open_checkpoint
@@ -180,9 +180,7 @@ def _extract_all(base, finetune, fam, options: ExtractOptions, device):
     for name in track(list(base), "extracting", unit="tensors"):
         plan = plan_tensor(name, tuple(base.shape(name)), fam)
         b, f = base[name], finetune[name]
-        # Δ = F − B in float32 with one full-size tensor: the fine-tune widened (a copy, so that f
-        # stays the fine-tune's table for modules_to_save), the base widened on the fly by sub_
-        delta = f.to(device=device, dtype=_float(b), copy=True).sub_(b.to(device))
+        delta = difference(f, b, dtype=_float(b), device=device)  # f stays the fine-tune's (modules_to_save)
         if plan.kind == OTHER:
             if moved := squared_norm(delta):  # 0 exactly when the tensor is unchanged
                 change = math.sqrt(moved / max(squared_norm(b), 1e-300))
@@ -236,7 +234,9 @@ def _module(plan, delta, finetuned, options: ExtractOptions, tensors: dict, tied
     curve = [round(e, 6) for e in energies]
     if plan.kind != LINEAR and held < options.embed_energy:  # not low rank: save the whole table
         for m in modules:
-            tensors[f"{PEFT_PREFIX}{m}.weight"] = finetuned.detach().to("cpu").clone()
+            # the read tensor itself, once for both tied names: write_adapter copies each entry as it writes
+            # (a clone here too held 1 GiB more on a tied 128256 x 2048 bf16 table)
+            tensors[f"{PEFT_PREFIX}{m}.weight"] = finetuned.detach().to("cpu")
         return [record(i, how="modules_to_save", rank=None, energy=1.0, relative_error=0.0, rank_considered=rank,
                        energy_at_rank=held, energies=curve) for i in range(len(modules))]
     out = []

@@ -71,6 +71,27 @@ def squared_norm(tensor) -> float:
     return total
 
 
+def difference(finetuned, base, *, dtype, device="cpu"):
+    """``Δ = F − B`` in ``dtype`` (float32, or float64 for float64 weights), one full-size tensor.
+
+    ``F`` is widened once (a copy: the caller keeps ``F``); ``B`` is widened :data:`BLOCK` entries at
+    a time into one cache-sized buffer and subtracted. A mixed-dtype ``sub_`` (float32 minus bf16)
+    takes torch's unvectorised path: 70 ms against 44 ms this way for 16.8M bf16 entries on one
+    core, the same bits. ``[1.5, 2.0] (bf16) − [0.5, 0.5] (bf16) -> [1.0, 1.5] (float32)``.
+    """
+    import torch
+
+    delta = finetuned.to(device=device, dtype=dtype, copy=True)
+    if base.dtype == dtype or delta.device.type != "cpu":
+        return delta.sub_(base.to(device=device, dtype=dtype))
+    flat, other = delta.view(-1), base.reshape(-1)
+    buf = torch.empty(min(BLOCK, flat.numel()), dtype=dtype)
+    for start in range(0, flat.numel(), BLOCK):
+        part = flat[start:start + BLOCK]
+        part.sub_(buf[:part.numel()].copy_(other[start:start + BLOCK]))
+    return delta
+
+
 def spectrum(delta, *, limit: int, exact: bool, seed: int = 0, total: float | None = None) -> Spectrum:
     """The top ``limit`` singular triplets of ``delta`` (out, in), with canonical signs.
 

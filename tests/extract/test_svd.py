@@ -10,6 +10,7 @@ import torch
 from paw.extract.svd import (
     BLOCK,
     choose_rank,
+    difference,
     lora_factors,
     reference_error,
     relative_error,
@@ -82,3 +83,18 @@ def test_relative_error_in_row_blocks_is_the_dense_one(embedding):
     total = float(delta.double().square().sum())
     assert relative_error(delta, A, B, embedding=embedding, total=total) == pytest.approx(dense, rel=1e-5)
     assert relative_error(torch.zeros(4, 3), torch.zeros(1, 3), torch.zeros(4, 1)) == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_difference_is_the_widened_subtraction(dtype):
+    # blocks of a bf16 / fp16 base subtracted from the widened fine-tune: the same bits as widening both
+    gen = torch.Generator().manual_seed(5)
+    f, b = (torch.randn(BLOCK // 100 + 7, 100, generator=gen).to(dtype) for _ in range(2))
+    kept = f.clone()
+    delta = difference(f, b, dtype=torch.float32)
+    assert delta.dtype == torch.float32 and torch.equal(delta, f.float() - b.float())
+    assert torch.equal(f, kept)  # the fine-tune is left as it was
+    same = torch.randn(3, 4, generator=gen)  # float32 weights: one copy, the base subtracted as is
+    assert torch.equal(difference(same, 2 * same, dtype=torch.float32), -same)
+    half = torch.tensor([1.5, 2.0], dtype=torch.bfloat16)
+    assert difference(half, torch.tensor([0.5, 0.5], dtype=torch.bfloat16), dtype=torch.float32).tolist() == [1.0, 1.5]
