@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The I/O floor of a benchmark: read every input tensor once and write the output's bytes once.
 
-Run by ``bench_merge.py`` and ``bench_task_vectors.py`` as its own child process, under the same
+Run by ``bench_merge.py``, ``bench_task_vectors.py`` and ``bench_extract.py`` as its own child process, under the same
 thread settings as the tool it is compared with. Every tensor of every input is read once with
 PAW's own lazy reader (``paw.io.checkpoint``: one ``readinto`` per tensor into a fresh buffer, as
 ``paw merge`` and ``paw task-vectors`` read), in the first input's tensor order, and a file of the

@@ -25,6 +25,7 @@ from typing import Any
 from paw.transfer.linalg import full_singular, top_singular
 
 ENERGY_TOLERANCE = 1e-6  # float32 rounding: --energy 1.0 stops at the numerical rank, not at the noise floor
+BLOCK = 1 << 18          # entries per block of a streamed sum of squares or residual (1 MiB of float32)
 
 
 @dataclass(frozen=True)
@@ -49,21 +50,55 @@ class Spectrum:
         return [min(1.0, float(e)) for e in squares]
 
 
-def squared_norm(delta) -> float:
-    """``‖Δ‖²_F`` in float64, block by block (no float64 copy of a large tensor)."""
-    flat = delta.reshape(-1)
+def squared_norm(tensor) -> float:
+    """``‖T‖²_F`` in float64, block by block: float32 squares of :data:`BLOCK` entries, each block's sum
+    in float64 (no full-size copy; a float64 tensor stays float64).
+
+    ``[3, 4] -> 25.0``. Squaring a 2^18-entry block in float32 keeps it in cache: on one core
+    ``(4096, 1024)`` takes 4 ms this way against 30 ms through a float64 copy of each block, and the
+    sum differs from the all-float64 one by about 1e-11 (each square rounded once in float32).
+    A tensor whose float32 squares all underflow (every entry below about 1e-22) is summed in float64.
+    """
+    import torch
+
+    flat = tensor.reshape(-1)
+    wide = torch.float64 if flat.dtype == torch.float64 else torch.float32
     total = 0.0
-    for start in range(0, flat.numel(), 1 << 22):
-        total += float(flat[start:start + (1 << 22)].double().square().sum())
+    for start in range(0, flat.numel(), BLOCK):
+        total += float(flat[start:start + BLOCK].to(wide).square().sum(dtype=torch.float64))
+    if total == 0.0 and wide != torch.float64 and bool(flat.any()):
+        return squared_norm(flat.double())
     return total
 
 
-def spectrum(delta, *, limit: int, exact: bool, seed: int = 0) -> Spectrum:
+def difference(finetuned, base, *, dtype, device="cpu"):
+    """``Δ = F − B`` in ``dtype`` (float32, or float64 for float64 weights), one full-size tensor.
+
+    ``F`` is widened once (a copy: the caller keeps ``F``); ``B`` is widened :data:`BLOCK` entries at
+    a time into one cache-sized buffer and subtracted. A mixed-dtype ``sub_`` (float32 minus bf16)
+    takes torch's unvectorised path: 70 ms against 44 ms this way for 16.8M bf16 entries on one
+    core, the same bits. ``[1.5, 2.0] (bf16) − [0.5, 0.5] (bf16) -> [1.0, 1.5] (float32)``.
+    """
+    import torch
+
+    delta = finetuned.to(device=device, dtype=dtype, copy=True)
+    if base.dtype == dtype or delta.device.type != "cpu":
+        return delta.sub_(base.to(device=device, dtype=dtype))
+    flat, other = delta.view(-1), base.reshape(-1)
+    buf = torch.empty(min(BLOCK, flat.numel()), dtype=dtype)
+    for start in range(0, flat.numel(), BLOCK):
+        part = flat[start:start + BLOCK]
+        part.sub_(buf[:part.numel()].copy_(other[start:start + BLOCK]))
+    return delta
+
+
+def spectrum(delta, *, limit: int, exact: bool, seed: int = 0, total: float | None = None) -> Spectrum:
     """The top ``limit`` singular triplets of ``delta`` (out, in), with canonical signs.
 
     ``exact``: the full ``torch.linalg.svd`` (every triplet, so the energy curve runs to full rank);
     otherwise the seeded randomised range finder of :func:`paw.transfer.linalg.top_singular`
-    (Halko, Martinsson & Tropp 2011), exact by itself on small matrices.
+    (Halko, Martinsson & Tropp 2011), exact by itself on small matrices. ``total`` is ``‖Δ‖²_F``
+    when the caller has it (:func:`squared_norm`), which saves a pass over ``delta``.
     """
     delta = delta.float()
     full = min(delta.shape)
@@ -71,7 +106,7 @@ def spectrum(delta, *, limit: int, exact: bool, seed: int = 0) -> Spectrum:
         U, S, V = full_singular(delta, full)
     else:
         U, S, V = top_singular(delta, min(limit, full), seed=seed)
-    return Spectrum(U, S, V, squared_norm(delta))
+    return Spectrum(U, S, V, squared_norm(delta) if total is None else total)
 
 
 def choose_rank(spec: Spectrum, *, rank: int | None = None, energy: float | None = None,
@@ -113,16 +148,28 @@ def lora_factors(spec: Spectrum, rank: int, *, embedding: bool = False):
     return V.T.contiguous(), U.contiguous()
 
 
-def relative_error(delta, A, B, *, embedding: bool = False) -> float:
+def relative_error(delta, A, B, *, embedding: bool = False, total: float | None = None) -> float:
     """``‖Δ − B A‖_F / ‖Δ‖_F`` measured on the tensors (``(B A)ᵀ`` for an embedding); 0 for Δ = 0.
 
     Measured, not derived from the singular values: a randomised spectrum is approximate, and this
-    is the figure a user gets back when PEFT applies the adapter.
+    is the figure a user gets back when PEFT applies the adapter. The residual is formed a row block
+    at a time (``Δ[rows] − left[rows] @ right``, one ``addmm``), so no full-size product or residual
+    is held: on the 128256 x 2048 embedding that is 2 GiB of float32 fewer. ``total`` is ``‖Δ‖²_F``
+    when the caller has it (:attr:`Spectrum.total`).
     """
-    approx = B.float() @ A.float()
-    residual = delta.float() - (approx.T if embedding else approx)
-    total = squared_norm(delta.float())
-    return 0.0 if total == 0.0 else math.sqrt(squared_norm(residual) / total)
+    import torch
+
+    delta = delta.float()
+    left, right = (A.float().T, B.float().T) if embedding else (B.float(), A.float())  # Δ ≈ left @ right
+    total = squared_norm(delta) if total is None else total
+    if total == 0.0:
+        return 0.0
+    rows = max(1, BLOCK // max(1, delta.shape[1]))
+    residual = 0.0
+    for start in range(0, delta.shape[0], rows):
+        part = torch.addmm(delta[start:start + rows], left[start:start + rows], right, alpha=-1)
+        residual += squared_norm(part)
+    return math.sqrt(residual / total)
 
 
 def reference_error(delta, rank: int) -> float:
@@ -132,8 +179,3 @@ def reference_error(delta, rank: int) -> float:
     S = torch.linalg.svdvals(delta.double())
     total = float(S.square().sum())
     return 0.0 if total == 0.0 else math.sqrt(float(S[rank:].square().sum()) / total)
-
-
-def is_zero(delta) -> bool:
-    """Whether a delta is exactly zero (an unchanged tensor: nothing to extract)."""
-    return not bool(delta.any())
