@@ -56,6 +56,7 @@ from bench_merge import (  # noqa: E402  (beside this script)
     _numel,
     _seed,
     llama_config,
+    measure_floor,
     run_measured,
     startup_cmd,
     tensor_shapes,
@@ -92,20 +93,6 @@ def generate(folder: Path, shape: dict, finetune: bool) -> Path:
 
     write_checkpoint(folder, tensors(), config=llama_config(shape), overwrite=True)
     return folder
-
-
-def measure_floor(inputs: list[Path], out: Path, nbytes: int, env: dict, record: Path) -> dict:
-    """The floor on ``inputs`` writing ``nbytes`` bytes, in its own child, from a warm page cache."""
-    warm(inputs)
-    record.unlink(missing_ok=True)
-    res = run_measured(startup_cmd(sys.executable, record, ["torch", "paw.io.checkpoint"], "bench_floor:main",
-                                   ["--inputs", *map(str, inputs), "--out", str(out), "--bytes", str(nbytes)]),
-                       env={**env, "PYTHONPATH": os.pathsep.join([str(SCRIPTS), env.get("PYTHONPATH", "")])},
-                       record=record)
-    out.unlink(missing_ok=True)
-    if res["rc"] != 0:
-        sys.exit(f"the floor failed ({res['rc']}):\n{res['tail']}")
-    return res
 
 
 def adapter_bytes(folder: Path) -> int:
@@ -148,7 +135,7 @@ def run_shape(args, name: str, env: dict, mk_python: Path | None) -> dict:
     if row["paw"]["rc"] != 0:
         sys.exit(f"paw extract-lora failed ({row['paw']['rc']}):\n{row['paw']['tail']}")
     row["paw_holds"] = held(out_paw)
-    row["floor"] = measure_floor([base, ft], args.workdir / "floor-output.bin", row["paw_holds"]["bytes"], env, record)
+    row["floor"] = measure_floor([base, ft], args.workdir, env, record, nbytes=row["paw_holds"]["bytes"])
     _show("floor", row["floor"])
 
     layers = shape["layers"] if args.mergekit_layers is None else min(args.mergekit_layers, shape["layers"])

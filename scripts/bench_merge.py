@@ -358,13 +358,15 @@ def main() -> int:
     return 0
 
 
-def measure_floor(inputs: list[Path], workdir: Path, env: dict, record: Path) -> dict:
-    """The floor (:mod:`bench_floor`) on ``inputs`` in its own child, from a warm page cache."""
+def measure_floor(inputs: list[Path], workdir: Path, env: dict, record: Path, nbytes: int | None = None) -> dict:
+    """The floor (:mod:`bench_floor`) on ``inputs`` in its own child, from a warm page cache; it writes
+    ``nbytes`` bytes (default: as many as the first input's tensors)."""
     out = workdir / "floor-output.bin"
     warm(inputs)
     record.unlink(missing_ok=True)
+    size = [] if nbytes is None else ["--bytes", str(nbytes)]
     res = run_measured(startup_cmd(sys.executable, record, ["torch", "paw.io.checkpoint"], "bench_floor:main",
-                                   ["--inputs", *map(str, inputs), "--out", str(out)]),
+                                   ["--inputs", *map(str, inputs), "--out", str(out), *size]),
                        env={**env, "PYTHONPATH": os.pathsep.join([str(SCRIPTS), env.get("PYTHONPATH", "")])},
                        record=record)
     out.unlink(missing_ok=True)
