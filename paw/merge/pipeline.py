@@ -242,11 +242,12 @@ def _with_base_rows(job: MergeJob, name: str, read: Callable, out):
 def _sum_inputs(job: MergeJob, name: str, read: Callable, coefs: tuple[float, list[float]], blocks, out, buffer):
     """Fill ``out`` block by block with ``c_base·base + Σ_i c_i·M_i`` (:func:`paw.merge.schedule.combination`):
     each input added once into ``buffer`` in the compute dtype, which holds it exactly, and the sum rounded
-    once to the output dtype. No Δ is formed; the base is not read when ``c_base`` is 0. A non-finite
+    once to the output dtype. No Δ is formed; linear's reference is not read when ``c_base`` is 0. A non-finite
     input makes the sum, and so the output, non-finite (a zero weight included: 0 × Inf is NaN): the
     check of the output in :func:`merged_tensors` finds it and names the input."""
     c_base, cs = coefs
-    terms = list(zip(schedule.inputs(job, name), ([c_base] if c_base != 0.0 else []) + list(cs), strict=True))
+    ckpts = schedule.inputs(job, name)
+    terms = list(zip(ckpts, ([c_base] if len(ckpts) > len(cs) else []) + list(cs), strict=True))
     for block in blocks:
         target = out if block is None else out[block[0]:block[1]]
         acc = buffer[:target.numel()].view(target.shape)

@@ -44,6 +44,7 @@ def blocks(job, name: str, block_elements: int) -> list[tuple[int, int] | None]:
     return [None if rows is None or not shape else (0, rows)]
 
 
+_LARGEST = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 # the input dtypes each compute dtype holds exactly (a sum of inputs may then skip forming Δ)
 _EXACT_IN = {"float32": {"float32", "bfloat16", "float16"}, "float64": {"float64", "float32", "bfloat16", "float16"}}
 
@@ -60,14 +61,18 @@ def combination(job, name: str) -> tuple[float, list[float]] | None:
     compute = "float64" if job.reference.dtype(name) == "float64" else "float32"
     if coefs is None or any(c.dtype(name) not in _EXACT_IN[compute] for c in (job.reference, *job.models)):
         return None
+    if not all(abs(c) <= _LARGEST[compute] for c in (coefs[0], *coefs[1])):  # s·w past the float: the Δ path
+        return None
     return coefs
 
 
 def inputs(job, name: str) -> list:
     """The checkpoints a merge pass over ``name`` reads, in order: the base (or reference), then each
-    model; the reference left out when the merge is a sum of inputs that does not use it."""
+    model; the reference left out when the merge is a sum of inputs that does not use it and the method
+    needs no base (linear). A base the method is defined on is read even at coefficient 0, so that a
+    NaN in it is refused (0 × NaN is NaN), as the task-vector form refuses it."""
     coefs = combination(job, name)
-    if coefs is not None and coefs[0] == 0.0:
+    if coefs is not None and coefs[0] == 0.0 and not job.method.needs_base:
         return list(job.models)
     return [job.reference, *job.models]
 
