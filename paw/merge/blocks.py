@@ -39,6 +39,14 @@ def row_blocks(shape: tuple[int, ...], rows: int | None = None,
     return [(start, min(first, start + step)) for start in range(0, first, step)] or [(0, 0)]
 
 
+def block_numel(shape: tuple[int, ...], block: tuple[int, int] | None) -> int:
+    """Entries in row block ``block`` of a tensor of ``shape`` (the whole tensor for None).
+
+    ``block_numel((10, 4), (3, 6)) == 12``
+    """
+    return math.prod(shape) if block is None else (block[1] - block[0]) * math.prod(shape[1:])
+
+
 def kth_largest_streamed(blocks: Callable[[], Iterable[Any]], k: int) -> tuple[float, int]:
     """The k-th largest value of non-negative float32 data given in blocks, and how many exceed it.
 

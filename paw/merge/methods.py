@@ -60,7 +60,7 @@ class MergeMethod:
         """``(c_base, [c_1 .. c_N])`` when ``base + scale × method(Δ)`` equals ``c_base·base + Σ_i c_i·M_i``
         (task arithmetic, linear, with these knobs): the merge may then add each input once and never
         form a Δ. None for every other method."""
-        if self.sum_of_inputs is None or self.sparsify is not None or self.fixed.get("consensus"):
+        if self.sum_of_inputs is None:
             return None
         return self.sum_of_inputs(list(weights), scale, **self._bind(self.fixed, params))
 
@@ -241,13 +241,12 @@ _DELLA = "Deep et al. 2024, DELLA-Merging: Reducing Interference in Model Mergin
 
 
 # decorators apply bottom-up: the last one listed registers first (and is listed first in --help)
-def _task_arithmetic_sum(weights: list[float], scale: float, *, normalize=None, consensus=False, **_):
+def _task_arithmetic_sum(weights: list[float], scale: float, *, normalize=None, **_):
     """``base + s Σ c_i (M_i − base) = (1 − s Σ c_i) base + Σ s c_i M_i``, with ``c_i = w_i`` (or
-    ``w_i / Σ w`` when normalised, so that Σ c_i is exactly 1 and ``c_base = 1 − s``)."""
+    ``w_i / Σ w`` when normalised, so that Σ c_i is exactly 1 and ``c_base = 1 − s``; a zero divisor
+    counts as 1, as in the function)."""
     total = math.fsum(weights)
-    if normalize if normalize is not None else consensus:
-        if abs(total) < 1e-8:  # a zero divisor counts as 1, as in the function
-            return 1.0 - scale * total, [scale * w for w in weights]
+    if normalize and abs(total) >= 1e-8:
         return 1.0 - scale, [scale * w / total for w in weights]
     return 1.0 - scale * total, [scale * w for w in weights]
 

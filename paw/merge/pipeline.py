@@ -31,7 +31,7 @@ from paw.io.union_tokenizer import read_token_table, union_tokenizer_files
 from paw.io.writer import tokenizer_source, write_checkpoint
 from paw.merge import schedule, thinning
 from paw.merge.blocks import BLOCK_ELEMENTS as _BLOCK
-from paw.merge.blocks import Deltas
+from paw.merge.blocks import Deltas, block_numel
 from paw.merge.card import model_card
 from paw.merge.methods import MergeMethod, get_method
 from paw.merge.norms import task_vector_norms
@@ -195,11 +195,11 @@ def _merge_tensor(job: MergeJob, name: str, read: Callable = _read_now):
     shape = ref.shape(name)
     blocks = schedule.blocks(job, name, BLOCK_ELEMENTS)
     ckpts = [ref, *job.models]
-    largest = max(math.prod(shape[1:]) * (b[1] - b[0]) if b is not None else math.prod(shape) for b in blocks)
+    largest = max(block_numel(shape, b) for b in blocks)
     out = torch.empty((rows, *shape[1:]) if rows is not None else shape, dtype=out_dtype, device=job.device)
-    coefs = schedule.combination(job, name)
-    if coefs is not None:
-        _sum_inputs(job, name, read, coefs, blocks, out, torch.empty(largest, dtype=compute, device=job.device))
+    terms = schedule.sum_terms(job, name)
+    if terms is not None:
+        _sum_inputs(job, name, read, terms, blocks, out, torch.empty(largest, dtype=compute, device=job.device))
         return _with_base_rows(job, name, read, out)
     load = Deltas(len(ckpts), largest, compute, job.device)
 
@@ -239,15 +239,12 @@ def _with_base_rows(job: MergeJob, name: str, read: Callable, out):
     return full
 
 
-def _sum_inputs(job: MergeJob, name: str, read: Callable, coefs: tuple[float, list[float]], blocks, out, buffer):
-    """Fill ``out`` block by block with ``c_base·base + Σ_i c_i·M_i`` (:func:`paw.merge.schedule.combination`):
+def _sum_inputs(job: MergeJob, name: str, read: Callable, terms: list, blocks, out, buffer):
+    """Fill ``out`` block by block with ``Σ c·input`` over ``terms`` (:func:`paw.merge.schedule.sum_terms`):
     each input added once into ``buffer`` in the compute dtype, which holds it exactly, and the sum rounded
-    once to the output dtype. No Δ is formed; linear's reference is not read when ``c_base`` is 0. A non-finite
-    input makes the sum, and so the output, non-finite (a zero weight included: 0 × Inf is NaN): the
-    check of the output in :func:`merged_tensors` finds it and names the input."""
-    c_base, cs = coefs
-    ckpts = schedule.inputs(job, name)
-    terms = list(zip(ckpts, ([c_base] if len(ckpts) > len(cs) else []) + list(cs), strict=True))
+    once to the output dtype. No Δ is formed. A non-finite input makes the sum, and so the output,
+    non-finite (a zero weight included: 0 × Inf is NaN): the check of the output in
+    :func:`merged_tensors` finds it and names the input."""
     for block in blocks:
         target = out if block is None else out[block[0]:block[1]]
         acc = buffer[:target.numel()].view(target.shape)

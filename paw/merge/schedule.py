@@ -66,15 +66,24 @@ def combination(job, name: str) -> tuple[float, list[float]] | None:
     return coefs
 
 
+def sum_terms(job, name: str) -> list[tuple[Any, float]] | None:
+    """``[(checkpoint, coefficient)]`` in reading order when ``name`` merges as a sum of inputs
+    (:func:`combination`), else None. The reference is left out at coefficient 0 when the method needs
+    no base (linear); a base the method is defined on is read even then, so that a NaN in it is refused
+    (0 × NaN is NaN), as the task-vector form refuses it."""
+    coefs = combination(job, name)
+    if coefs is None:
+        return None
+    c_base, cs = coefs
+    base = [] if c_base == 0.0 and not job.method.needs_base else [(job.reference, c_base)]
+    return base + list(zip(job.models, cs, strict=True))
+
+
 def inputs(job, name: str) -> list:
     """The checkpoints a merge pass over ``name`` reads, in order: the base (or reference), then each
-    model; the reference left out when the merge is a sum of inputs that does not use it and the method
-    needs no base (linear). A base the method is defined on is read even at coefficient 0, so that a
-    NaN in it is refused (0 × NaN is NaN), as the task-vector form refuses it."""
-    coefs = combination(job, name)
-    if coefs is not None and coefs[0] == 0.0 and not job.method.needs_base:
-        return list(job.models)
-    return [job.reference, *job.models]
+    model, or the terms of its sum of inputs (:func:`sum_terms`)."""
+    terms = sum_terms(job, name)
+    return [job.reference, *job.models] if terms is None else [c for c, _ in terms]
 
 
 def della_rescale_passes(job, tp) -> int:

@@ -8,10 +8,8 @@ model), block after block, so that the blocks get the whole tensor's draws. ``jo
 
 from __future__ import annotations
 
-import math
-
 from paw.merge import schedule, sparse
-from paw.merge.blocks import find_thresholds
+from paw.merge.blocks import block_numel, find_thresholds
 from paw.merge.methods import tensor_seed
 from paw.merge.params import TensorParams
 
@@ -75,7 +73,7 @@ def della_sparsifiers(job, name: str, tp: TensorParams, blocks, deltas) -> list:
         return [(lambda d, a=a, e=e, g=g: d.mul_(sparse.della_keep(d, density=a, epsilon=e, generator=g)))
                 if a < 1.0 else (lambda d: d) for a, e, g in zip(densities, epsilons, gens, strict=True)]
     shape = job.reference.shape(name)
-    sizes = [math.prod(shape) if b is None else (b[1] - b[0]) * math.prod(shape[1:]) for b in blocks]
+    sizes = [block_numel(shape, b) for b in blocks]
     factors, masks = sparse.della_rescale_pass((deltas(block)[1] for block in blocks), sizes=sizes,
                                                densities=densities, epsilons=epsilons, generators=gens)
 
