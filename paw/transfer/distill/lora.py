@@ -164,7 +164,7 @@ def distill_lora(adapter, teacher: LM, student: LM, *, prompts: Sequence[str | M
         with watch("student_base"):
             distill_train.add_student_base(train + tests, peft_model, device, progress=shown, remember=remember)
     targets = {"cached": False, "why": "several ranks"}
-    if vocab.shared and (scale is None or not scale.ranks.parallel):
+    if distill_targets.made_once(vocab, scale):
         with watch("targets"):   # the token KL's target once per input, not on every batch
             targets = distill_targets.cache(train + tests, peft_model, teacher.model, vocab, device, shift,
                                             pad_id=distill_train.PAD_ID,
@@ -225,9 +225,9 @@ def _work(inputs: list[Prompt], held: list[Prompt], teacher: LM, student: LM, vo
 
     train, tests = rows(inputs), rows(held)
     order = batches_in_order(len(inputs), batch_size * accumulation, steps, seed)
-    width = student.model.get_input_embeddings().weight.shape[0]   # the cache's bytes, continuations at ``new``
-    cached = vocab.shared and (scale is None or not scale.ranks.parallel) and \
-        sum(r.text[1] for r in train + tests) * width * 4 <= distill_targets.CACHE_BYTES
+    width = student.model.get_input_embeddings().weight.shape[0]   # continuations counted at ``new``
+    cached = distill_targets.made_once(vocab, scale) and \
+        distill_targets.cache_bytes(sum(r.text[1] for r in train + tests), width) <= distill_targets.CACHE_BYTES
     work = distill_cost.work_of(
         train, tests, order=order, accumulation=accumulation, measured=_indices(held or inputs, seed), new=new,
         checked=min(PROBE_INPUTS, len(inputs)), check_every=check_every(len(inputs), batch_size * accumulation)

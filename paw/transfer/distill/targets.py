@@ -29,6 +29,17 @@ CACHE_BYTES = 1 << 30   # at most this many bytes of cached targets (float32); m
 BATCH = 16              # inputs per pass while the cache is made
 
 
+def made_once(vocab, scale) -> bool:
+    """Whether a run may make the targets once (:func:`cache`): a shared vocabulary (the token KL), and not
+    several ranks splitting the steps (each would need every input's target)."""
+    return bool(vocab.shared) and (scale is None or not scale.ranks.parallel)
+
+
+def cache_bytes(tokens: int, width: int) -> int:
+    """The cache's size for ``tokens`` continuation tokens of a ``width``-word student vocabulary (float32)."""
+    return tokens * width * 4
+
+
 def autocast(device):
     """bf16 autocast on CUDA, nothing on the CPU: how every distillation pass runs."""
     import torch
@@ -72,7 +83,7 @@ def cache(examples: list, peft_model, teacher_model, vocab, device, shift=None, 
     budget = CACHE_BYTES if budget is None else budget
     rows = [e for e in examples if e.sequence is not None]
     width = peft_model.get_input_embeddings().weight.shape[0]
-    size = sum(e.sequence.n_cont for e in rows) * width * 4
+    size = cache_bytes(sum(e.sequence.n_cont for e in rows), width)
     if not vocab.shared or not rows:
         return {"cached": False, "bytes": 0, "why": "no token KL"}
     if size > budget:
